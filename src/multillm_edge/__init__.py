@@ -1,0 +1,1 @@
+"""MultiLLM roleplay edge: reversible context paging for roleplay traffic."""
