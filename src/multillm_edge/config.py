@@ -1,0 +1,221 @@
+"""Flag parsing, limits, providers and signing secrets (DESIGN §3).
+
+Pure functions over strings: the platform layer reads `env` and passes values in.
+Nothing here logs a configured value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .errors import EdgeError
+
+# ---------------------------------------------------------------------------
+# Limits
+# ---------------------------------------------------------------------------
+
+#: Largest request body the edge accepts on a roleplay generation route (413 above).
+#: 8 MiB covers a ~6,000-exchange roleplay history (about 6.6 MB, RUNTIME-NOTES),
+#: far beyond any model window, while bounding parse + hash CPU time per request.
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+#: Largest single page body (canonical bytes); a plan needing more -> 413 context_page_too_large.
+MAX_PAGE_BYTES = 65536
+#: Active (unexpired) page bytes allowed per (principal, session).
+SESSION_ALLOWANCE_BYTES = 1024 * 1024
+#: Every page write sets expires_at = now + PAGE_TTL_SECONDS.
+PAGE_TTL_SECONDS = 3600
+#: Default for CONTEXT_SAFETY_TOKENS when unset or invalid; matches wrangler.toml [vars].
+DEFAULT_SAFETY_TOKENS = 256
+#: Upper bound for CONTEXT_SAFETY_TOKENS (larger values fall back to the default).
+MAX_SAFETY_TOKENS = 1_000_000
+
+FLAG_NAME = "CONTEXT_PAGING_ENABLED"
+FORMATS = ("chat", "responses", "messages")
+#: Path appended to a provider's base_url per wire format (base_url includes "/v1").
+FORMAT_PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+
+# ---------------------------------------------------------------------------
+# CONTEXT_PAGING_ENABLED
+# ---------------------------------------------------------------------------
+
+
+def paging_enabled(value: Optional[str]) -> tuple[bool, bool]:
+    """(enabled, invalid). Unset, empty or "false" -> off; "true" -> on (trimmed,
+    case-insensitive); anything else -> off and invalid."""
+    if value is None:
+        return False, False
+    if not isinstance(value, str):
+        return False, True
+    v = value.strip().lower()
+    if v in ("", "false"):
+        return False, False
+    if v == "true":
+        return True, False
+    return False, True
+
+
+_flag_warned = False
+
+
+def flag_state(env_value: Optional[str], warn: Callable[[str], None]) -> bool:
+    """Whether paging is enabled; calls ``warn`` at most once per process (isolate)
+    for an invalid value. The warning names the setting, never its value."""
+    global _flag_warned
+    enabled, invalid = paging_enabled(env_value)
+    if invalid and not _flag_warned:
+        _flag_warned = True
+        warn(f"{FLAG_NAME} has an invalid value; context paging is off. "
+             "Accepted values: true, false (or unset).")
+    return enabled
+
+
+def _reset_flag_warning() -> None:
+    """Tests only."""
+    global _flag_warned
+    _flag_warned = False
+
+
+# ---------------------------------------------------------------------------
+# CONTEXT_SAFETY_TOKENS
+# ---------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"[0-9]+\Z")
+
+
+def safety_tokens(value: Optional[str]) -> int:
+    """CONTEXT_SAFETY_TOKENS: a non-negative decimal integer; unset, empty, negative,
+    non-numeric or above MAX_SAFETY_TOKENS -> DEFAULT_SAFETY_TOKENS."""
+    if isinstance(value, bool):
+        return DEFAULT_SAFETY_TOKENS
+    if isinstance(value, int):
+        return value if 0 <= value <= MAX_SAFETY_TOKENS else DEFAULT_SAFETY_TOKENS
+    if not isinstance(value, str):
+        return DEFAULT_SAFETY_TOKENS
+    v = value.strip()
+    if not _DIGITS.match(v) or len(v) > 9:
+        return DEFAULT_SAFETY_TOKENS
+    n = int(v)
+    return n if n <= MAX_SAFETY_TOKENS else DEFAULT_SAFETY_TOKENS
+
+
+# ---------------------------------------------------------------------------
+# PROVIDERS
+# ---------------------------------------------------------------------------
+
+_PROVIDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    base_url: str              # e.g. "https://api.openai.com/v1" (no trailing slash)
+    formats: tuple[str, ...]   # subset of FORMATS
+    api_key_secret: str        # name of the env secret holding the API key
+
+    def serves(self, fmt: str) -> bool:
+        return fmt in self.formats
+
+    def endpoint(self, fmt: str) -> str:
+        return self.base_url + FORMAT_PATHS[fmt]
+
+
+def _misconfigured(message: str) -> EdgeError:
+    return EdgeError(503, "providers_misconfigured", message)
+
+
+def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
+    """Parse PROVIDERS: {"name": {"base_url", "formats", "api_key_secret"}}.
+
+    Unset/empty -> {}. Anything malformed -> EdgeError(503, "providers_misconfigured")
+    whose message names the offending provider/field, never a value."""
+    if json_text is None or (isinstance(json_text, str) and not json_text.strip()):
+        return {}
+    if not isinstance(json_text, str):
+        raise _misconfigured("PROVIDERS must be a JSON object.")
+    try:
+        doc = json.loads(json_text)
+    except ValueError:
+        raise _misconfigured("PROVIDERS is not valid JSON.") from None
+    if not isinstance(doc, dict):
+        raise _misconfigured("PROVIDERS must be a JSON object.")
+    out: dict[str, Provider] = {}
+    for name, spec in doc.items():
+        if not _PROVIDER_NAME.match(name):
+            raise _misconfigured("PROVIDERS has an invalid provider name.")
+        where = f"PROVIDERS[{name!r}]"
+        if not isinstance(spec, dict):
+            raise _misconfigured(f"{where} must be an object.")
+        unknown = set(spec) - {"base_url", "formats", "api_key_secret"}
+        if unknown:
+            raise _misconfigured(f"{where} has unknown fields: {', '.join(sorted(unknown))}.")
+        base_url = spec.get("base_url")
+        if (not isinstance(base_url, str) or not re.match(r"https?://[^\s/?#]+[^\s?#]*\Z", base_url)):
+            raise _misconfigured(f"{where}.base_url must be an http(s) URL without query or fragment.")
+        formats = spec.get("formats")
+        if (not isinstance(formats, list) or not formats
+                or any(f not in FORMATS for f in formats) or len(set(formats)) != len(formats)):
+            raise _misconfigured(f"{where}.formats must be a non-empty list of {', '.join(FORMATS)}.")
+        secret = spec.get("api_key_secret")
+        if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
+            raise _misconfigured(f"{where}.api_key_secret must name an environment secret.")
+        out[name] = Provider(name=name, base_url=base_url.rstrip("/"),
+                             formats=tuple(formats), api_key_secret=secret)
+    return out
+
+
+def split_model(value) -> tuple[str, str]:
+    """"provider:model" -> (provider, model). Splits at the first ':' (model names may
+    contain ':'). Bad shape -> EdgeError(400, "invalid_model")."""
+    if not isinstance(value, str) or ":" not in value:
+        raise EdgeError(400, "invalid_model", "model must be a string of the form provider:model.")
+    provider, model = value.split(":", 1)
+    if not _PROVIDER_NAME.match(provider) or not model or model != model.strip() \
+            or any(ord(c) < 0x20 or c == "\x7f" for c in model):
+        raise EdgeError(400, "invalid_model", "model must be a string of the form provider:model.")
+    return provider, model
+
+
+def provider_auth_headers(fmt: str, key: str,
+                          anthropic_version: Optional[str] = None) -> dict[str, str]:
+    """Upstream auth headers. "messages": x-api-key + anthropic-version (the client's
+    value passed through, else DEFAULT_ANTHROPIC_VERSION); others: Bearer."""
+    if not isinstance(key, str) or not key or any(c in key for c in "\r\n\x00"):
+        raise EdgeError(503, "provider_key_missing", "Provider API key is missing or invalid.")
+    if fmt == "messages":
+        version = anthropic_version if (isinstance(anthropic_version, str) and anthropic_version
+                                        and not any(c in anthropic_version for c in "\r\n\x00")) \
+            else DEFAULT_ANTHROPIC_VERSION
+        return {"x-api-key": key, "anthropic-version": version}
+    if fmt in ("chat", "responses"):
+        return {"Authorization": f"Bearer {key}"}
+    raise ValueError("unknown wire format")
+
+
+# ---------------------------------------------------------------------------
+# Signing secrets
+# ---------------------------------------------------------------------------
+
+
+def signing_secrets(env_get: Callable[[str], Optional[str]]) -> Optional[tuple[bytes, Optional[bytes]]]:
+    """(current, previous) from MEDIA_SIGNING_SECRET (else FLASK_SECRET_KEY) and
+    MEDIA_SIGNING_SECRET_PREVIOUS; empty counts as unset. None if no current secret
+    (the caller answers 503)."""
+
+    def get(name: str) -> Optional[bytes]:
+        v = env_get(name)
+        if isinstance(v, (bytes, bytearray)):
+            return bytes(v) or None
+        if isinstance(v, str) and v:
+            return v.encode("utf-8")
+        return None
+
+    current = get("MEDIA_SIGNING_SECRET") or get("FLASK_SECRET_KEY")
+    if current is None:
+        return None
+    previous = get("MEDIA_SIGNING_SECRET_PREVIOUS")
+    return current, previous

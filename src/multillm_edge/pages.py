@@ -1,0 +1,202 @@
+"""Canonical page bytes, SHA-256, page ids and row signatures (DESIGN §5.8, §6).
+
+Modelled on itsdangerous: the configured secret is never used as an HMAC key
+directly. Each purpose gets its own key derived as HMAC-SHA256(secret, salt), with
+distinct salts, so a page id can never be replayed as a row signature (or the other
+way round), nor as anything else signed with the same secret elsewhere (media URLs,
+Flask sessions).
+
+The signed data is a JSON array (ASCII-escaped, compact) of typed fields: no field
+boundary can be shifted by a value containing a separator, and the authority
+(``roleplay`` | ``managed``) is always part of it, so a roleplay handle never verifies
+as a managed one.
+
+    page_id  = "cp_" + b64url_nopad(HMAC(K_id,  ["v1", authority, principal, session_id, revision, sha256]))
+    signature =        b64url_nopad(HMAC(K_row, ["v1", page_id, authority, principal, session_id,
+                                                 policy_revision, sha256, byte_length, r2_key, expires_at]))
+
+``expires_at`` is signed: a database write alone cannot extend a page's life (the
+upsert rewrites the signature on every refresh). ``created_at`` is not signed: it is
+informational only.
+
+Ids and signatures are always made with the current secret; verification accepts the
+current or the previous secret (rotation), in constant time.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+from typing import Any, Mapping
+
+PAGE_ID_PREFIX = "cp_"
+R2_PREFIX = "context-pages/"
+# 32-byte HMAC-SHA256 -> 43 unpadded base64url characters.
+_DIGEST_B64_LEN = 43
+PAGE_ID_LENGTH = len(PAGE_ID_PREFIX) + _DIGEST_B64_LEN
+# 43 chars carry 258 bits; the last one holds only 4 digest bits, so its two low bits
+# are zero: it is one of these 16 characters. Anything else is a look-alike.
+_PAGE_ID_RE = re.compile(r"cp_[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]\Z")
+_SIGNATURE_RE = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]\Z")
+
+SALT_PAGE_ID = b"multillm.context-page.id"
+SALT_ROW = b"multillm.context-page.row"
+_FORMAT_VERSION = "v1"
+
+AUTHORITIES = ("roleplay", "managed")
+
+ROW_SIGNED_FIELDS = (
+    "page_id", "authority", "principal", "session_id", "policy_revision",
+    "sha256", "byte_length", "r2_key", "expires_at",
+)
+_INT_FIELDS = frozenset({"policy_revision", "byte_length", "expires_at"})
+_SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def canonical_bytes(items: Any) -> bytes:
+    """The contract page body: identical to ``paging.page_bytes``."""
+    return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sha256_hex(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def r2_key(page_id: str) -> str:
+    return R2_PREFIX + page_id
+
+
+def is_well_formed_page_id(s: Any) -> bool:
+    """Strict shape: ``cp_`` + exactly 43 canonical unpadded base64url characters."""
+    return isinstance(s, str) and len(s) == PAGE_ID_LENGTH and _PAGE_ID_RE.match(s) is not None
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _as_bytes(v: bytes | str) -> bytes:
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v)
+    raise TypeError("secret must be bytes or str")
+
+
+def _int(v: Any) -> int:
+    """An integer field. D1 may hand back integral floats; bools are never integers."""
+    if isinstance(v, bool):
+        raise TypeError("bool is not an integer field")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    raise TypeError("integer field expected")
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError("string field expected")
+    return v
+
+
+def _encode(fields: list) -> bytes:
+    # ensure_ascii: unambiguous bytes for any str, lone surrogates included.
+    return json.dumps([_FORMAT_VERSION, *fields], ensure_ascii=True,
+                      separators=(",", ":")).encode("ascii")
+
+
+class PageSigner:
+    """HMAC signer for page ids and context_pages row signatures."""
+
+    def __init__(self, secret: bytes | str, previous: bytes | str | None = None):
+        current = _as_bytes(secret)
+        if not current:
+            raise ValueError("signing secret must not be empty")
+        material = [current]
+        if previous is not None:
+            prev = _as_bytes(previous)
+            if prev and prev != current:
+                material.append(prev)
+        # Derived keys per purpose, current first.
+        self._id_keys = [self._derive(s, SALT_PAGE_ID) for s in material]
+        self._row_keys = [self._derive(s, SALT_ROW) for s in material]
+
+    def __repr__(self) -> str:  # never show key material
+        return f"PageSigner(<{len(self._id_keys)} key(s)>)"
+
+    @staticmethod
+    def _derive(secret: bytes, salt: bytes) -> bytes:
+        return hmac.new(secret, salt, hashlib.sha256).digest()
+
+    @staticmethod
+    def _mac(key: bytes, data: bytes) -> str:
+        return _b64(hmac.new(key, data, hashlib.sha256).digest())
+
+    # -- page ids ------------------------------------------------------------
+
+    @staticmethod
+    def _id_data(authority, principal, session_id, revision, sha256) -> bytes:
+        authority = _str(authority)
+        if authority not in AUTHORITIES:
+            raise ValueError("unknown authority")
+        sha256 = _str(sha256)
+        if not _SHA256_RE.match(sha256):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return _encode([authority, _str(principal), _str(session_id), _int(revision), sha256])
+
+    def page_id(self, authority: str, principal: str, session_id: str,
+                revision: int, sha256: str) -> str:
+        data = self._id_data(authority, principal, session_id, revision, sha256)
+        return PAGE_ID_PREFIX + self._mac(self._id_keys[0], data)
+
+    def verify_page_id(self, page_id: Any, authority: Any, principal: Any,
+                       session_id: Any, revision: Any, sha256: Any) -> bool:
+        if not is_well_formed_page_id(page_id):
+            return False
+        try:
+            data = self._id_data(authority, principal, session_id, revision, sha256)
+        except (TypeError, ValueError):
+            return False
+        given = page_id[len(PAGE_ID_PREFIX):].encode("ascii")
+        ok = False
+        for key in self._id_keys:  # no early exit: same work whichever key matches
+            ok |= hmac.compare_digest(self._mac(key, data).encode("ascii"), given)
+        return ok
+
+    # -- row signatures --------------------------------------------------------
+
+    @staticmethod
+    def _row_data(row: Mapping[str, Any]) -> bytes:
+        fields = []
+        for name in ROW_SIGNED_FIELDS:
+            v = row[name]
+            fields.append(_int(v) if name in _INT_FIELDS else _str(v))
+        if fields[1] not in AUTHORITIES:
+            raise ValueError("unknown authority")
+        return _encode(fields)
+
+    def row_signature(self, row: Mapping[str, Any]) -> str:
+        """Signature over ROW_SIGNED_FIELDS of a context_pages row (a mapping)."""
+        return self._mac(self._row_keys[0], self._row_data(row))
+
+    def verify_row(self, row: Mapping[str, Any]) -> bool:
+        """True iff row["signature"] verifies (current or previous secret) and the
+        row's page_id is well formed. Missing or mistyped fields -> False."""
+        try:
+            sig = row["signature"]
+            if not isinstance(sig, str) or len(sig) != _DIGEST_B64_LEN or not _SIGNATURE_RE.match(sig):
+                return False
+            if not is_well_formed_page_id(row["page_id"]):
+                return False
+            data = self._row_data(row)
+        except (KeyError, TypeError, ValueError):
+            return False
+        given = sig.encode("ascii")
+        ok = False
+        for key in self._row_keys:
+            ok |= hmac.compare_digest(self._mac(key, data).encode("ascii"), given)
+        return ok

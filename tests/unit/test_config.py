@@ -1,0 +1,137 @@
+import json
+
+import pytest
+
+from multillm_edge import config
+from multillm_edge.config import (paging_enabled, flag_state, safety_tokens, parse_providers,
+                                  split_model, provider_auth_headers, signing_secrets)
+from multillm_edge.errors import EdgeError
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, (False, False)), ("", (False, False)), ("false", (False, False)),
+    ("  FALSE ", (False, False)), ("true", (True, False)), (" True\n", (True, False)),
+    ("TRUE", (True, False)), ("1", (False, True)), ("yes", (False, True)), ("on", (False, True)),
+    ("truee", (False, True)), ("t rue", (False, True)), ("   ", (False, False)),
+])
+def test_paging_enabled(value, expected):
+    assert paging_enabled(value) == expected
+
+
+def test_flag_state_warns_once_without_value():
+    config._reset_flag_warning()
+    seen = []
+    assert flag_state("s3cr3t-ish-VALUE", seen.append) is False
+    assert flag_state("other-bad", seen.append) is False
+    assert flag_state("true", seen.append) is True
+    assert flag_state(None, seen.append) is False
+    assert len(seen) == 1
+    assert "CONTEXT_PAGING_ENABLED" in seen[0]
+    assert "s3cr3t-ish-VALUE" not in seen[0]
+    config._reset_flag_warning()
+
+
+def test_flag_state_valid_never_warns():
+    config._reset_flag_warning()
+    seen = []
+    for v in (None, "", "false", "true", " TRUE "):
+        flag_state(v, seen.append)
+    assert seen == []
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, config.DEFAULT_SAFETY_TOKENS), ("", config.DEFAULT_SAFETY_TOKENS),
+    ("512", 512), (" 0 ", 0), ("-5", config.DEFAULT_SAFETY_TOKENS),
+    ("abc", config.DEFAULT_SAFETY_TOKENS), ("1.5", config.DEFAULT_SAFETY_TOKENS),
+    ("１２", config.DEFAULT_SAFETY_TOKENS), ("99999999999", config.DEFAULT_SAFETY_TOKENS),
+    (300, 300),
+])
+def test_safety_tokens(value, expected):
+    assert safety_tokens(value) == expected
+
+
+def test_limits():
+    assert config.MAX_PAGE_BYTES == 65536
+    assert config.SESSION_ALLOWANCE_BYTES == 1048576
+    assert config.PAGE_TTL_SECONDS == 3600
+    assert config.MAX_REQUEST_BYTES == 8 * 1024 * 1024
+    assert config.DEFAULT_SAFETY_TOKENS == 256
+
+
+GOOD = {"openai": {"base_url": "https://api.openai.com/v1/", "formats": ["chat", "responses"],
+                   "api_key_secret": "OPENAI_API_KEY"},
+        "anthropic": {"base_url": "http://127.0.0.1:9999/v1", "formats": ["messages"],
+                      "api_key_secret": "ANTHROPIC_API_KEY"}}
+
+
+def test_parse_providers_ok():
+    p = parse_providers(json.dumps(GOOD))
+    assert set(p) == {"openai", "anthropic"}
+    o = p["openai"]
+    assert o.base_url == "https://api.openai.com/v1"
+    assert o.formats == ("chat", "responses") and o.serves("chat") and not o.serves("messages")
+    assert o.api_key_secret == "OPENAI_API_KEY"
+    assert o.endpoint("chat") == "https://api.openai.com/v1/chat/completions"
+    assert p["anthropic"].endpoint("messages") == "http://127.0.0.1:9999/v1/messages"
+    assert parse_providers(None) == {} and parse_providers("") == {} and parse_providers("{}") == {}
+
+
+@pytest.mark.parametrize("text", [
+    "not json", "[]", '{"x": 1}',
+    json.dumps({"o": {"base_url": "ftp://x", "formats": ["chat"], "api_key_secret": "K"}}),
+    json.dumps({"o": {"base_url": "https://x?q=1", "formats": ["chat"], "api_key_secret": "K"}}),
+    json.dumps({"o": {"base_url": "https://x", "formats": [], "api_key_secret": "K"}}),
+    json.dumps({"o": {"base_url": "https://x", "formats": ["chat", "chat"], "api_key_secret": "K"}}),
+    json.dumps({"o": {"base_url": "https://x", "formats": ["completions"], "api_key_secret": "K"}}),
+    json.dumps({"o": {"base_url": "https://x", "formats": ["chat"]}}),
+    json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "sk-live-123"}}),
+    json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K", "extra": 1}}),
+    json.dumps({"a:b": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K"}}),
+])
+def test_parse_providers_invalid(text):
+    with pytest.raises(EdgeError) as e:
+        parse_providers(text)
+    assert e.value.status == 503 and e.value.code == "providers_misconfigured"
+    assert "sk-live-123" not in e.value.message
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("openai:gpt-4o", ("openai", "gpt-4o")),
+    ("openrouter:meta/llama:free", ("openrouter", "meta/llama:free")),
+])
+def test_split_model(value, expected):
+    assert split_model(value) == expected
+
+
+@pytest.mark.parametrize("value", ["gpt-4o", ":gpt", "openai:", None, 3, "open ai:x", "openai: x", "o:x\n"])
+def test_split_model_bad(value):
+    with pytest.raises(EdgeError) as e:
+        split_model(value)
+    assert e.value.status == 400
+
+
+def test_provider_auth_headers():
+    assert provider_auth_headers("chat", "k1") == {"Authorization": "Bearer k1"}
+    assert provider_auth_headers("responses", "k1") == {"Authorization": "Bearer k1"}
+    assert provider_auth_headers("messages", "k2") == {"x-api-key": "k2", "anthropic-version": "2023-06-01"}
+    assert provider_auth_headers("messages", "k2", "2024-01-01")["anthropic-version"] == "2024-01-01"
+    with pytest.raises(EdgeError):
+        provider_auth_headers("chat", "")
+    with pytest.raises(EdgeError):
+        provider_auth_headers("chat", "a\r\nX-Evil: 1")
+    with pytest.raises(ValueError):
+        provider_auth_headers("other", "k")
+
+
+def test_signing_secrets():
+    env = {}
+    assert signing_secrets(env.get) is None
+    env["FLASK_SECRET_KEY"] = "flask"
+    assert signing_secrets(env.get) == (b"flask", None)
+    env["MEDIA_SIGNING_SECRET"] = ""
+    assert signing_secrets(env.get) == (b"flask", None)
+    env["MEDIA_SIGNING_SECRET"] = "media"
+    env["MEDIA_SIGNING_SECRET_PREVIOUS"] = "old"
+    assert signing_secrets(env.get) == (b"media", b"old")
+    env["MEDIA_SIGNING_SECRET_PREVIOUS"] = ""
+    assert signing_secrets(env.get) == (b"media", None)
