@@ -1,0 +1,80 @@
+// Present getPlatformProxy()'s bindings the way workerd does.
+//
+// The runtime SDK picks its wrapper by JS constructor name (`D1Database`, `R2Bucket`, …),
+// and the proxy's objects carry other names. These façades only rename and delegate:
+// every call still reaches Miniflare's real local D1 and R2.
+
+class D1PreparedStatement {
+  #stmt;
+  constructor(stmt) { this.#stmt = stmt; }
+  bind(...values) { return new D1PreparedStatement(this.#stmt.bind(...values)); }
+  first(column) { return column === undefined ? this.#stmt.first() : this.#stmt.first(column); }
+  all() { return this.#stmt.all(); }
+  run() { return this.#stmt.run(); }
+  raw(options) { return this.#stmt.raw(options); }
+  get inner() { return this.#stmt; }
+}
+
+export class D1Database {
+  #db;
+  constructor(db) { this.#db = db; }
+  prepare(sql) { return new D1PreparedStatement(this.#db.prepare(sql)); }
+  batch(statements) { return this.#db.batch(statements.map((s) => s.inner)); }
+  exec(sql) { return this.#db.exec(sql); }
+  dump() { return this.#db.dump(); }
+}
+
+// Copy an R2 object's metadata so Python sees plain attributes, as on workerd.
+function describe(target, obj) {
+  for (const k of ["key", "version", "size", "etag", "httpEtag", "uploaded",
+    "httpMetadata", "customMetadata", "checksums", "storageClass", "range"]) {
+    target[k] = obj[k];
+  }
+  return target;
+}
+
+export class R2Object {
+  constructor(obj) { describe(this, obj); }
+}
+
+export class R2ObjectBody {
+  #obj;
+  constructor(obj) { describe(this, obj); this.#obj = obj; }
+  get body() { return this.#obj.body; }
+  get bodyUsed() { return this.#obj.bodyUsed; }
+  arrayBuffer() { return this.#obj.arrayBuffer(); }
+  text() { return this.#obj.text(); }
+  json() { return this.#obj.json(); }
+  blob() { return this.#obj.blob(); }
+}
+
+// The proxy transport serializes arguments; it accepts what workerd accepts for
+// bytes (ArrayBuffer views, strings) but not Pyodide proxies. Nothing is converted
+// here: the Worker must hand over real JS bytes, as it must in production.
+export class R2Bucket {
+  #bucket;
+  constructor(bucket) { this.#bucket = bucket; }
+  async head(key) { const o = await this.#bucket.head(key); return o && new R2Object(o); }
+  async get(key, options) {
+    const o = await (options === undefined ? this.#bucket.get(key) : this.#bucket.get(key, options));
+    if (!o) return null;
+    return new R2ObjectBody(o);
+  }
+  async put(key, value, options) {
+    const o = await (options === undefined ? this.#bucket.put(key, value) : this.#bucket.put(key, value, options));
+    return o && new R2Object(o);
+  }
+  delete(keys) { return this.#bucket.delete(keys); }
+  list(options) { return this.#bucket.list(options); }
+}
+
+// Wrap the proxy env: D1 and R2 bindings by their wrangler.toml declarations.
+export function presentEnv(proxyEnv, config, overrides) {
+  const env = { ...proxyEnv };
+  for (const db of config.d1 ?? []) if (env[db]) env[db] = new D1Database(proxyEnv[db]);
+  for (const b of config.r2 ?? []) if (env[b]) env[b] = new R2Bucket(proxyEnv[b]);
+  for (const [k, v] of Object.entries(overrides)) {
+    if (v === null) delete env[k]; else env[k] = v;
+  }
+  return env;
+}

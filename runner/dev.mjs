@@ -1,0 +1,155 @@
+// The local runner (DESIGN §9): the Worker in real Pyodide, real local D1 and R2
+// through wrangler's getPlatformProxy(), served over HTTP on PORT.
+//
+// Environment:
+//   PORT              listen port (default 8787; 0 picks a free one)
+//   EDGE_STATE_DIR    local state, as `wrangler … --persist-to` (default .wrangler/state)
+//   EDGE_VARS_FILE    extra dotenv file overlaid on [vars] and .dev.vars (tests)
+//   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
+//   EDGE_TEST_CLOCK=1 enables POST /__runner/clock {"offset": seconds} (tests only)
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import http from "node:http";
+import { dirname, join, resolve } from "node:path";
+import { Readable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import { getPlatformProxy } from "wrangler";
+import { presentEnv } from "./bindings.mjs";
+import { loadWorker } from "./pyodide-host.mjs";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const log = (line) => process.stdout.write(line.endsWith("\n") ? line : line + "\n");
+const started = performance.now();
+
+function parseDotenv(text) {
+  const out = {};
+  for (const raw of text.split(/\r?\n/)) {
+    const m = raw.match(/^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$/);
+    if (!m) continue;
+    let v = m[2].trim();
+    if (/^(['"]).*\1$/.test(v)) v = v.slice(1, -1);
+    out[m[1]] = v;
+  }
+  return out;
+}
+
+// Binding names declared in wrangler.toml (the runner needs only these two kinds).
+function declaredBindings(toml) {
+  const d1 = [...toml.matchAll(/\[\[d1_databases\]\][^[]*?binding\s*=\s*"([^"]+)"/g)].map((m) => m[1]);
+  const r2 = [...toml.matchAll(/\[\[r2_buckets\]\][^[]*?binding\s*=\s*"([^"]+)"/g)].map((m) => m[1]);
+  return { d1, r2 };
+}
+
+const stateDir = resolve(root, process.env.EDGE_STATE_DIR ?? ".wrangler/state");
+const wranglerBin = join(root, "node_modules", "wrangler", "bin", "wrangler.js");
+
+// Migrations first, through wrangler itself, into the same state the proxy reads.
+execFileSync(process.execPath, [wranglerBin, "d1", "migrations", "apply", "INTELLIGENCE_DB",
+  "--local", "--persist-to", stateDir], { cwd: root, stdio: ["ignore", "ignore", "inherit"],
+  env: { ...process.env, CI: "true", WRANGLER_SEND_METRICS: "false" } });
+
+const proxy = await getPlatformProxy({
+  configPath: join(root, "wrangler.toml"),
+  persist: { path: join(stateDir, "v3") },
+});
+const overrides = process.env.EDGE_VARS_FILE ? parseDotenv(readFileSync(process.env.EDGE_VARS_FILE, "utf8")) : {};
+for (const name of (process.env.EDGE_UNBIND ?? "").split(",").filter(Boolean)) overrides[name] = null;
+const env = presentEnv(proxy.env, declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8")), overrides);
+
+const { main } = await loadWorker({
+  root, srcDir: join(root, "src"), mainModule: "entry.py",
+  stdout: log,
+});
+const Default = main.Default;
+
+// Test clock: shifts Date.now, which Pyodide's time.time() reads.
+const realNow = Date.now.bind(Date);
+let clockOffsetMs = 0;
+Date.now = () => realNow() + clockOffsetMs;
+
+const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade"]);
+
+function toWebRequest(req, base) {
+  const headers = new Headers();
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const name = req.rawHeaders[i].toLowerCase();
+    if (!HOP_BY_HOP.has(name)) headers.append(name, req.rawHeaders[i + 1]);
+  }
+  const hasBody = !["GET", "HEAD"].includes(req.method);
+  return new Request(new URL(req.url, base), {
+    method: req.method, headers,
+    body: hasBody ? Readable.toWeb(req) : undefined,
+    duplex: "half",
+  });
+}
+
+function sendJson(res, status, doc) {
+  const body = JSON.stringify(doc);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+  res.end(body);
+}
+
+async function sendWebResponse(res, response) {
+  const headers = {};
+  response.headers.forEach((v, k) => {
+    if (k === "set-cookie") return;
+    if (!HOP_BY_HOP.has(k) && k !== "content-length") headers[k] = v;
+  });
+  const cookies = response.headers.getSetCookie?.() ?? [];
+  if (cookies.length) headers["set-cookie"] = cookies;
+  const length = response.headers.get("content-length");
+  if (length !== null && !response.headers.get("content-encoding")) headers["content-length"] = length;
+  res.writeHead(response.status, headers);
+  if (response.body) {
+    // Chunk by chunk: a streamed upstream reaches the client as it arrives.
+    for await (const chunk of response.body) {
+      if (!res.write(chunk)) await new Promise((r) => res.once("drain", r));
+    }
+  }
+  res.end();
+}
+
+async function clockControl(req, res) {
+  let text = "";
+  for await (const c of req) text += c;
+  clockOffsetMs = Math.round(Number(JSON.parse(text || "{}").offset ?? 0) * 1000);
+  sendJson(res, 200, { offset: clockOffsetMs / 1000 });
+}
+
+const server = http.createServer(async (req, res) => {
+  try {
+    if (process.env.EDGE_TEST_CLOCK === "1" && req.url === "/__runner/clock" && req.method === "POST") {
+      return await clockControl(req, res);
+    }
+    const base = `http://${req.headers.host ?? "localhost"}`;
+    const waits = [];
+    const ctx = { waitUntil: (p) => waits.push(p), passThroughOnException: () => {}, props: {} };
+    const instance = Default(ctx, env);
+    let result;
+    try {
+      result = await instance.fetch(toWebRequest(req, base));
+    } finally {
+      instance.destroy?.();
+    }
+    const response = result?.js_object ?? result;
+    if (typeof result?.destroy === "function") result.destroy();
+    await sendWebResponse(res, response);
+    await Promise.allSettled(waits);
+  } catch (err) {
+    // As workerd: an uncaught Worker exception is a 500, and the runner keeps serving.
+    log(JSON.stringify({ runner: "worker_exception", error: String(err?.type ?? err?.name ?? "Error") }));
+    if (process.env.EDGE_RUNNER_DEBUG === "1") log(String(err?.stack ?? err));
+    if (!res.headersSent) sendJson(res, 500, { error: { type: "server_error", code: "worker_exception", message: "The Worker raised an exception." } });
+    else res.destroy();
+  }
+});
+
+server.listen(Number(process.env.PORT ?? 8787), "127.0.0.1", () => {
+  const { port } = server.address();
+  log(JSON.stringify({ runner: "listening", url: `http://127.0.0.1:${port}`, port,
+    start_ms: Math.round(performance.now() - started) }));
+});
+
+for (const sig of ["SIGINT", "SIGTERM"]) {
+  process.on(sig, async () => { server.close(); await proxy.dispose(); process.exit(0); });
+}

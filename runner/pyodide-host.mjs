@@ -1,0 +1,50 @@
+// Load the Worker into real Pyodide with the pinned runtime SDK, as workerd would.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { loadPyodide } from "pyodide";
+
+const SDK_PIN = /"workers-runtime-sdk==([^"]+)"/;
+
+// The SDK wheel pinned in pyproject.toml, the one `pywrangler` vendors at deploy.
+export function sdkWheel(root) {
+  const version = readFileSync(join(root, "pyproject.toml"), "utf8").match(SDK_PIN)?.[1];
+  if (!version) throw new Error("pyproject.toml does not pin workers-runtime-sdk==<version>");
+  const dir = join(root, ".cache", "wheels");
+  const name = `workers_runtime_sdk-${version}-py3-none-any.whl`;
+  if (!existsSync(join(dir, name))) {
+    mkdirSync(dir, { recursive: true });
+    execFileSync(process.env.PYTHON ?? "python3", ["-m", "pip", "download", "--quiet", "--no-deps",
+      "--only-binary=:all:", "-d", dir, `workers-runtime-sdk==${version}`], { stdio: "inherit" });
+  }
+  return readFileSync(join(dir, name));
+}
+
+// Modules that only workerd provides; interfaces from the SDK's .pyi stubs.
+const RUNTIME_SHIMS = `
+import sys, types, contextlib
+flags = types.ModuleType("_cloudflare_compat_flags")
+flags.__getattr__ = lambda name: False
+sys.modules["_cloudflare_compat_flags"] = flags
+helper = types.ModuleType("_pyodide_entrypoint_helper")
+helper.patchWaitUntil = lambda ctx: None
+helper.patch_env_helper = contextlib.contextmanager(lambda kwds: (yield))
+helper.doAnImport = lambda name: None
+helper.cloudflareWorkersModule = None
+helper.cloudflareSocketsModule = None
+sys.modules["_pyodide_entrypoint_helper"] = helper
+`;
+
+export async function loadWorker({ root, srcDir, mainModule, stdout }) {
+  const pyodide = await loadPyodide({ stdout, stderr: stdout });
+  const site = pyodide.runPython("import site; site.getsitepackages()[0]");
+  pyodide.FS.writeFile("/tmp/sdk.whl", sdkWheel(root));
+  pyodide.runPython(`import zipfile; zipfile.ZipFile("/tmp/sdk.whl").extractall(${JSON.stringify(site)})`);
+  pyodide.runPython(RUNTIME_SHIMS);
+  // The Worker's src/ as deployed, mounted read-only from disk.
+  pyodide.FS.mkdirTree("/session/metadata");
+  pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: srcDir }, "/session/metadata");
+  pyodide.runPython(`import sys; sys.path.insert(0, "/session/metadata")`);
+  const main = pyodide.pyimport(mainModule.replace(/\.py$/, ""));
+  return { pyodide, main };
+}

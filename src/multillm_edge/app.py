@@ -1,0 +1,52 @@
+"""Routing (DESIGN §2): what the edge answers itself; everything else goes to the origin."""
+
+from __future__ import annotations
+
+import time
+
+from . import store
+from .config import flag_state, signing_secrets
+from .errors import EdgeError
+from .forward import forward
+from .http import Incoming, Outgoing, error_response, json_response
+
+
+async def healthz(req: Incoming, platform) -> Outgoing:
+    db = platform.db
+    try:
+        tables_ok = db is not None and not await store.missing_tables(db)
+    except Exception:
+        tables_ok = False
+    checks = {
+        "d1_tables": tables_ok,
+        "r2_binding": platform.pages is not None,
+        "signing_configured": signing_secrets(platform.var) is not None,
+        "paging_enabled": paging_enabled(platform),
+    }
+    ready = checks["d1_tables"] and checks["r2_binding"] and checks["signing_configured"]
+    return json_response(200 if ready else 503, {"ok": ready, **checks},
+                         [("cache-control", "no-store")])
+
+
+def paging_enabled(platform) -> bool:
+    return flag_state(platform.var("CONTEXT_PAGING_ENABLED"),
+                      lambda msg: platform.log({"level": "warning", "message": msg}))
+
+
+def route(req: Incoming):
+    """The handler for a request, or None to forward it."""
+    if req.path == "/healthz" and req.method in ("GET", "HEAD"):
+        return healthz
+    return None
+
+
+async def handle(req: Incoming, platform) -> Outgoing:
+    started = time.monotonic()
+    handler = route(req) or forward
+    try:
+        out = await handler(req, platform)
+    except EdgeError as err:
+        out = error_response(err, anthropic=req.path == "/v1/messages")
+    platform.log({"route": handler.__name__, "method": req.method, "status": out.status,
+                  "ms": round((time.monotonic() - started) * 1000, 1)})
+    return out

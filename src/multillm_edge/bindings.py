@@ -1,0 +1,192 @@
+"""The platform layer: the only module that touches `js`, `pyodide` and `workers`.
+
+It adapts the runtime to the edge's small interfaces: D1 as a `store.Executor`, R2 as a
+byte store, outbound `fetch`, the clock and the log, and converts requests/responses.
+Bytes crossing into JS are converted explicitly (Uint8Array), as workerd requires.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import js
+from pyodide.ffi import JsException, to_js
+from workers import Request, Response
+
+from .errors import EdgeError
+from .http import Incoming, Outgoing
+
+
+class StorageError(Exception):
+    """A D1 or R2 call failed; the edge answers 503 and dispatches nothing."""
+
+
+def _js_bytes(data: bytes):
+    arr = js.Uint8Array.new(len(data))
+    arr.assign(data)
+    return arr
+
+
+def _py_bytes(buf) -> bytes:
+    if isinstance(buf, (bytes, bytearray, memoryview)):
+        return bytes(buf)
+    return js.Uint8Array.new(buf).to_bytes()
+
+
+def _headers(js_headers) -> list[tuple[str, str]]:
+    return [(str(k), str(v)) for k, v in js_headers.entries()]
+
+
+def _js_headers(pairs: list[tuple[str, str]]):
+    headers = js.Headers.new()
+    for k, v in pairs:
+        headers.append(k, v)
+    return headers
+
+
+class D1Executor:
+    """`store.Executor` over the D1 binding (as the SDK wraps it)."""
+
+    def __init__(self, d1):
+        self._d1 = d1
+
+    def _stmt(self, sql, params):
+        stmt = self._d1.prepare(sql)
+        return stmt.bind(*params) if params else stmt
+
+    async def first(self, sql: str, params: list) -> dict | None:
+        try:
+            row = await self._stmt(sql, params).first()
+        except JsException as e:
+            raise StorageError("d1") from e
+        return None if row is None else dict(row)
+
+    async def all(self, sql: str, params: list) -> list[dict]:
+        try:
+            res = await self._stmt(sql, params).all()
+        except JsException as e:
+            raise StorageError("d1") from e
+        return [dict(r) for r in res["results"]]
+
+    async def run(self, sql: str, params: list) -> int:
+        try:
+            res = await self._stmt(sql, params).run()
+        except JsException as e:
+            raise StorageError("d1") from e
+        return int(res["meta"]["changes"])
+
+
+class R2PageStore:
+    """Page bodies in the R2 bucket, as exact bytes."""
+
+    def __init__(self, bucket):
+        self._bucket = bucket
+
+    async def put(self, key: str, data: bytes) -> None:
+        try:
+            await self._bucket.put(key, _js_bytes(data))
+        except JsException as e:
+            raise StorageError("r2") from e
+
+    async def get(self, key: str) -> bytes | None:
+        try:
+            obj = await self._bucket.get(key)
+            if obj is None:
+                return None
+            return _py_bytes(await obj.arrayBuffer())
+        except JsException as e:
+            raise StorageError("r2") from e
+
+
+class Upstream:
+    def __init__(self, js_response):
+        self._resp = js_response
+        self.status = int(js_response.status)
+        self.headers = _headers(js_response.headers)
+
+    @property
+    def stream(self):
+        return self._resp.body
+
+    async def read(self) -> bytes:
+        return _py_bytes(await self._resp.arrayBuffer())
+
+
+class WorkersPlatform:
+    def __init__(self, env, request: Request):
+        self._env = env
+        self.request = request
+
+    def var(self, name: str) -> str | None:
+        value = getattr(self._env, name, None)
+        return value if isinstance(value, str) else None
+
+    def binding(self, name: str):
+        return getattr(self._env, name, None)
+
+    @property
+    def db(self) -> D1Executor | None:
+        d1 = self.binding("INTELLIGENCE_DB")
+        return D1Executor(d1) if d1 is not None else None
+
+    @property
+    def pages(self) -> R2PageStore | None:
+        bucket = self.binding("multillm_media")
+        return R2PageStore(bucket) if bucket is not None else None
+
+    def now(self) -> int:
+        return int(time.time())
+
+    def log(self, record: dict) -> None:
+        print(json.dumps(record, separators=(",", ":")))
+
+    async def read_body(self, limit: int) -> bytes:
+        """The request body, refusing (413) anything over `limit` bytes without buffering it."""
+        declared = self.request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
+        body = self.request.js_object.body
+        if body is None:
+            return b""
+        reader = body.getReader()
+        chunks, total = [], 0
+        while True:
+            part = await reader.read()
+            if part.done:
+                return b"".join(chunks)
+            chunk = part.value.to_bytes()
+            total += len(chunk)
+            if total > limit:
+                await reader.cancel()
+                raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
+            chunks.append(chunk)
+
+    async def fetch(self, url: str, method: str, headers: list[tuple[str, str]], body=None) -> Upstream:
+        """Outbound HTTP; `body` is bytes or a runtime stream. Network failure → OSError."""
+        init = {"method": method, "headers": _js_headers(headers), "redirect": "manual"}
+        if isinstance(body, bytes):
+            init["body"] = _js_bytes(body)
+        elif body is not None:
+            init["body"] = body
+            init["duplex"] = "half"   # required by the fetch spec for streams; workerd ignores it
+        try:
+            resp = await js.fetch(url, to_js(init, dict_converter=js.Object.fromEntries))
+        except JsException as e:
+            raise OSError("fetch failed") from e
+        return Upstream(resp)
+
+
+def incoming(request: Request) -> Incoming:
+    return Incoming(str(request.method), str(request.url), _headers(request.js_object.headers),
+                    stream=request.js_object.body)
+
+
+def to_response(out: Outgoing) -> Response:
+    headers = _js_headers(out.headers)
+    if out.stream is not None:
+        body = out.stream
+    else:
+        body = _js_bytes(out.body) if out.body else None
+    init = to_js({"status": out.status, "headers": headers}, dict_converter=js.Object.fromEntries)
+    return Response(js.Response.new(body, init))

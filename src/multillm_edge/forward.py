@@ -1,0 +1,23 @@
+"""Forwarding to the Flask origin (DESIGN §7): unchanged, streamed both ways."""
+
+from __future__ import annotations
+
+from .errors import EdgeError
+from .http import Incoming, Outgoing, forwardable
+
+
+def origin_url(origin: str, req: Incoming) -> str:
+    url = origin.rstrip("/") + req.path
+    return url + "?" + req.raw_query if req.raw_query else url
+
+
+async def forward(req: Incoming, platform) -> Outgoing:
+    origin = (platform.var("FLASK_ORIGIN") or "").strip()
+    if not origin:
+        raise EdgeError(503, "origin_not_configured", "FLASK_ORIGIN is not configured.")
+    try:
+        upstream = await platform.fetch(origin_url(origin, req), req.method,
+                                        forwardable(req.headers), req.stream)
+    except OSError:
+        raise EdgeError(502, "origin_unreachable", "The origin could not be reached.") from None
+    return Outgoing(upstream.status, forwardable(upstream.headers), stream=upstream.stream)

@@ -1,0 +1,66 @@
+"""The edge's view of HTTP, independent of the runtime.
+
+Handlers receive an `Incoming` and return an `Outgoing`; the platform layer
+(`bindings.py`) converts both to and from the runtime's Request/Response. Bodies the
+edge does not read (forwarded requests, streamed upstream responses) stay opaque
+`stream` objects owned by the platform, so they are never buffered whole.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .errors import EdgeError
+
+# RFC 9110 §7.6.1 connection-specific headers, plus proxy-only ones: never forwarded.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
+})
+
+
+@dataclass
+class Incoming:
+    method: str
+    url: str
+    headers: list[tuple[str, str]]       # lower-case names, in arrival order
+    stream: Any = None                   # the runtime's body stream, for forwarding
+
+    def __post_init__(self):
+        parts = urlsplit(self.url)
+        self.path = parts.path
+        self.raw_query = parts.query
+        self.query = parse_qs(parts.query, keep_blank_values=True)
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return None
+
+
+@dataclass
+class Outgoing:
+    status: int
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    stream: Any = None                   # an upstream body to pass through chunk by chunk
+
+
+def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None) -> Outgoing:
+    body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    return Outgoing(status, [("content-type", "application/json")] + (headers or []), body)
+
+
+def error_response(err: EdgeError, anthropic: bool = False) -> Outgoing:
+    return Outgoing(err.status, [("content-type", "application/json")], err.body(anthropic))
+
+
+def forwardable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Headers minus hop-by-hop ones, including any named by `Connection`."""
+    named = {t.strip().lower() for k, v in headers if k == "connection" for t in v.split(",")}
+    return [(k, v) for k, v in headers if k not in HOP_BY_HOP and k not in named]
