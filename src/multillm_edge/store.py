@@ -1,0 +1,534 @@
+"""Every SQL statement of the edge, run through a tiny async executor (DESIGN §4, §5.9).
+
+The executor is D1 in production (platform layer) and sqlite3 in tests and tools
+(`SqliteExecutor`). Statements use numbered `?N` parameters and run unchanged on both.
+Lists travel as ONE JSON parameter read with `json_each` (D1 binds at most 100
+parameters per statement).
+
+A generation turn costs two statements: `load_generation_context` and `upsert_pages`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Protocol, Sequence
+
+TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
+RETENTIONS = ("standard", "zero")
+PAGE_COLUMNS = ("page_id", "authority", "principal", "session_id", "policy_revision", "sha256",
+                "byte_length", "r2_key", "created_at", "expires_at", "signature")
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+class Executor(Protocol):
+    async def first(self, sql: str, params: list) -> Optional[dict]: ...
+    async def all(self, sql: str, params: list) -> list[dict]: ...
+    async def run(self, sql: str, params: list) -> int: ...  # rows changed
+
+
+class SqliteExecutor:
+    """Executor over a sqlite3 connection (tests, tools). Autocommits each `run`."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def _cursor(self, sql: str, params: list):
+        return self.conn.execute(sql, list(params))
+
+    @staticmethod
+    def _row(cur, row) -> dict:
+        return {d[0]: v for d, v in zip(cur.description, row)}
+
+    async def first(self, sql: str, params: list) -> Optional[dict]:
+        cur = self._cursor(sql, params)
+        row = cur.fetchone()
+        return None if row is None else self._row(cur, row)
+
+    async def all(self, sql: str, params: list) -> list[dict]:
+        cur = self._cursor(sql, params)
+        return [self._row(cur, r) for r in cur.fetchall()]
+
+    async def run(self, sql: str, params: list) -> int:
+        # cursor.rowcount is -1 for statements starting with WITH (CPython only counts
+        # statements it recognizes as DML); total_changes counts like D1's meta.changes.
+        before = self.conn.total_changes
+        self._cursor(sql, params)
+        changed = self.conn.total_changes - before
+        self.conn.commit()
+        return changed
+
+
+# ---------------------------------------------------------------------------
+# Result shapes
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    revision: int
+    grants: tuple[str, ...]
+    retention: str  # "standard" | "zero"
+
+    def has_grant(self, name: str) -> bool:
+        return name in self.grants
+
+
+@dataclass(frozen=True)
+class SessionState:
+    exists: bool
+    owned: bool     # exists and belongs to the key's principal
+    ended: bool
+
+    @property
+    def open(self) -> bool:
+        return self.exists and self.owned and not self.ended
+
+
+@dataclass(frozen=True)
+class ModelWindow:
+    input_tokens: int
+    max_output_tokens: int
+
+
+@dataclass(frozen=True)
+class PrincipalInfo:
+    principal: str
+    key_revoked: bool
+    policy: Optional[Policy]
+
+
+@dataclass(frozen=True)
+class GenerationContext:
+    principal: str
+    key_revoked: bool
+    policy: Optional[Policy]
+    session: SessionState
+    models: dict  # "provider:model" -> ModelWindow, only models present in the table
+    active_page_ids: frozenset  # roleplay pages of (principal, session) with expires_at > now
+    active_bytes: int  # SUM(byte_length) of all active pages of (principal, session)
+
+
+@dataclass(frozen=True)
+class RetrievalFacts:
+    principal: str
+    key_revoked: bool
+    policy: Optional[Policy]
+    session: SessionState
+    page: Optional[dict]  # the context_pages row (all PAGE_COLUMNS) or None
+    page_active: bool     # page exists and expires_at > now
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _policy(row: dict) -> Optional[Policy]:
+    if row.get("policy_revision") is None:
+        return None
+    grants: tuple[str, ...] = ()
+    try:
+        g = json.loads(row.get("grants") or "[]")
+        if isinstance(g, list) and all(isinstance(x, str) for x in g):
+            grants = tuple(g)
+    except (TypeError, ValueError):
+        grants = ()  # unreadable grants: fail closed
+    retention = row.get("retention")
+    if retention not in RETENTIONS:
+        retention = "zero"  # unknown retention: fail closed (never store)
+    return Policy(revision=_int(row["policy_revision"]), grants=grants, retention=retention)
+
+
+def _session(row: dict) -> SessionState:
+    owner = row.get("session_principal")
+    exists = owner is not None
+    return SessionState(exists=exists, owned=exists and owner == row["principal"],
+                        ended=exists and row.get("session_ended_at") is not None)
+
+
+def _json_list(items: Iterable) -> str:
+    return json.dumps(list(items), ensure_ascii=True, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------
+# Reads
+# ---------------------------------------------------------------------------
+
+SQL_LOAD_GENERATION_CONTEXT = """
+SELECT k.principal AS principal,
+       (k.revoked_at IS NOT NULL) AS key_revoked,
+       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention,
+       s.principal AS session_principal, s.ended_at AS session_ended_at,
+       (SELECT json_group_object(m.model, json_object('input_tokens', m.input_tokens,
+                                                       'max_output_tokens', m.max_output_tokens))
+          FROM models m
+         WHERE m.model IN (SELECT value FROM json_each(?3))) AS models,
+       (SELECT json_group_array(c.page_id)
+          FROM context_pages c
+         WHERE c.principal = k.principal AND c.session_id = ?2
+           AND c.authority = 'roleplay' AND c.expires_at > ?4) AS active_page_ids,
+       (SELECT COALESCE(SUM(c.byte_length), 0)
+          FROM context_pages c
+         WHERE c.principal = k.principal AND c.session_id = ?2
+           AND c.expires_at > ?4) AS active_bytes
+  FROM roleplay_keys k
+  LEFT JOIN principal_policies p ON p.principal = k.principal
+  LEFT JOIN roleplay_sessions s ON s.session_id = ?2
+ WHERE k.key_sha256 = ?1
+"""
+
+
+async def load_generation_context(db: Executor, key_sha256: str, session_id: str,
+                                  models: Sequence[str], now: int) -> Optional[GenerationContext]:
+    """Everything a generation turn needs, in one statement. None = unknown key."""
+    row = await db.first(SQL_LOAD_GENERATION_CONTEXT,
+                         [key_sha256, session_id, _json_list(models), int(now)])
+    if row is None:
+        return None
+    windows = {}
+    for name, w in json.loads(row.get("models") or "{}").items():
+        windows[name] = ModelWindow(input_tokens=_int(w["input_tokens"]),
+                                    max_output_tokens=_int(w["max_output_tokens"]))
+    return GenerationContext(
+        principal=row["principal"],
+        key_revoked=bool(row["key_revoked"]),
+        policy=_policy(row),
+        session=_session(row),
+        models=windows,
+        active_page_ids=frozenset(json.loads(row.get("active_page_ids") or "[]")),
+        active_bytes=_int(row.get("active_bytes") or 0),
+    )
+
+
+SQL_LOAD_PAGE_FOR_RETRIEVAL = """
+SELECT k.principal AS principal,
+       (k.revoked_at IS NOT NULL) AS key_revoked,
+       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention,
+       s.principal AS session_principal, s.ended_at AS session_ended_at,
+       c.page_id AS page_page_id, c.authority AS page_authority, c.principal AS page_principal,
+       c.session_id AS page_session_id, c.policy_revision AS page_policy_revision,
+       c.sha256 AS page_sha256, c.byte_length AS page_byte_length, c.r2_key AS page_r2_key,
+       c.created_at AS page_created_at, c.expires_at AS page_expires_at,
+       c.signature AS page_signature,
+       (c.page_id IS NOT NULL AND c.expires_at > ?4) AS page_active
+  FROM roleplay_keys k
+  LEFT JOIN principal_policies p ON p.principal = k.principal
+  LEFT JOIN roleplay_sessions s ON s.session_id = ?2
+  LEFT JOIN context_pages c ON c.page_id = ?3
+ WHERE k.key_sha256 = ?1
+"""
+
+
+async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str,
+                                  page_id: str, now: int) -> Optional[RetrievalFacts]:
+    """Raw facts for a retrieval, in one statement; the caller does every check
+    (ownership, session, authority, revision, expiry, signature). None = unknown key."""
+    row = await db.first(SQL_LOAD_PAGE_FOR_RETRIEVAL, [key_sha256, session_id, page_id, int(now)])
+    if row is None:
+        return None
+    page = None
+    if row.get("page_page_id") is not None:
+        page = {c: row["page_" + c] for c in PAGE_COLUMNS}
+        for c in ("policy_revision", "byte_length", "created_at", "expires_at"):
+            page[c] = _int(page[c])
+    return RetrievalFacts(
+        principal=row["principal"],
+        key_revoked=bool(row["key_revoked"]),
+        policy=_policy(row),
+        session=_session(row),
+        page=page,
+        page_active=bool(row["page_active"]),
+    )
+
+
+SQL_LOAD_PRINCIPAL = """
+SELECT k.principal AS principal,
+       (k.revoked_at IS NOT NULL) AS key_revoked,
+       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention
+  FROM roleplay_keys k
+  LEFT JOIN principal_policies p ON p.principal = k.principal
+ WHERE k.key_sha256 = ?1
+"""
+
+
+async def load_principal(db: Executor, key_sha256: str) -> Optional[PrincipalInfo]:
+    """Key -> principal + current policy (session routes). None = unknown key."""
+    row = await db.first(SQL_LOAD_PRINCIPAL, [key_sha256])
+    if row is None:
+        return None
+    return PrincipalInfo(principal=row["principal"], key_revoked=bool(row["key_revoked"]),
+                         policy=_policy(row))
+
+
+SQL_MISSING_TABLES = """
+SELECT w.value AS name
+  FROM json_each(?1) w
+ WHERE w.value NOT IN (SELECT name FROM sqlite_master WHERE type = 'table')
+ ORDER BY w.key
+"""
+
+
+async def missing_tables(db: Executor) -> list[str]:
+    """Which of the five edge tables are absent (empty list = ready)."""
+    rows = await db.all(SQL_MISSING_TABLES, [_json_list(TABLES)])
+    return [r["name"] for r in rows]
+
+
+# ---------------------------------------------------------------------------
+# Page upsert (allowance check + write, one statement)
+# ---------------------------------------------------------------------------
+
+SQL_UPSERT_PAGES = """
+WITH incoming AS (
+  SELECT json_extract(j.value, '$.page_id')         AS page_id,
+         json_extract(j.value, '$.authority')       AS authority,
+         json_extract(j.value, '$.policy_revision') AS policy_revision,
+         json_extract(j.value, '$.sha256')          AS sha256,
+         json_extract(j.value, '$.byte_length')     AS byte_length,
+         json_extract(j.value, '$.r2_key')          AS r2_key,
+         json_extract(j.value, '$.created_at')      AS created_at,
+         json_extract(j.value, '$.expires_at')      AS expires_at,
+         json_extract(j.value, '$.signature')       AS signature
+    FROM json_each(?1) j
+),
+verdict AS (
+  SELECT (SELECT COALESCE(SUM(c.byte_length), 0)
+            FROM context_pages c
+           WHERE c.principal = ?2 AND c.session_id = ?3 AND c.expires_at > ?4
+             AND c.page_id NOT IN (SELECT page_id FROM incoming))
+       + (SELECT COALESCE(SUM(byte_length), 0) FROM incoming) <= ?5
+     AND NOT EXISTS (SELECT 1
+                       FROM context_pages c JOIN incoming i ON c.page_id = i.page_id
+                      WHERE c.principal <> ?2 OR c.session_id <> ?3
+                         OR c.authority <> i.authority) AS ok
+)
+INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision, sha256,
+                           byte_length, r2_key, created_at, expires_at, signature)
+SELECT i.page_id, i.authority, ?2, ?3, i.policy_revision, i.sha256,
+       i.byte_length, i.r2_key, i.created_at, i.expires_at, i.signature
+  FROM incoming i
+ WHERE (SELECT ok FROM verdict)
+ON CONFLICT(page_id) DO UPDATE SET
+  policy_revision = excluded.policy_revision,
+  sha256          = excluded.sha256,
+  byte_length     = excluded.byte_length,
+  r2_key          = excluded.r2_key,
+  created_at      = CASE WHEN context_pages.expires_at > ?4 THEN context_pages.created_at
+                         ELSE excluded.created_at END,
+  expires_at      = excluded.expires_at,
+  signature       = excluded.signature
+"""
+
+_UPSERT_STR = ("page_id", "authority", "sha256", "r2_key", "signature")
+_UPSERT_INT = ("policy_revision", "byte_length", "expires_at")
+
+
+async def upsert_pages(db: Executor, rows: Sequence[dict], principal: str, session_id: str,
+                       now: int, allowance: int) -> bool:
+    """Store page rows for (principal, session_id) iff the session's active allowance
+    holds: SUM(byte_length) of active rows (expires_at > now) not among the incoming
+    page_ids + SUM(incoming byte_length) <= allowance. Existing rows are refreshed
+    (expires_at, signature, ...), never double counted. All or nothing: True iff
+    the rows went in. False also if an incoming page_id already belongs to another
+    principal/session/authority (never overwritten).
+
+    Each row: page_id, authority, principal, session_id, policy_revision, sha256,
+    byte_length, r2_key, expires_at, signature, optional created_at (default now).
+    Rows repeating a page_id must be identical (they are written once)."""
+    if not rows:
+        return True
+    now = int(now)
+    by_id: dict[str, dict] = {}
+    for r in rows:
+        if r.get("principal") != principal or r.get("session_id") != session_id:
+            raise ValueError("page row does not belong to this principal/session")
+        item = {}
+        for k in _UPSERT_STR:
+            if not isinstance(r.get(k), str):
+                raise ValueError(f"page row field {k} must be a string")
+            item[k] = r[k]
+        for k in _UPSERT_INT:
+            v = r.get(k)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"page row field {k} must be an integer")
+            item[k] = v
+        created = r.get("created_at", now)
+        item["created_at"] = now if created is None else int(created)
+        prev = by_id.get(item["page_id"])
+        if prev is not None and prev != item:
+            raise ValueError("conflicting rows for one page_id")
+        by_id[item["page_id"]] = item
+    payload = json.dumps(list(by_id.values()), ensure_ascii=True, separators=(",", ":"))
+    changed = await db.run(SQL_UPSERT_PAGES, [payload, principal, session_id, now, int(allowance)])
+    return changed > 0
+
+
+# ---------------------------------------------------------------------------
+# Sessions
+# ---------------------------------------------------------------------------
+
+SQL_CREATE_SESSION = """
+INSERT INTO roleplay_sessions (session_id, principal, created_at, ended_at)
+VALUES (?1, ?2, ?3, NULL)
+"""
+
+SQL_END_SESSION = """
+UPDATE roleplay_sessions SET ended_at = ?3
+ WHERE session_id = ?1 AND principal = ?2 AND ended_at IS NULL
+"""
+
+
+async def create_session(db: Executor, session_id: str, principal: str, now: int) -> None:
+    """Insert an open session (raises on a duplicate id, which a random id never hits)."""
+    await db.run(SQL_CREATE_SESSION, [session_id, principal, int(now)])
+
+
+async def end_session(db: Executor, session_id: str, principal: str, now: int) -> bool:
+    """End an open session of this principal. False: unknown, foreign or already ended."""
+    return await db.run(SQL_END_SESSION, [session_id, principal, int(now)]) > 0
+
+
+# ---------------------------------------------------------------------------
+# Admin writes
+# ---------------------------------------------------------------------------
+
+SQL_INSERT_KEY = """
+INSERT INTO roleplay_keys (key_sha256, principal, created_at, revoked_at)
+VALUES (?1, ?2, ?3, NULL)
+"""
+
+SQL_REVOKE_KEY = """
+UPDATE roleplay_keys SET revoked_at = ?2 WHERE key_sha256 = ?1 AND revoked_at IS NULL
+"""
+
+SQL_SET_POLICY = """
+INSERT INTO principal_policies (principal, revision, grants, retention, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT(principal) DO UPDATE SET
+  revision = excluded.revision, grants = excluded.grants,
+  retention = excluded.retention, updated_at = excluded.updated_at
+"""
+
+SQL_SET_MODEL = """
+INSERT INTO models (model, input_tokens, max_output_tokens) VALUES (?1, ?2, ?3)
+ON CONFLICT(model) DO UPDATE SET
+  input_tokens = excluded.input_tokens, max_output_tokens = excluded.max_output_tokens
+"""
+
+
+async def insert_key(db: Executor, key_sha256: str, principal: str, now: int) -> None:
+    await db.run(SQL_INSERT_KEY, [key_sha256, principal, int(now)])
+
+
+async def revoke_key(db: Executor, key_sha256: str, now: int) -> bool:
+    """True iff an unrevoked key was revoked."""
+    return await db.run(SQL_REVOKE_KEY, [key_sha256, int(now)]) > 0
+
+
+async def set_policy(db: Executor, principal: str, revision: int, grants: Sequence[str],
+                     retention: str, now: int) -> None:
+    if retention not in RETENTIONS:
+        raise ValueError("retention must be 'standard' or 'zero'")
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        raise ValueError("revision must be an integer")
+    grants = list(grants)
+    if not all(isinstance(g, str) and g for g in grants):
+        raise ValueError("grants must be non-empty strings")
+    await db.run(SQL_SET_POLICY, [principal, revision, _json_list(grants), retention, int(now)])
+
+
+async def set_model(db: Executor, model: str, input_tokens: int, max_output_tokens: int) -> None:
+    for v in (input_tokens, max_output_tokens):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError("token counts must be positive integers")
+    await db.run(SQL_SET_MODEL, [model, input_tokens, max_output_tokens])
+
+
+# ---------------------------------------------------------------------------
+# Inline rendering (admin CLI -> `wrangler d1 execute --command`)
+# ---------------------------------------------------------------------------
+
+
+def _literal(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        raise TypeError("bool parameters are not supported; pass 0/1")
+    if isinstance(v, int):
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise ValueError("integer out of SQLite range")
+        return str(v)
+    if isinstance(v, str):
+        if "\x00" in v:
+            raise ValueError("NUL character in string parameter")
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("string parameter is not valid Unicode") from None
+        return "'" + v.replace("'", "''") + "'"
+    raise TypeError(f"unsupported parameter type {type(v).__name__}")
+
+
+def inline(sql: str, params: Sequence[Any]) -> str:
+    """Render `sql` with its `?N` / `?` parameters replaced by quoted SQL literals
+    (str with '' doubling, int, None -> NULL). Placeholders inside string literals,
+    quoted identifiers and comments are left alone. Every parameter must be used
+    and every placeholder must have a parameter."""
+    params = list(params)
+    lits = [_literal(p) for p in params]
+    used = set()
+    out = []
+    i, n, seq = 0, len(sql), 0
+    while i < n:
+        c = sql[i]
+        if c in "'\"`[":
+            close = "]" if c == "[" else c
+            j = i + 1
+            while j < n:
+                if sql[j] == close:
+                    if close != "]" and j + 1 < n and sql[j + 1] == close:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            if j >= n:
+                raise ValueError("unterminated quoted text in SQL")
+            out.append(sql[i:j + 1])
+            i = j + 1
+        elif c == "-" and sql.startswith("--", i):
+            j = sql.find("\n", i)
+            j = n if j < 0 else j
+            out.append(sql[i:j])
+            i = j
+        elif c == "/" and sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            if j < 0:
+                raise ValueError("unterminated comment in SQL")
+            out.append(sql[i:j + 2])
+            i = j + 2
+        elif c == "?":
+            j = i + 1
+            while j < n and sql[j].isdigit():
+                j += 1
+            if j > i + 1:
+                idx = int(sql[i + 1:j])
+            else:
+                seq += 1
+                idx = seq
+            if not 1 <= idx <= len(lits):
+                raise ValueError(f"no parameter for placeholder ?{idx}")
+            used.add(idx)
+            out.append(lits[idx - 1])
+            i = j
+        elif c in ":@$":
+            raise ValueError("named parameters are not supported")
+        else:
+            out.append(c)
+            i += 1
+    if used != set(range(1, len(lits) + 1)):
+        raise ValueError("unused parameters")
+    return "".join(out)
