@@ -1,0 +1,55 @@
+"""The existing lossy fallback (no paging), loud: DESIGN §5 "Existing behaviour".
+
+A body that fits is returned unchanged. One that does not fit loses its oldest
+unprotected complete exchanges (same grouping and protection as paging: system and
+developer messages, incomplete exchanges, exchanges holding a
+``context_protected_indices`` index, and the latest user exchange with everything after
+it are kept) until it fits; the caller reports the count to the client as
+``context_compaction``. If dropping every droppable exchange still does not fit:
+413 ``context_window_exceeded``. Sizes are computed as in paging (linear).
+
+By default the body's edge-only fields (``capabilities``,
+``context_protected_indices``) are left as received (this path dispatches the request
+as the client sent it); pass ``strip_edge_fields=True`` to remove them. Their bytes
+count towards the size of whatever body is returned.
+"""
+
+from __future__ import annotations
+
+from .errors import EdgeError
+from .paging import _Prepared
+
+
+def compact(fmt: str, body: dict, budget: int, *, strip_edge_fields: bool = False):
+    """Return ``(body, dropped_count)``; raise EdgeError 413 if it cannot fit."""
+    prep = _Prepared(fmt, body, None, strip=strip_edge_fields)
+    if prep.total <= budget:
+        return prep.base, 0
+    inner = prep.inner
+    sum_units = prep.sum_inner
+    n_units = len(prep.groups)
+    size = prep.total
+    dropped = []
+    for gi in prep.pageable:
+        sum_units -= inner[gi]
+        n_units -= 1
+        dropped.append(gi)
+        size = prep.fixed + sum_units + (n_units - 1 if n_units else 0)
+        if size <= budget:
+            break
+    else:
+        raise EdgeError(
+            413, "context_window_exceeded",
+            "This request exceeds the model's context window (maximum context length) "
+            f"even after dropping every older exchange that may be dropped: it needs "
+            f"{size} bytes and the budget is {budget}.",
+            budget=budget, estimated_size=prep.total, protected_bytes=size)
+    drop = set(dropped)
+    items = prep.items
+    out_items = []
+    for gi, g in enumerate(prep.groups):
+        if gi not in drop:
+            out_items.extend(items[g.start:g.end])
+    out = dict(prep.base)
+    out[prep.mod.ITEMS_KEY] = out_items
+    return out, len(dropped)

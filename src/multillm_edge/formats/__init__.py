@@ -1,0 +1,169 @@
+"""Wire formats: grouping into exchanges, completeness, marker, tool schema, max tokens.
+
+Each format module (``chat``, ``responses``, ``messages``) exposes the same small
+interface, used by :mod:`multillm_edge.paging` and :mod:`multillm_edge.compaction`:
+
+``ITEMS_KEY``                 top-level key holding the pageable history
+``items(body)``               that list, or ``None`` when there is nothing to page
+``classify(item)``            ``(kind, calls, results)``: kind is USER (a genuine user
+                              turn), SYSTEM (stands alone) or OTHER; calls/results are
+                              keys pairing a tool call with its result
+``marker(text)``              the marker message (role ``user``) carrying ``text``
+``tool_schema()``             the ``multillm_context_retrieve`` tool in that format
+``add_tool(body)``            append the schema to the tools of a shallow body copy;
+                              returns True when it created the tools key
+``remove_tool(body, created)`` the inverse (used by :func:`paging.unpage`)
+``output_reservation(body)``  the request's max-tokens field, ``None`` if absent
+
+Grouping is shared (:func:`group_items`): an exchange starts at a genuine user turn
+and runs to the next one; a message holding only tool results is not a new turn;
+system/developer messages stand alone; anything before the first user turn (a
+roleplay greeting) or after a mid-conversation system message until the next user
+turn forms its own group.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..errors import EdgeError
+
+USER = 1
+SYSTEM = 2
+OTHER = 0
+
+# Group kinds
+EXCHANGE = "exchange"  # starts at a genuine user turn
+LEAD = "lead"          # no user turn at its start (greeting, continuation after system)
+STANDALONE = "system"  # one system/developer message
+
+TOOL_NAME = "multillm_context_retrieve"
+TOOL_DESCRIPTION = (
+    "Retrieve an earlier exchange of this conversation that was stored outside the "
+    "context window. Pass one page_id named in a stored-context note; the exchange's "
+    "original messages come back verbatim."
+)
+
+# The marker text is PREFIX + SEP.join(page_ids) + SUFFIX. JSON string escaping is
+# per character, so the serialized size of a marker is computed arithmetically.
+MARKER_PREFIX = (
+    "[multillm context] Earlier exchanges of this conversation are not shown here: "
+    "they are stored verbatim and retrievable with the multillm_context_retrieve tool "
+    "by page_id. Stored pages, oldest first: "
+)
+MARKER_SEP = ", "
+MARKER_SUFFIX = "."
+
+
+def tool_parameters() -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "page_id": {
+                "type": "string",
+                "description": "The page_id (cp_...) named in the stored-context note.",
+            }
+        },
+        "required": ["page_id"],
+        "additionalProperties": False,
+    }
+
+
+def marker_text(page_ids) -> str:
+    return MARKER_PREFIX + MARKER_SEP.join(page_ids) + MARKER_SUFFIX
+
+
+def marker_ids(text):
+    """The page ids named by a marker text, or None if ``text`` is not one."""
+    if (not isinstance(text, str) or not text.startswith(MARKER_PREFIX)
+            or not text.endswith(MARKER_SUFFIX)
+            or len(text) <= len(MARKER_PREFIX) + len(MARKER_SUFFIX)):
+        return None
+    return text[len(MARKER_PREFIX):len(text) - len(MARKER_SUFFIX)].split(MARKER_SEP)
+
+
+class Group(NamedTuple):
+    start: int       # index into the items list
+    end: int         # exclusive
+    kind: str        # EXCHANGE | LEAD | STANDALONE
+    complete: bool   # every call has its result in the group and vice versa
+
+
+def _complete(pending: dict, orphan: bool) -> bool:
+    return not orphan and not any(pending.values())
+
+
+def group_items(items: list, classify) -> list[Group]:
+    """Split ``items`` into groups (linear, one classify call per item)."""
+    groups: list[Group] = []
+    append = groups.append
+    start = -1
+    kind = LEAD
+    pending: dict = {}
+    orphan = False
+    for i, it in enumerate(items):
+        k, calls, results = classify(it)
+        if k == SYSTEM:
+            if start >= 0:
+                append(Group(start, i, kind, _complete(pending, orphan)))
+                start = -1
+            append(Group(i, i + 1, STANDALONE, True))
+            continue
+        if k == USER or start < 0:
+            if start >= 0:
+                append(Group(start, i, kind, _complete(pending, orphan)))
+            start = i
+            kind = EXCHANGE if k == USER else LEAD
+            pending = {}
+            orphan = False
+        # results before calls: a message normally holds one or the other
+        for r in results:
+            n = pending.get(r, 0)
+            if n:
+                pending[r] = n - 1
+            else:
+                orphan = True
+        for c in calls:
+            pending[c] = pending.get(c, 0) + 1
+    if start >= 0:
+        append(Group(start, len(items), kind, _complete(pending, orphan)))
+    return groups
+
+
+def tools_list_append(body: dict, key: str, entry: dict) -> bool:
+    """Append ``entry`` to ``body[key]`` (a new list); True if the key was created."""
+    tools = body.get(key)
+    if tools is None:
+        created = key not in body
+        body[key] = [entry]
+        return created
+    if not isinstance(tools, list):
+        raise EdgeError(400, "invalid_request", f"`{key}` must be an array.")
+    body[key] = tools + [entry]
+    return False
+
+
+def tools_list_remove(body: dict, key: str, entry: dict, created: bool) -> None:
+    tools = body.get(key)
+    if isinstance(tools, list) and tools and tools[-1] == entry:
+        if created and len(tools) == 1:
+            del body[key]
+        else:
+            body[key] = tools[:-1]
+
+
+def int_field(body: dict, *names):
+    for name in names:
+        v = body.get(name)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def get(fmt: str):
+    from . import chat, messages, responses
+    mods = {"chat": chat, "responses": responses, "messages": messages}
+    try:
+        return mods[fmt]
+    except KeyError:
+        raise ValueError(f"unknown wire format {fmt!r}") from None

@@ -1,0 +1,91 @@
+"""OpenAI Chat Completions (`messages`).
+
+User turns: role ``user``. Tool calls: assistant ``tool_calls[].id`` answered by
+``tool`` messages (``tool_call_id``); the legacy assistant ``function_call`` is answered
+by the next ``function`` message of the same name. ``system`` and ``developer`` stand
+alone. Content may be a string or an array; it does not matter for grouping.
+"""
+
+from __future__ import annotations
+
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
+               tool_parameters, tools_list_append, tools_list_remove)
+
+ITEMS_KEY = "messages"
+_NONE = ()
+
+
+def items(body: dict):
+    v = body.get(ITEMS_KEY)
+    return v if isinstance(v, list) else None
+
+
+def classify(m):
+    if type(m) is not dict:
+        return OTHER, _NONE, _NONE
+    role = m.get("role")
+    if role == "user":
+        return USER, _NONE, _NONE
+    if role == "assistant":
+        tcs = m.get("tool_calls")
+        fc = m.get("function_call")
+        if not tcs and not fc:
+            return OTHER, _NONE, _NONE
+        calls = []
+        if isinstance(tcs, list):
+            for tc in tcs:
+                calls.append(("t", tc.get("id") if isinstance(tc, dict) else None))
+        if fc:
+            calls.append(("f", fc.get("name") if isinstance(fc, dict) else None))
+        return OTHER, calls, _NONE
+    if role == "tool":
+        return OTHER, _NONE, (("t", m.get("tool_call_id")),)
+    if role == "function":
+        return OTHER, _NONE, (("f", m.get("name")),)
+    if role == "system" or role == "developer":
+        return SYSTEM, _NONE, _NONE
+    return OTHER, _NONE, _NONE
+
+
+def marker(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def marker_content(item):
+    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
+        return item.get("content")
+    return None
+
+
+def tool_schema() -> dict:
+    return {"type": "function",
+            "function": {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+                         "parameters": tool_parameters()}}
+
+
+def _legacy_schema() -> dict:
+    return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+            "parameters": tool_parameters()}
+
+
+def _uses_legacy_functions(body: dict) -> bool:
+    return body.get("tools") is None and isinstance(body.get("functions"), list)
+
+
+def add_tool(body: dict) -> bool:
+    # A request on the deprecated `functions` parameter gets the schema there: the API
+    # does not accept `tools` and `functions` together.
+    if _uses_legacy_functions(body):
+        return tools_list_append(body, "functions", _legacy_schema())
+    return tools_list_append(body, "tools", tool_schema())
+
+
+def remove_tool(body: dict, created: bool) -> None:
+    if _uses_legacy_functions(body):
+        tools_list_remove(body, "functions", _legacy_schema(), created)
+    else:
+        tools_list_remove(body, "tools", tool_schema(), created)
+
+
+def output_reservation(body: dict):
+    return int_field(body, "max_completion_tokens", "max_tokens")

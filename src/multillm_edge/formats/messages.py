@@ -1,0 +1,78 @@
+"""Anthropic Messages (`messages`, top-level `system`).
+
+The top-level ``system`` is not in ``messages`` and is never paged. Tool calls are
+``tool_use`` blocks (``id``) in assistant content, answered by ``tool_result`` blocks
+(``tool_use_id``) in the next user message. A user message holding tool results
+continues the exchange; this includes a message that carries text blocks *after*
+its tool results (clients append notes there): Anthropic requires tool results in the
+message right after the ``tool_use``, so splitting there would only leave two
+incomplete, unpageable halves. Every other user message is a genuine turn.
+
+Anthropic expects alternating roles: a ``user`` marker next to a user message makes
+two consecutive user turns, which the API merges. A marker only ever replaces whole
+complete exchanges, so it never lands between a ``tool_use`` and its ``tool_result``.
+"""
+
+from __future__ import annotations
+
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
+               tool_parameters, tools_list_append, tools_list_remove)
+
+ITEMS_KEY = "messages"
+_NONE = ()
+
+
+def items(body: dict):
+    v = body.get(ITEMS_KEY)
+    return v if isinstance(v, list) else None
+
+
+def classify(m):
+    if type(m) is not dict:
+        return OTHER, _NONE, _NONE
+    role = m.get("role")
+    c = m.get("content")
+    if role == "user":
+        if type(c) is list:
+            results = [("t", b.get("tool_use_id")) for b in c
+                       if type(b) is dict and b.get("type") == "tool_result"]
+            if results:
+                return OTHER, _NONE, results
+        return USER, _NONE, _NONE
+    if role == "assistant":
+        if type(c) is list:
+            calls = [("t", b.get("id")) for b in c
+                     if type(b) is dict and b.get("type") == "tool_use"]
+            if calls:
+                return OTHER, calls, _NONE
+        return OTHER, _NONE, _NONE
+    if role == "system" or role == "developer":
+        return SYSTEM, _NONE, _NONE
+    return OTHER, _NONE, _NONE
+
+
+def marker(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def marker_content(item):
+    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
+        return item.get("content")
+    return None
+
+
+def tool_schema() -> dict:
+    return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+            "input_schema": tool_parameters()}
+
+
+def add_tool(body: dict) -> bool:
+    return tools_list_append(body, "tools", tool_schema())
+
+
+def remove_tool(body: dict, created: bool) -> None:
+    tools_list_remove(body, "tools", tool_schema(), created)
+
+
+def output_reservation(body: dict):
+    return int_field(body, "max_tokens")

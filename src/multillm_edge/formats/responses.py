@@ -1,0 +1,74 @@
+"""OpenAI Responses (`input`).
+
+``input`` may be a string (nothing to page) or a list of items. Messages come as
+``{"type": "message", "role", "content"}`` or the short ``{"role", "content"}`` form;
+a ``user`` message is a genuine turn, ``system``/``developer`` stand alone. Tool
+calls: any ``*_call`` item with a ``call_id`` (``function_call``, ``custom_tool_call``,
+``computer_call``, ``local_shell_call``, ...) is answered by the ``*_call_output`` item
+with the same ``call_id``; ``mcp_approval_request`` by ``mcp_approval_response``. A call
+output is never a new turn. ``reasoning`` and every other item type stay with their
+exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
+"""
+
+from __future__ import annotations
+
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
+               tool_parameters, tools_list_append, tools_list_remove)
+
+ITEMS_KEY = "input"
+_NONE = ()
+
+
+def items(body: dict):
+    v = body.get(ITEMS_KEY)
+    return v if isinstance(v, list) else None
+
+
+def classify(it):
+    if type(it) is not dict:
+        return OTHER, _NONE, _NONE
+    t = it.get("type")
+    if t is None or t == "message":
+        role = it.get("role")
+        if role == "user":
+            return USER, _NONE, _NONE
+        if role == "system" or role == "developer":
+            return SYSTEM, _NONE, _NONE
+        return OTHER, _NONE, _NONE
+    if type(t) is str:
+        if t.endswith("_call_output"):
+            return OTHER, _NONE, (("c", it.get("call_id")),)
+        if t.endswith("_call") and "call_id" in it:
+            return OTHER, (("c", it.get("call_id")),), _NONE
+        if t == "mcp_approval_request":
+            return OTHER, (("a", it.get("id")),), _NONE
+        if t == "mcp_approval_response":
+            return OTHER, _NONE, (("a", it.get("approval_request_id")),)
+    return OTHER, _NONE, _NONE
+
+
+def marker(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def marker_content(item):
+    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
+        return item.get("content")
+    return None
+
+
+def tool_schema() -> dict:
+    return {"type": "function", "name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+            "parameters": tool_parameters()}
+
+
+def add_tool(body: dict) -> bool:
+    return tools_list_append(body, "tools", tool_schema())
+
+
+def remove_tool(body: dict, created: bool) -> None:
+    tools_list_remove(body, "tools", tool_schema(), created)
+
+
+def output_reservation(body: dict):
+    return int_field(body, "max_output_tokens")

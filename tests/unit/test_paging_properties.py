@@ -1,0 +1,406 @@
+"""Property-based tests of the paging plan over generated conversations (all formats).
+
+The generator builds a format-neutral conversation (system messages, an optional
+greeting, exchanges with text replies and parallel tool calls, some incomplete), renders
+it in a wire format, and records the ground-truth groups. A naive reference planner
+(re-serializes the whole body for every candidate prefix) says what the plan must be.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from multillm_edge import formats, paging
+from multillm_edge.errors import EdgeError
+
+FMTS = ("chat", "responses", "messages")
+SETTINGS = settings(max_examples=200, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+SPECIALS = ["", " ", "\t", "\r\n", "trailing  ", "  lead", "🙂", "👩‍👩‍👧", "你好世界",
+            "e\u0301", "שלום עולם", "مرحبا", "\U00010348\U0001F600", '"quoted" \\ back',
+            "\u0000\u001f", "\u2028\u2029", "line1\nline2", "*waves*", "{\"a\":1}"]
+
+_chars = st.characters(blacklist_categories=("Cs",))
+word = st.one_of(st.sampled_from(SPECIALS), st.text(_chars, max_size=30))
+text = st.lists(word, max_size=6).map("".join)
+big = st.builds(lambda t, n: (t or "x") * n, text, st.integers(50, 1500))
+result_text = st.one_of(text, text, big)
+
+
+def page_id_for(sha: str) -> str:
+    # deterministic, and of varying length so marker sizing is really exercised
+    return "cp_" + sha[: 8 + int(sha[0], 16)]
+
+
+# ---------------------------------------------------------------- conversation model
+@st.composite
+def conversations(draw):
+    segs = []
+    n_calls = [0]
+
+    def new_id():
+        n_calls[0] += 1
+        return "call_%d_%s" % (n_calls[0], draw(st.sampled_from(["", "é", "🙂", "x"])))
+
+    if draw(st.booleans()):
+        segs.append(("system", draw(text)))
+    if draw(st.booleans()):
+        segs.append(("greeting", draw(st.lists(text, min_size=1, max_size=2))))
+    for _ in range(draw(st.one_of(st.integers(0, 3), st.integers(4, 14)))):
+        r = draw(st.integers(0, 14))
+        if r == 0:
+            segs.append(("system", draw(text)))
+            continue
+        steps = []
+        for _ in range(draw(st.integers(0, 3))):
+            if draw(st.booleans()):
+                steps.append(("text", draw(text)))
+            else:
+                calls = [(new_id(), draw(st.sampled_from(["roll_dice", "lookup", "日記"])),
+                          draw(st.one_of(st.just("{}"), text.map(lambda t: json.dumps({"q": t}, ensure_ascii=False)))),
+                          draw(result_text))
+                         for _ in range(draw(st.integers(1, 3)))]
+                steps.append(("tools", calls, draw(text)))
+        defect = None
+        if any(s[0] == "tools" for s in steps) and draw(st.integers(0, 5)) == 0:
+            defect = "missing"
+        elif draw(st.integers(0, 12)) == 0:
+            defect = "orphan"
+        segs.append(("exchange", draw(text), steps, defect, draw(st.booleans())))
+    return segs
+
+
+def render(fmt: str, segs) -> tuple[list, list, dict]:
+    """-> (items, ground-truth groups [(start, end, kind, complete)], extra top-level)"""
+    items: list = []
+    truth = []
+    extra: dict = {}
+    for seg in segs:
+        start = len(items)
+        if seg[0] == "system":
+            if fmt == "messages":
+                extra["system"] = seg[1]
+                continue
+            role = "developer" if len(seg[1]) % 2 else "system"
+            items.append({"role": role, "content": seg[1]})
+            truth.append((start, len(items), formats.STANDALONE, True))
+            continue
+        if seg[0] == "greeting":
+            for t in seg[1]:
+                items.append(_assistant_text(fmt, t))
+            truth.append((start, len(items), formats.LEAD, True))
+            continue
+        _, utext, steps, defect, array_form = seg
+        items.append(_user(fmt, utext, array_form))
+        tools_seen = [i for i, s in enumerate(steps) if s[0] == "tools"]
+        for i, s in enumerate(steps):
+            if s[0] == "text":
+                items.append(_assistant_text(fmt, s[1]))
+            else:
+                calls = s[1]
+                drop = calls[-1][0] if (defect == "missing" and i == tools_seen[-1]) else None
+                items.extend(_tool_step(fmt, calls, s[2], drop))
+        if defect == "orphan":
+            items.append(_result(fmt, [("orphan_%d" % start, "x")]))
+        truth.append((start, len(items), formats.EXCHANGE, defect is None))
+    return items, truth, extra
+
+
+def _user(fmt, t, array_form):
+    if fmt == "responses":
+        if array_form:
+            return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]}
+        return {"role": "user", "content": t}
+    if array_form:
+        return {"role": "user", "content": [{"type": "text", "text": t}]}
+    return {"role": "user", "content": t}
+
+
+def _assistant_text(fmt, t):
+    if fmt == "responses":
+        return {"type": "message", "role": "assistant",
+                "content": [{"type": "output_text", "text": t, "annotations": []}]}
+    if fmt == "messages":
+        return {"role": "assistant", "content": [{"type": "text", "text": t}]}
+    return {"role": "assistant", "content": t}
+
+
+def _result(fmt, pairs):
+    if fmt == "chat":
+        return [{"role": "tool", "tool_call_id": cid, "content": out} for cid, out in pairs][0] \
+            if len(pairs) == 1 else None
+    if fmt == "responses":
+        return {"type": "function_call_output", "call_id": pairs[0][0], "output": pairs[0][1]}
+    return {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": cid, "content": out} for cid, out in pairs]}
+
+
+def _tool_step(fmt, calls, lead_text, drop):
+    out = []
+    if fmt == "chat":
+        out.append({"role": "assistant", "content": lead_text or None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
+            for cid, n, a, _ in calls]})
+        out += [{"role": "tool", "tool_call_id": cid, "content": r}
+                for cid, _, _, r in calls if cid != drop]
+    elif fmt == "responses":
+        if lead_text:
+            out.append({"type": "reasoning", "id": "rs_" + calls[0][0],
+                        "summary": [{"type": "summary_text", "text": lead_text}]})
+        out += [{"type": "function_call", "call_id": cid, "name": n, "arguments": a}
+                for cid, n, a, _ in calls]
+        out += [{"type": "function_call_output", "call_id": cid, "output": r}
+                for cid, _, _, r in calls if cid != drop]
+    else:
+        blocks = [{"type": "text", "text": lead_text}] if lead_text else []
+        blocks += [{"type": "tool_use", "id": cid, "name": "t_" + str(len(n)),
+                    "input": {"arguments": a}} for cid, n, a, _ in calls]
+        out.append({"role": "assistant", "content": blocks})
+        res = [{"type": "tool_result", "tool_use_id": cid, "content": r}
+               for cid, _, _, r in calls if cid != drop]
+        if res:
+            out.append({"role": "user", "content": res})
+    return out
+
+
+def make_body(fmt, items, extra, protected, tools_present):
+    body = {"model": "prov:model-🙂"}
+    if fmt == "responses":
+        body["instructions"] = "Stay in character."
+        body["input"] = items
+        body["max_output_tokens"] = 500
+    else:
+        body.update(extra)
+        body["messages"] = items
+        body["max_tokens"] = 500
+    if tools_present:
+        body["tools"] = [formats.get(fmt).tool_schema() | {}]  # some pre-existing tool
+        body["tools"][0] = json.loads(json.dumps(body["tools"][0]).replace(
+            formats.TOOL_NAME, "roll_dice"))
+    body["capabilities"] = ["multillm_context_retrieve"]
+    if protected is not None:
+        body["context_protected_indices"] = protected
+    body["temperature"] = 0.7
+    return body
+
+
+def dumps(o) -> bytes:
+    return json.dumps(o, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# ------------------------------------------------------------------ reference planner
+def truth_pageable(truth, protected):
+    last_user = None
+    for gi in range(len(truth) - 1, -1, -1):
+        if truth[gi][2] == formats.EXCHANGE:
+            last_user = gi
+            break
+    if last_user is None:
+        return []
+    return [gi for gi in range(last_user)
+            if truth[gi][2] != formats.STANDALONE and truth[gi][3]
+            and not any(truth[gi][0] <= i < truth[gi][1] for i in protected)]
+
+
+def reference_body(fmt, base, items, truth, paged):
+    mod = formats.get(fmt)
+    out_items = []
+    run = None
+    for gi, (s, e, _, _) in enumerate(truth):
+        if gi in paged:
+            pid = page_id_for(__import__("hashlib").sha256(dumps(items[s:e])).hexdigest())
+            if run is None:
+                run = []
+                out_items.append(run)
+            run.append(pid)
+        else:
+            run = None
+            out_items.extend(items[s:e])
+    out_items = [mod.marker(formats.marker_text(x)) if isinstance(x, list) else x
+                 for x in out_items]
+    out = dict(base)
+    out[mod.ITEMS_KEY] = out_items
+    mod.add_tool(out)
+    return out
+
+
+scenario = st.tuples(
+    st.sampled_from(FMTS), conversations(), st.integers(0, 110).map(lambda x: x / 100),
+    st.one_of(st.none(), st.lists(st.integers(0, 40), max_size=3)),
+    st.booleans(), st.sampled_from([65536, 65536, 65536, 2000]))
+
+
+def build(fmt, segs, protected, tools_present):
+    items, truth, extra = render(fmt, segs)
+    body = make_body(fmt, items, extra, protected, tools_present)
+    return body, items, truth
+
+
+@SETTINGS
+@given(scenario)
+def test_plan_matches_reference_and_is_reversible(sc):
+    fmt, segs, frac, protected, tools_present, max_page = sc
+    body, items, truth = build(fmt, segs, protected, tools_present)
+    original = dumps(body)
+    base = paging.strip_edge_fields(body)
+    full = len(dumps(base))
+    mod = formats.get(fmt)
+    pageable = truth_pageable(truth, protected or [])
+    # budgets spread over [everything paged - 5 %, nothing paged + 5 %]
+    low = len(dumps(reference_body(fmt, base, items, truth, set(pageable)))) if pageable else full
+    if low < full:
+        budget = int(low + (frac - 0.05) * (full - low))
+    else:
+        budget = int(full + (frac - 0.2) * 200)
+
+    # grouping agrees with the ground truth
+    groups = formats.group_items(items, mod.classify)
+    assert [tuple(g) for g in groups] == truth
+
+    # reference: smallest k such that paging the k oldest pageable exchanges fits
+    expected = None
+    for k in range(len(pageable) + 1):
+        ref = base if k == 0 else reference_body(fmt, base, items, truth, set(pageable[:k]))
+        if len(dumps(ref)) <= budget:
+            expected = (k, ref)
+            break
+
+    try:
+        plan = paging.plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page)
+    except EdgeError as e:
+        event(e.code)
+        assert e.status == 413
+        if e.code == "context_window_exceeded":
+            assert expected is None  # 413 only when no oldest-first prefix fits ...
+            all_paged = reference_body(fmt, base, items, truth, set(pageable)) if pageable else base
+            assert len(dumps(all_paged)) > budget  # ... in particular paging every one
+            assert e.details["protected_bytes"] == len(dumps(all_paged))
+            assert e.details["budget"] == budget and e.details["estimated_size"] == full
+            assert "context window" in e.message and "maximum context length" in e.message
+        else:
+            assert e.code == "context_page_too_large"
+            assert expected is not None and expected[0] > 0
+            k = expected[0]
+            sizes = [len(dumps(items[truth[g][0]:truth[g][1]])) for g in pageable[:k]]
+            assert max(sizes) > max_page
+            assert e.details["page_bytes"] == next(s for s in sizes if s > max_page)
+        assert dumps(body) == original  # input not mutated
+        return
+
+    assert dumps(body) == original  # input not mutated
+    assert expected is not None
+    k, ref = expected
+    event("paged=0" if k == 0 else "paged=1" if k == 1 else "paged>1")
+    if k and any(pageable[i] + 1 == pageable[i + 1] for i in range(k - 1)):
+        event("run of >1 consecutive pages")
+    # fits, exact size arithmetic
+    assert plan.size == len(dumps(plan.body)) == paging.body_size(plan.body)
+    assert plan.size <= budget and plan.budget == budget
+    # minimal and oldest-first: identical to the reference (which checked k-1 did not fit)
+    assert dumps(plan.body) == dumps(ref)
+    for f in paging.EDGE_FIELDS:
+        assert f not in plan.body
+    if k == 0:
+        assert plan.pages == []
+        if not any(f in body for f in paging.EDGE_FIELDS):
+            assert plan.body is body
+        return
+    # pages: the k oldest pageable exchanges, deduplicated by content, bytes parse back
+    want = []
+    for g in pageable[:k]:
+        s, e = truth[g][0], truth[g][1]
+        if all(p != items[s:e] for p in want):
+            want.append(items[s:e])
+    assert [p.items for p in plan.pages] == want
+    assert len({p.sha256 for p in plan.pages}) == len(plan.pages)
+    for p in plan.pages:
+        assert json.loads(p.body) == p.items
+        assert p.body == paging.page_bytes(p.items)
+        assert p.sha256 == __import__("hashlib").sha256(p.body).hexdigest()
+        assert p.page_id == page_id_for(p.sha256)
+        assert len(p.body) <= max_page
+    # reversible
+    restored = paging.unpage(fmt, plan.body, plan.pages, plan.tools_key_created)
+    assert dumps(restored) == dumps(base)
+    # tool schema once
+    tools = plan.body.get("tools", [])
+    assert sum(1 for t in tools if formats.TOOL_NAME in json.dumps(t)) == 1
+    # protected items never paged: system, protected indices, latest exchange onwards
+    paged_ids = set()
+    for p in plan.pages:
+        paged_ids.update(id(x) for x in p.items)
+    last_user = max((gi for gi, t in enumerate(truth) if t[2] == formats.EXCHANGE), default=0)
+    for gi, (s, e, kind, complete) in enumerate(truth):
+        if kind == formats.STANDALONE or not complete or gi >= last_user or \
+                any(s <= i < e for i in (protected or [])):
+            assert not any(id(x) in paged_ids for x in items[s:e])
+    # valid: every call/result pair in the output is intact and in order
+    check_pairs(fmt, plan.body[mod.ITEMS_KEY], items)
+
+
+def _pairs(fmt, items):
+    mod = formats.get(fmt)
+    seq = []
+    for pos, it in enumerate(items):
+        _, calls, results = mod.classify(it)
+        seq += [("call", c, pos) for c in calls] + [("result", r, pos) for r in results]
+    return seq
+
+
+def check_pairs(fmt, out_items, in_items):
+    out = _pairs(fmt, out_items)
+    inn = _pairs(fmt, in_items)
+    # output's calls/results are a subsequence of the input's, and for every id either
+    # all of its occurrences are kept or none (a pair is never separated)
+    kinds_out = [(k, c) for k, c, _ in out]
+    kinds_in = [(k, c) for k, c, _ in inn]
+    it = iter(kinds_in)
+    assert all(x in it for x in kinds_out)
+    for key in {c for _, c in kinds_in}:
+        n_in = sum(1 for _, c in kinds_in if c == key)
+        n_out = sum(1 for _, c in kinds_out if c == key)
+        assert n_out in (0, n_in)
+    # a call's result still follows it
+    for k, c, pos in out:
+        if k == "result":
+            assert any(k2 == "call" and c2 == c and p2 <= pos for k2, c2, p2 in out) or \
+                not any(k2 == "call" and c2 == c for k2, c2, _ in inn)
+
+
+@SETTINGS
+@given(scenario)
+def test_deterministic_and_candidates_share_pages(sc):
+    fmt, segs, frac, protected, tools_present, max_page = sc
+    body, items, truth = build(fmt, segs, protected, tools_present)
+    full = paging.body_size(paging.strip_edge_fields(body))
+    budgets = [int(full * frac), int(full * frac * 0.8), full, int(full * frac)]
+
+    def run():
+        out = []
+        for r in paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page):
+            if isinstance(r, EdgeError):
+                out.append((r.status, r.code, r.details))
+            else:
+                out.append((dumps(r.body), [(p.page_id, p.sha256, p.body) for p in r.pages], r.size))
+        return out
+
+    assert run() == run()
+    # each candidate equals the single-budget plan
+    res = paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page)
+    for b, r in zip(budgets, res):
+        try:
+            single = paging.plan_paging(fmt, body, b, page_id_for, max_page_bytes=max_page)
+            assert not isinstance(r, EdgeError)
+            assert dumps(single.body) == dumps(r.body) and single.size == r.size
+        except EdgeError as e:
+            assert isinstance(r, EdgeError) and (r.code, r.details) == (e.code, e.details)
+    # identical pages across plans are the same object
+    by_sha = {}
+    for r in res:
+        if not isinstance(r, EdgeError):
+            for p in r.pages:
+                assert by_sha.setdefault(p.sha256, p) is p
