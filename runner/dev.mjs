@@ -7,7 +7,8 @@
 //   EDGE_VARS_FILE    extra dotenv file overlaid on [vars] and .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
 //   EDGE_TEST_CLOCK=1 enables POST /__runner/clock {"offset": seconds} (tests only)
-import { execFileSync } from "node:child_process";
+//   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
+import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import http from "node:http";
 import { dirname, join, resolve } from "node:path";
@@ -43,10 +44,17 @@ function declaredBindings(toml) {
 const stateDir = resolve(root, process.env.EDGE_STATE_DIR ?? ".wrangler/state");
 const wranglerBin = join(root, "node_modules", "wrangler", "bin", "wrangler.js");
 
-// Migrations first, through wrangler itself, into the same state the proxy reads.
-execFileSync(process.execPath, [wranglerBin, "d1", "migrations", "apply", "INTELLIGENCE_DB",
-  "--local", "--persist-to", stateDir], { cwd: root, stdio: ["ignore", "ignore", "inherit"],
-  env: { ...process.env, CI: "true", WRANGLER_SEND_METRICS: "false" } });
+// Migrations through wrangler itself, into the same state the proxy reads; Pyodide
+// loads meanwhile (the two are independent), bindings are attached after both.
+const migrated = new Promise((done, fail) => execFile(process.execPath,
+  [wranglerBin, "d1", "migrations", "apply", "INTELLIGENCE_DB", "--local", "--persist-to", stateDir],
+  { cwd: root, env: { ...process.env, CI: "true", WRANGLER_SEND_METRICS: "false" } },
+  (err, _out, stderr) => (err ? fail(new Error(`migrations failed: ${stderr}`)) : done())));
+const worker = loadWorker({
+  root, srcDir: join(root, "src"), mainPath: process.env.EDGE_MAIN && resolve(process.env.EDGE_MAIN),
+  stdout: log,
+});
+await migrated;
 
 const proxy = await getPlatformProxy({
   configPath: join(root, "wrangler.toml"),
@@ -56,10 +64,7 @@ const overrides = process.env.EDGE_VARS_FILE ? parseDotenv(readFileSync(process.
 for (const name of (process.env.EDGE_UNBIND ?? "").split(",").filter(Boolean)) overrides[name] = null;
 const env = presentEnv(proxy.env, declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8")), overrides);
 
-const { main } = await loadWorker({
-  root, srcDir: join(root, "src"), mainModule: "entry.py",
-  stdout: log,
-});
+const { main } = await worker;
 const Default = main.Default;
 
 // Test clock: shifts Date.now, which Pyodide's time.time() reads.
@@ -69,11 +74,13 @@ Date.now = () => realNow() + clockOffsetMs;
 
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade"]);
 
+// As Cloudflare's front line does, connection-level headers never reach the Worker.
 function toWebRequest(req, base) {
+  const named = new Set((req.headers.connection ?? "").split(",").map((t) => t.trim().toLowerCase()));
   const headers = new Headers();
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
     const name = req.rawHeaders[i].toLowerCase();
-    if (!HOP_BY_HOP.has(name)) headers.append(name, req.rawHeaders[i + 1]);
+    if (!HOP_BY_HOP.has(name) && !named.has(name)) headers.append(name, req.rawHeaders[i + 1]);
   }
   const hasBody = !["GET", "HEAD"].includes(req.method);
   return new Request(new URL(req.url, base), {

@@ -1,7 +1,7 @@
 // Load the Worker into real Pyodide with the pinned runtime SDK, as workerd would.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { loadPyodide } from "pyodide";
 
 const SDK_PIN = /"workers-runtime-sdk==([^"]+)"/;
@@ -35,7 +35,8 @@ helper.cloudflareSocketsModule = None
 sys.modules["_pyodide_entrypoint_helper"] = helper
 `;
 
-export async function loadWorker({ root, srcDir, mainModule, stdout }) {
+// `mainPath` defaults to src/entry.py; tests may load another module beside src/.
+export async function loadWorker({ root, srcDir, mainPath, stdout }) {
   const pyodide = await loadPyodide({ stdout, stderr: stdout });
   const site = pyodide.runPython("import site; site.getsitepackages()[0]");
   pyodide.FS.writeFile("/tmp/sdk.whl", sdkWheel(root));
@@ -45,6 +46,13 @@ export async function loadWorker({ root, srcDir, mainModule, stdout }) {
   pyodide.FS.mkdirTree("/session/metadata");
   pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: srcDir }, "/session/metadata");
   pyodide.runPython(`import sys; sys.path.insert(0, "/session/metadata")`);
-  const main = pyodide.pyimport(mainModule.replace(/\.py$/, ""));
+  let mainModule = "entry";
+  if (mainPath) {
+    pyodide.FS.mkdirTree("/session/extra");
+    pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: dirname(mainPath) }, "/session/extra");
+    pyodide.runPython(`import sys; sys.path.append("/session/extra")`);
+    mainModule = basename(mainPath).replace(/\.py$/, "");
+  }
+  const main = pyodide.pyimport(mainModule);
   return { pyodide, main };
 }

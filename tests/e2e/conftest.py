@@ -1,0 +1,41 @@
+import pytest
+
+from tests.support.fakes import FakeServer
+from tests.support.runner import ROOT, Edge
+
+
+@pytest.fixture
+def origin():
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def provider():
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def start_edge(tmp_path):
+    """Start runners with given vars; all are stopped at the end of the test."""
+    started = []
+
+    def start(vars=None, unbind=(), name="edge", **kw):
+        edge = Edge(tmp_path / name, vars=vars, unbind=list(unbind), **kw)
+        started.append(edge)
+        return edge
+
+    yield start
+    for edge in started:
+        edge.stop()
+
+
+@pytest.fixture(scope="module")
+def fidelity_edge(tmp_path_factory):
+    edge = Edge(tmp_path_factory.mktemp("fidelity"),
+                extra_env={"EDGE_MAIN": str(ROOT / "tests/e2e/fidelity/fidelity_entry.py")})
+    yield edge
+    edge.stop()

@@ -1,0 +1,42 @@
+"""A test-only Worker that drives the platform layer against the runner's real bindings.
+
+It imports the production adapters (`multillm_edge.bindings`) so what passes here is
+what the edge itself does with D1 and R2.
+"""
+
+import json
+from urllib.parse import parse_qs, urlsplit
+
+from workers import Request, Response, WorkerEntrypoint
+
+from multillm_edge.bindings import StorageError, WorkersPlatform
+
+
+def _json(doc, status=200):
+    return Response(json.dumps(doc), status=status, headers={"content-type": "application/json"})
+
+
+class Default(WorkerEntrypoint):
+    async def fetch(self, request):
+        if not isinstance(request, Request):
+            request = Request(request)
+        platform = WorkersPlatform(self.env, request)
+        url = urlsplit(str(request.url))
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        if url.path == "/sql":
+            doc = json.loads(await platform.read_body(1 << 20))
+            try:
+                if doc.get("run"):
+                    return _json({"changes": await platform.db.run(doc["sql"], doc.get("params", []))})
+                return _json({"rows": await platform.db.all(doc["sql"], doc.get("params", []))})
+            except StorageError as e:
+                return _json({"storage_error": str(e)}, 503)
+        if url.path == "/r2" and request.method == "PUT":
+            await platform.pages.put(q["key"], await platform.read_body(8 << 20))
+            return _json({"stored": True})
+        if url.path == "/r2" and request.method == "GET":
+            data = await platform.pages.get(q["key"])
+            if data is None:
+                return _json({"missing": True}, 404)
+            return Response(data, headers={"content-type": "application/octet-stream"})
+        return _json({"unknown": url.path}, 404)

@@ -1,0 +1,108 @@
+"""Everything the edge does not handle reaches FLASK_ORIGIN unchanged, streamed both ways."""
+
+import os
+import time
+
+import pytest
+
+from tests.support.fakes import FakeServer, Reply
+from tests.support.runner import Edge
+
+
+@pytest.fixture(scope="module")
+def module_origin():
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def edge(module_origin, tmp_path_factory):
+    edge = Edge(tmp_path_factory.mktemp("forwarding"), vars={"FLASK_ORIGIN": module_origin.url})
+    yield edge
+    edge.stop()
+
+
+@pytest.fixture
+def origin(module_origin):
+    module_origin.clear()
+    module_origin.reply = Reply()
+    return module_origin
+
+
+def test_method_path_query_headers_and_body_reach_the_origin(edge, origin):
+    r = edge.client.post("/api/things/7?b=2&a=%20x&a=1", content=b"\x00payload\xff",
+                         headers={"Authorization": "Bearer managed", "X-Custom": "v1",
+                                  "Content-Type": "application/octet-stream"})
+    assert r.status_code == 200 and r.json() == {"ok": True}
+    got = origin.received[0]
+    assert (got.method, got.path) == ("POST", "/api/things/7?b=2&a=%20x&a=1")
+    assert got.body == b"\x00payload\xff"
+    assert got.headers["authorization"] == "Bearer managed"
+    assert got.headers["x-custom"] == "v1"
+    assert got.headers["content-type"] == "application/octet-stream"
+
+
+def test_five_mebibyte_body_passes_byte_exact(edge, origin):
+    body = os.urandom(5 << 20)
+    r = edge.client.put("/upload", content=body)
+    assert r.status_code == 200
+    assert origin.received[0].body == body
+
+
+def test_hop_by_hop_headers_are_dropped_both_ways(edge, origin):
+    origin.reply = Reply(headers=[("content-type", "text/plain"), ("x-origin", "yes"),
+                                  ("keep-alive", "timeout=99"), ("x-hop", "1"), ("connection", "x-hop")],
+                         chunks=[b"fine"])
+    r = edge.client.get("/h", headers={"Connection": "keep-alive, X-Drop-Me", "X-Drop-Me": "1",
+                                       "Keep-Alive": "timeout=5", "TE": "trailers",
+                                       "Proxy-Authorization": "Basic eA==", "X-Keep": "1"})
+    assert r.text == "fine" and r.headers["x-origin"] == "yes"
+    assert "x-hop" not in r.headers
+    seen = origin.received[0].headers
+    assert seen["x-keep"] == "1"
+    for name in ("x-drop-me", "keep-alive", "te", "proxy-authorization"):
+        assert name not in seen
+
+
+def test_origin_status_and_error_body_pass_through(edge, origin):
+    origin.reply = Reply(status=418, headers=[("content-type", "text/plain")], chunks=[b"teapot"])
+    r = edge.client.get("/teapot")
+    assert (r.status_code, r.text) == (418, "teapot")
+
+
+def test_redirects_are_returned_not_followed(edge, origin):
+    origin.reply = Reply(status=302, headers=[("location", "/elsewhere")], chunks=[b""])
+    r = edge.client.get("/moved")
+    assert r.status_code == 302 and r.headers["location"] == "/elsewhere"
+    assert len(origin.received) == 1
+
+
+def test_sse_response_streams_chunk_by_chunk(edge, origin):
+    events = [b"data: {\"n\": %d}\n\n" % i for i in range(5)]
+    origin.reply = Reply(headers=[("content-type", "text/event-stream")], chunks=events, delay=0.4)
+    arrivals, received = [], b""
+    started = time.monotonic()
+    with edge.client.stream("GET", "/v1/stream") as r:
+        assert r.headers["content-type"] == "text/event-stream"
+        for chunk in r.iter_raw():
+            arrivals.append(time.monotonic() - started)
+            received += chunk
+    assert received == b"".join(events)
+    # The first event arrives long before the origin has finished (4 × 0.4 s of gaps).
+    assert arrivals[0] < 1.0 and arrivals[-1] > 1.4
+    assert len(arrivals) >= 3
+
+
+def test_origin_down_is_502_json(start_edge):
+    edge = start_edge({"FLASK_ORIGIN": "http://127.0.0.1:9"})
+    r = edge.client.get("/anything")
+    assert r.status_code == 502
+    assert r.json()["error"]["code"] == "origin_unreachable"
+
+
+def test_origin_unset_is_503_json(start_edge):
+    edge = start_edge({})
+    r = edge.client.post("/v1/chat/completions", json={"model": "x"})   # no roleplay header
+    assert r.status_code == 503
+    assert r.json()["error"]["code"] == "origin_not_configured"

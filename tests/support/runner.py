@@ -1,0 +1,82 @@
+"""Start the local runner (node runner/dev.mjs) on a free port with isolated state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Edge:
+    """A running runner: its base URL, its state dir and everything it printed."""
+
+    def __init__(self, state_dir: Path, vars: dict[str, str] | None = None,
+                 unbind: list[str] = (), extra_env: dict[str, str] | None = None):
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        vars_file = state_dir / "vars.env"
+        vars_file.write_text("".join(f"{k}={v}\n" for k, v in (vars or {}).items()))
+        env = {**os.environ, "PORT": "0", "EDGE_STATE_DIR": str(state_dir),
+               "EDGE_VARS_FILE": str(vars_file), "EDGE_UNBIND": ",".join(unbind),
+               "EDGE_TEST_CLOCK": "1", **(extra_env or {})}
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(["node", str(ROOT / "runner" / "dev.mjs")], cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        threading.Thread(target=self._pump, daemon=True).start()
+        if not self._ready.wait(90):
+            self.stop()
+            raise RuntimeError("runner did not start:\n" + "\n".join(self.lines[-20:]))
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def _pump(self):
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.lines.append(line)
+            if '"runner":"listening"' in line:
+                info = json.loads(line)
+                self.url, self.start_ms = info["url"], info["start_ms"]
+                self._ready.set()
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def logs(self) -> list[dict]:
+        """The Worker's structured log lines."""
+        out = []
+        for line in self.lines:
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def set_clock(self, offset_seconds: float):
+        self.client.post("/__runner/clock", json={"offset": offset_seconds}).raise_for_status()
+
+    def stop(self):
+        if getattr(self, "client", None):
+            self.client.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def wait_for_log(self, predicate, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [r for r in self.logs() if predicate(r)]
+            if found:
+                return found
+            time.sleep(0.05)
+        return []
