@@ -1,0 +1,160 @@
+"""Admin CLI against real local D1 (wrangler --persist-to a temp dir), plus the store's
+generation/retrieval/upsert statements run on D1's SQLite through the same executor."""
+
+import asyncio
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import admin  # noqa: E402
+from multillm_edge import store  # noqa: E402
+from multillm_edge.pages import PageSigner, r2_key  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+if not (ROOT / "node_modules" / "wrangler").exists():  # pragma: no cover
+    pytest.fail("node_modules/wrangler missing: run `npm install` in the repo root",
+                pytrace=False)
+
+EVIL = "o'neil\"; DROP TABLE roleplay_keys; -- ünï 🎭"
+
+
+def cli(*args, persist):
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "admin.py"), "--persist-to",
+                           str(persist), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    return proc
+
+
+def cli_json(*args, persist):
+    proc = cli(*args, "--json", persist=persist)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def d1(sql, persist):
+    proc = subprocess.run([*admin._wrangler(), "d1", "execute", "INTELLIGENCE_DB",
+                           "--local", "--persist-to", str(persist), "--json", "--command", sql],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)[-1]["results"]
+
+
+@pytest.fixture(scope="module")
+def persist(tmp_path_factory):
+    d = tmp_path_factory.mktemp("d1state")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_admin_commands_write_expected_rows(persist):
+    before = int(time.time())
+    k = cli_json("key", "create", "--principal", EVIL, persist=persist)
+    assert k["key"].startswith("rpk_") and len(k["key"]) >= 40
+    assert k["key_sha256"] == hashlib.sha256(k["key"].encode()).hexdigest()
+
+    p = cli_json("policy", "set", "--principal", EVIL, "--revision", "3", "--grants", "chat,extra",
+                 "--retention", "zero", persist=persist)
+    assert p == {"principal": EVIL, "revision": 3, "grants": ["chat", "extra"], "retention": "zero"}
+    cli_json("policy", "set", "--principal", EVIL, "--revision", "4", "--grants", "chat",
+             "--retention", "standard", "--no-migrate", persist=persist)  # update in place
+    s = cli_json("session", "create", "--principal", EVIL, persist=persist)
+    assert s["session_id"].startswith("rps_")
+    m = cli_json("model", "set", "openai:gpt-4o", "--input-tokens", "128000",
+                 "--max-output-tokens", "16384", persist=persist)
+    assert m["model"] == "openai:gpt-4o"
+    # plain-text mode: the key alone on stdout, once
+    proc = cli("key", "create", "--principal", "bob", persist=persist)
+    assert proc.returncode == 0
+    bob_key = proc.stdout.strip()
+    assert bob_key.startswith("rpk_") and "\n" not in bob_key
+    assert bob_key not in proc.stderr
+
+    keys = d1("SELECT * FROM roleplay_keys ORDER BY principal", persist)
+    assert [r["principal"] for r in keys] == ["bob", EVIL]
+    dump = json.dumps(keys)
+    assert k["key"] not in dump and bob_key not in dump
+    assert keys[1]["key_sha256"] == k["key_sha256"]
+    assert keys[0]["key_sha256"] == hashlib.sha256(bob_key.encode()).hexdigest()
+    assert all(r["revoked_at"] is None and r["created_at"] >= before for r in keys)
+
+    pol = d1("SELECT * FROM principal_policies", persist)
+    assert len(pol) == 1
+    assert pol[0]["principal"] == EVIL and pol[0]["revision"] == 4
+    assert json.loads(pol[0]["grants"]) == ["chat"] and pol[0]["retention"] == "standard"
+
+    sess = d1("SELECT * FROM roleplay_sessions", persist)
+    assert sess == [{"session_id": s["session_id"], "principal": EVIL,
+                     "created_at": s["created_at"], "ended_at": None}]
+    assert d1("SELECT * FROM models", persist) == [
+        {"model": "openai:gpt-4o", "input_tokens": 128000, "max_output_tokens": 16384}]
+    # the injection-looking principal did not drop anything
+    assert len(d1("SELECT name FROM sqlite_master WHERE type='table' AND name='roleplay_keys'",
+                  persist)) == 1
+
+    # revoke, and session end, through the CLI
+    r = cli_json("key", "revoke", "--key-sha256", k["key_sha256"], "--no-migrate", persist=persist)
+    assert r["revoked"]
+    assert cli("key", "revoke", "--key-sha256", k["key_sha256"], "--no-migrate",
+               persist=persist).returncode == 1
+    e = cli_json("session", "end", "--principal", EVIL, "--session-id", s["session_id"],
+                 "--no-migrate", persist=persist)
+    assert e["ended"]
+    assert d1("SELECT ended_at FROM roleplay_sessions", persist)[0]["ended_at"] is not None
+
+
+def test_admin_rejects_bad_arguments(persist):
+    for args in (["model", "set", "nocolon", "--input-tokens", "1", "--max-output-tokens", "1"],
+                 ["model", "set", "a:b", "--input-tokens", "0", "--max-output-tokens", "1"],
+                 ["policy", "set", "--principal", "p", "--revision", "1", "--grants", "chat",
+                  "--retention", "forever"],
+                 ["key", "create", "--principal", ""],
+                 ["key", "create", "--principal", "a\nb"]):
+        proc = cli(*args, persist=persist)
+        assert proc.returncode == 2, args
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "admin.py"), "--remote",
+                           "--persist-to", str(persist), "key", "create", "--principal", "p"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+
+
+def test_store_statements_on_local_d1(persist):
+    """The one-statement generation/retrieval reads and the allowance upsert on D1."""
+    db = admin.WranglerExecutor(persist_to=str(persist))
+    run = asyncio.run
+    assert run(store.missing_tables(db)) == []
+    now = 2_000_000_000
+    key = hashlib.sha256(b"rpk_d1").hexdigest()
+    signer = PageSigner(b"s")
+    run(store.insert_key(db, key, "carol", now))
+    run(store.set_policy(db, "carol", 1, ["chat"], "standard", now))
+    run(store.create_session(db, "rps_d1", "carol", now))
+
+    def page(body, size):
+        sha = hashlib.sha256(body).hexdigest()
+        pid = signer.page_id("roleplay", "carol", "rps_d1", 1, sha)
+        row = {"page_id": pid, "authority": "roleplay", "principal": "carol", "session_id": "rps_d1",
+               "policy_revision": 1, "sha256": sha, "byte_length": size, "r2_key": r2_key(pid),
+               "created_at": now, "expires_at": now + 3600}
+        row["signature"] = signer.row_signature(row)
+        return row
+
+    a, b = page(b"a", 600), page(b"b", 400)
+    assert run(store.upsert_pages(db, [a, b], "carol", "rps_d1", now, 1000))  # exactly at limit
+    assert not run(store.upsert_pages(db, [page(b"c", 1)], "carol", "rps_d1", now, 1000))
+    assert run(store.upsert_pages(db, [a], "carol", "rps_d1", now + 1, 1000))  # refresh, no double count
+    ctx = run(store.load_generation_context(db, key, "rps_d1", ["openai:gpt-4o", "x:y"], now))
+    assert ctx.principal == "carol" and ctx.session.open and ctx.policy.has_grant("chat")
+    assert set(ctx.models) == {"openai:gpt-4o"} and ctx.active_bytes == 1000
+    assert ctx.active_page_ids == {a["page_id"], b["page_id"]}
+    f = run(store.load_page_for_retrieval(db, key, "rps_d1", a["page_id"], now))
+    assert f.page == a and f.page_active and signer.verify_row(f.page)

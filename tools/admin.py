@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""Admin CLI for the roleplay edge (DESIGN §10).
+
+    npm run admin -- [--local|--remote] [--persist-to DIR] [--json] <command>
+
+    key create     --principal P                        prints the new key ONCE
+    key revoke     --key-sha256 HEX
+    policy set     --principal P --revision N --grants chat[,x] --retention standard|zero
+    session create --principal P                        prints the session id
+    session end    --principal P --session-id S
+    model set      provider:model --input-tokens N --max-output-tokens M
+
+Every statement comes from src/multillm_edge/store.py, rendered with `store.inline`
+and run by `npx wrangler d1 execute INTELLIGENCE_DB --local|--remote --json --command`
+from the repository root. `--local` (the default) applies the migrations first, so a
+fresh state works. Keys are generated here and stored only as their SHA-256 hex.
+`--json` prints one JSON object on stdout (for scripts and tests); `--no-migrate`
+skips the migration step when the local state is known to be current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "src"))
+
+from multillm_edge import store  # noqa: E402
+from multillm_edge.config import split_model  # noqa: E402
+from multillm_edge.errors import EdgeError  # noqa: E402
+
+DB_BINDING = "INTELLIGENCE_DB"
+KEY_PREFIX = "rpk_"
+SESSION_PREFIX = "rps_"
+
+
+class AdminError(Exception):
+    pass
+
+
+def _wrangler_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("WRANGLER_SEND_METRICS", "false")
+    env.setdefault("CI", "1")  # non-interactive: no prompts, no spinners
+    return env
+
+
+def _wrangler() -> list[str]:
+    local = REPO_ROOT / "node_modules" / ".bin" / "wrangler"
+    return [str(local)] if local.exists() else ["npx", "--no-install", "wrangler"]
+
+
+def _location_args(remote: bool, persist_to: str | None) -> list[str]:
+    if remote:
+        return ["--remote"]
+    args = ["--local"]
+    if persist_to:
+        args += ["--persist-to", str(Path(persist_to).resolve())]
+    return args
+
+
+def _parse_json_output(out: str):
+    # wrangler --json prints JSON; tolerate stray lines before it.
+    start = min([i for i in (out.find("["), out.find("{")) if i >= 0], default=-1)
+    if start < 0:
+        raise AdminError("wrangler printed no JSON")
+    return json.loads(out[start:])
+
+
+class WranglerExecutor:
+    """store.Executor over `wrangler d1 execute` (one process per statement)."""
+
+    def __init__(self, remote: bool = False, persist_to: str | None = None):
+        self.location = _location_args(remote, persist_to)
+
+    def _execute(self, command: str) -> list:
+        cmd = [*_wrangler(), "d1", "execute", DB_BINDING, *self.location,
+               "--json", "--yes", "--command", command]
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_wrangler_env(),
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            detail = (proc.stdout.strip() or proc.stderr.strip()).splitlines()[-20:]
+            raise AdminError("wrangler d1 execute failed:\n" + "\n".join(detail))
+        doc = _parse_json_output(proc.stdout)
+        if isinstance(doc, dict):
+            doc = [doc]
+        for part in doc:
+            if not part.get("success", False):
+                raise AdminError(f"D1 statement failed: {part.get('error') or part}")
+        return doc
+
+    async def first(self, sql: str, params: list):
+        rows = await self.all(sql, params)
+        return rows[0] if rows else None
+
+    async def all(self, sql: str, params: list) -> list:
+        return list(self._execute(store.inline(sql, params))[-1].get("results") or [])
+
+    async def run(self, sql: str, params: list) -> int:
+        # Local `d1 execute` reports no meta.changes: ask SQLite in the same batch.
+        doc = self._execute(store.inline(sql, params).rstrip().rstrip(";")
+                            + ";\nSELECT changes() AS changes")
+        return int(doc[-1]["results"][0]["changes"])
+
+
+def apply_local_migrations(persist_to: str | None) -> None:
+    cmd = [*_wrangler(), "d1", "migrations", "apply", DB_BINDING,
+           *_location_args(False, persist_to)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_wrangler_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-20:]
+        raise AdminError("wrangler d1 migrations apply failed:\n" + "\n".join(tail))
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+# ---------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _name(value: str) -> str:
+    if not value or value != value.strip() or _CONTROL.search(value) or len(value) > 256:
+        raise argparse.ArgumentTypeError("must be a non-empty name without control characters "
+                                         "or surrounding spaces (max 256 chars)")
+    return value
+
+
+def _positive(value: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,12}", value) or int(value) <= 0:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return int(value)
+
+
+def _revision(value: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,12}", value):
+        raise argparse.ArgumentTypeError("must be a non-negative integer")
+    return int(value)
+
+
+def _grants(value: str) -> list[str]:
+    grants = [g.strip() for g in value.split(",") if g.strip()]
+    if not grants or any(not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", g) for g in grants):
+        raise argparse.ArgumentTypeError("must be a comma-separated list such as chat or chat,x")
+    return list(dict.fromkeys(grants))
+
+
+def _model(value: str) -> str:
+    try:
+        split_model(value)
+    except EdgeError:
+        raise argparse.ArgumentTypeError("must be provider:model") from None
+    return value
+
+
+def _sha256(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise argparse.ArgumentTypeError("must be 64 lowercase hex characters")
+    return value
+
+
+# ---------------------------------------------------------------------------
+# Commands (each returns the JSON-able result and the plain-text line)
+# ---------------------------------------------------------------------------
+
+
+async def cmd_key_create(db, a):
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    digest = hashlib.sha256(key.encode("ascii")).hexdigest()
+    await store.insert_key(db, digest, a.principal, int(time.time()))
+    return {"key": key, "key_sha256": digest, "principal": a.principal}, key
+
+
+async def cmd_key_revoke(db, a):
+    revoked = await store.revoke_key(db, a.key_sha256, int(time.time()))
+    if not revoked:
+        raise AdminError("no such unrevoked key")
+    return {"key_sha256": a.key_sha256, "revoked": True}, f"revoked {a.key_sha256}"
+
+
+async def cmd_policy_set(db, a):
+    await store.set_policy(db, a.principal, a.revision, a.grants, a.retention, int(time.time()))
+    res = {"principal": a.principal, "revision": a.revision, "grants": a.grants,
+           "retention": a.retention}
+    return res, (f"policy of {a.principal}: revision {a.revision}, grants "
+                 f"{','.join(a.grants)}, retention {a.retention}")
+
+
+async def cmd_session_create(db, a):
+    session_id = SESSION_PREFIX + secrets.token_urlsafe(18)
+    now = int(time.time())
+    await store.create_session(db, session_id, a.principal, now)
+    return {"session_id": session_id, "principal": a.principal, "created_at": now}, session_id
+
+
+async def cmd_session_end(db, a):
+    if not await store.end_session(db, a.session_id, a.principal, int(time.time())):
+        raise AdminError("no such open session for this principal")
+    return {"session_id": a.session_id, "ended": True}, f"ended {a.session_id}"
+
+
+async def cmd_model_set(db, a):
+    await store.set_model(db, a.model, a.input_tokens, a.max_output_tokens)
+    res = {"model": a.model, "input_tokens": a.input_tokens,
+           "max_output_tokens": a.max_output_tokens}
+    return res, f"model {a.model}: input {a.input_tokens}, max output {a.max_output_tokens}"
+
+
+# ---------------------------------------------------------------------------
+# Parser
+# ---------------------------------------------------------------------------
+
+
+def _common(defaults: bool) -> argparse.ArgumentParser:
+    """Location/output options, accepted before or after the command."""
+    p = argparse.ArgumentParser(add_help=False,
+                                argument_default=None if defaults else argparse.SUPPRESS)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", dest="remote", action="store_false",
+                       help="local D1 state (default); applies migrations first")
+    where.add_argument("--remote", dest="remote", action="store_true",
+                       help="the deployed D1 database")
+    p.add_argument("--persist-to", metavar="DIR", help="local state directory (wrangler --persist-to)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--no-migrate", action="store_true",
+                   help="--local: skip applying migrations (state known to be current)")
+    if defaults:
+        p.set_defaults(remote=False, persist_to=None, json=False, no_migrate=False)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common(defaults=False)
+    parser = argparse.ArgumentParser(prog="npm run admin --", parents=[_common(defaults=True)],
+                                     description="Roleplay edge admin: keys, policies, sessions, models.")
+    groups = parser.add_subparsers(dest="group", required=True)
+
+    key = groups.add_parser("key", help="roleplay API keys").add_subparsers(dest="action", required=True)
+    p = key.add_parser("create", parents=[common], help="create a key (printed once)")
+    p.add_argument("--principal", required=True, type=_name)
+    p.set_defaults(func=cmd_key_create)
+    p = key.add_parser("revoke", parents=[common], help="revoke a key by its SHA-256")
+    p.add_argument("--key-sha256", required=True, type=_sha256)
+    p.set_defaults(func=cmd_key_revoke)
+
+    policy = groups.add_parser("policy", help="principal policies").add_subparsers(dest="action", required=True)
+    p = policy.add_parser("set", parents=[common], help="set the current policy of a principal")
+    p.add_argument("--principal", required=True, type=_name)
+    p.add_argument("--revision", required=True, type=_revision)
+    p.add_argument("--grants", required=True, type=_grants, help="comma-separated, e.g. chat")
+    p.add_argument("--retention", required=True, choices=store.RETENTIONS)
+    p.set_defaults(func=cmd_policy_set)
+
+    session = groups.add_parser("session", help="roleplay sessions").add_subparsers(dest="action", required=True)
+    p = session.add_parser("create", parents=[common], help="create a session (prints its id)")
+    p.add_argument("--principal", required=True, type=_name)
+    p.set_defaults(func=cmd_session_create)
+    p = session.add_parser("end", parents=[common], help="end a session")
+    p.add_argument("--principal", required=True, type=_name)
+    p.add_argument("--session-id", required=True, type=_name)
+    p.set_defaults(func=cmd_session_end)
+
+    model = groups.add_parser("model", help="model windows").add_subparsers(dest="action", required=True)
+    p = model.add_parser("set", parents=[common], help="set a model's window sizes")
+    p.add_argument("model", type=_model, metavar="provider:model")
+    p.add_argument("--input-tokens", required=True, type=_positive)
+    p.add_argument("--max-output-tokens", required=True, type=_positive)
+    p.set_defaults(func=cmd_model_set)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.remote and args.persist_to:
+        print("admin: --persist-to applies to --local only", file=sys.stderr)
+        return 2
+    try:
+        if not args.remote and not args.no_migrate:
+            apply_local_migrations(args.persist_to)
+        db = WranglerExecutor(remote=args.remote, persist_to=args.persist_to)
+        result, text = asyncio.run(args.func(db, args))
+    except (AdminError, ValueError) as e:
+        print(f"admin: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        print(text)
+        if args.func is cmd_key_create:
+            print(f"Stored only as SHA-256 {result['key_sha256']} for principal "
+                  f"{result['principal']}; this key is not shown again.", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
