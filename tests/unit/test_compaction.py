@@ -1,0 +1,69 @@
+"""The existing lossy fallback: drop oldest unprotected complete exchanges, loudly."""
+
+import json
+
+import pytest
+from hypothesis import given
+
+from multillm_edge import compaction, formats, paging
+from multillm_edge.errors import EdgeError
+from test_paging import chat_body, messages_body, responses_body
+from test_paging_properties import SETTINGS, build, dumps, scenario, truth_pageable
+
+
+def test_fits_unchanged():
+    body = chat_body()
+    out, n = compaction.compact("chat", body, 10**6)
+    assert out is body and n == 0
+
+
+@pytest.mark.parametrize("fmt,make", [("chat", chat_body), ("responses", responses_body),
+                                      ("messages", messages_body)])
+def test_drops_oldest_and_counts(fmt, make):
+    body = make()
+    full = paging.body_size(body)
+    out, n = compaction.compact(fmt, body, full - 600)
+    assert n >= 1 and paging.body_size(out) <= full - 600
+    key = formats.get(fmt).ITEMS_KEY
+    assert out[key][-1] == body[key][-1]
+    assert "multillm_context_retrieve" not in json.dumps(out.get("tools", []))
+    assert not any(formats.marker_ids(m.get("content")) for m in out[key] if isinstance(m, dict))
+    assert out["capabilities"] == body["capabilities"]  # left as received by default
+    out2, _ = compaction.compact(fmt, body, full - 600, strip_edge_fields=True)
+    assert "capabilities" not in out2
+
+
+def test_cannot_fit_413():
+    with pytest.raises(EdgeError) as ei:
+        compaction.compact("chat", chat_body(), 200)
+    e = ei.value
+    assert e.status == 413 and e.code == "context_window_exceeded"
+    assert "context window" in e.message and "maximum context length" in e.message
+    assert e.details["budget"] == 200
+
+
+@SETTINGS
+@given(scenario)
+def test_compaction_property(sc):
+    fmt, segs, frac, protected, tools_present, _ = sc
+    body, items, truth = build(fmt, segs, protected, tools_present)
+    base = paging.strip_edge_fields(body)
+    full = len(dumps(base))
+    budget = int(full * frac)
+    mod = formats.get(fmt)
+    pageable = truth_pageable(truth, protected or [])
+    expected = None
+    for k in range(len(pageable) + 1):
+        drop = set(pageable[:k])
+        ref = dict(base)
+        ref[mod.ITEMS_KEY] = [x for gi, (s, e, _, _) in enumerate(truth) if gi not in drop
+                              for x in items[s:e]]
+        if len(dumps(ref)) <= budget:
+            expected = (k, ref)
+            break
+    try:
+        out, n = compaction.compact(fmt, body, budget, strip_edge_fields=True)
+    except EdgeError as e:
+        assert expected is None and e.code == "context_window_exceeded"
+        return
+    assert (n, dumps(out)) == (expected[0], dumps(expected[1]))
