@@ -183,6 +183,18 @@ class PageSigner:
         """Signature over ROW_SIGNED_FIELDS of a context_pages row (a mapping)."""
         return self._mac(self._row_keys[0], self._row_data(row))
 
+    def make_row(self, authority: str, principal: str, session_id: str, revision: int,
+                 sha256: str, byte_length: int, now: int, ttl: int) -> dict:
+        """A complete, signed context_pages row (all columns) for a page written at
+        ``now``: expires_at = now + ttl, r2_key = context-pages/<page_id>."""
+        pid = self.page_id(authority, principal, session_id, revision, sha256)
+        row = {"page_id": pid, "authority": authority, "principal": principal,
+               "session_id": session_id, "policy_revision": _int(revision), "sha256": sha256,
+               "byte_length": _int(byte_length), "r2_key": r2_key(pid),
+               "created_at": _int(now), "expires_at": _int(now) + _int(ttl)}
+        row["signature"] = self.row_signature(row)
+        return row
+
     def verify_row(self, row: Mapping[str, Any]) -> bool:
         """True iff row["signature"] verifies (current or previous secret) and the
         row's page_id is well formed. Missing or mistyped fields -> False."""

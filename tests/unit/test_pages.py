@@ -168,3 +168,14 @@ def test_invalid_inputs():
     assert not s.verify_page_id(s.page_id("roleplay", "a", "b", 0, SHA), "roleplay", "a", "b", "0", SHA)
     # unicode principals are fine, including lone surrogates
     assert s.verify_page_id(s.page_id("roleplay", "ünï\ud800", "b", 0, SHA), "roleplay", "ünï\ud800", "b", 0, SHA)
+
+
+def test_make_row():
+    s = PageSigner(b"k")
+    row = s.make_row("roleplay", "alice", "rps_1", 2, SHA, 77, 1000, 3600)
+    assert row["page_id"] == s.page_id("roleplay", "alice", "rps_1", 2, SHA)
+    assert row["r2_key"] == "context-pages/" + row["page_id"]
+    assert (row["created_at"], row["expires_at"], row["byte_length"]) == (1000, 4600, 77)
+    assert s.verify_row(row)
+    assert set(row) == {"page_id", "authority", "principal", "session_id", "policy_revision",
+                        "sha256", "byte_length", "r2_key", "created_at", "expires_at", "signature"}
