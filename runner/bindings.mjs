@@ -4,14 +4,20 @@
 // and the proxy's objects carry other names. These façades only rename and delegate:
 // every call still reaches Miniflare's real local D1 and R2.
 
+// Operation counts, read by tests and benchmarks (GET /__runner/stats).
+export const counts = { d1_statements: 0, d1_batches: 0, r2_puts: 0, r2_gets: 0, r2_heads: 0, r2_deletes: 0 };
+
+// Faults a test may inject where no real local failure can be provoked (POST /__runner/faults).
+export const faults = { r2_put: false, r2_get: false };
+
 class D1PreparedStatement {
   #stmt;
   constructor(stmt) { this.#stmt = stmt; }
   bind(...values) { return new D1PreparedStatement(this.#stmt.bind(...values)); }
-  first(column) { return column === undefined ? this.#stmt.first() : this.#stmt.first(column); }
-  all() { return this.#stmt.all(); }
-  run() { return this.#stmt.run(); }
-  raw(options) { return this.#stmt.raw(options); }
+  first(column) { counts.d1_statements++; return column === undefined ? this.#stmt.first() : this.#stmt.first(column); }
+  all() { counts.d1_statements++; return this.#stmt.all(); }
+  run() { counts.d1_statements++; return this.#stmt.run(); }
+  raw(options) { counts.d1_statements++; return this.#stmt.raw(options); }
   get inner() { return this.#stmt; }
 }
 
@@ -19,7 +25,7 @@ export class D1Database {
   #db;
   constructor(db) { this.#db = db; }
   prepare(sql) { return new D1PreparedStatement(this.#db.prepare(sql)); }
-  batch(statements) { return this.#db.batch(statements.map((s) => s.inner)); }
+  batch(statements) { counts.d1_batches++; return this.#db.batch(statements.map((s) => s.inner)); }
   exec(sql) { return this.#db.exec(sql); }
   dump() { return this.#db.dump(); }
 }
@@ -54,17 +60,21 @@ export class R2ObjectBody {
 export class R2Bucket {
   #bucket;
   constructor(bucket) { this.#bucket = bucket; }
-  async head(key) { const o = await this.#bucket.head(key); return o && new R2Object(o); }
+  async head(key) { counts.r2_heads++; const o = await this.#bucket.head(key); return o && new R2Object(o); }
   async get(key, options) {
+    counts.r2_gets++;
+    if (faults.r2_get) throw new Error("injected R2 get fault");
     const o = await (options === undefined ? this.#bucket.get(key) : this.#bucket.get(key, options));
     if (!o) return null;
     return new R2ObjectBody(o);
   }
   async put(key, value, options) {
+    counts.r2_puts++;
+    if (faults.r2_put) throw new Error("injected R2 put fault");
     const o = await (options === undefined ? this.#bucket.put(key, value) : this.#bucket.put(key, value, options));
     return o && new R2Object(o);
   }
-  delete(keys) { return this.#bucket.delete(keys); }
+  delete(keys) { counts.r2_deletes++; return this.#bucket.delete(keys); }
   list(options) { return this.#bucket.list(options); }
 }
 

@@ -6,7 +6,8 @@
 //   EDGE_STATE_DIR    local state, as `wrangler … --persist-to` (default .wrangler/state)
 //   EDGE_VARS_FILE    extra dotenv file overlaid on [vars] and .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
-//   EDGE_TEST_CLOCK=1 enables POST /__runner/clock {"offset": seconds} (tests only)
+//   EDGE_TEST_CONTROL=1 enables /__runner/* (tests only): clock offset, operation
+//                     counts, and direct access to the same local D1 and R2
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -15,7 +16,7 @@ import { dirname, join, resolve } from "node:path";
 import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { getPlatformProxy } from "wrangler";
-import { presentEnv } from "./bindings.mjs";
+import { counts, faults, presentEnv } from "./bindings.mjs";
 import { loadWorker } from "./pyodide-host.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -116,19 +117,57 @@ async function sendWebResponse(res, response) {
   res.end();
 }
 
-async function clockControl(req, res) {
-  let text = "";
-  for await (const c of req) text += c;
-  clockOffsetMs = Math.round(Number(JSON.parse(text || "{}").offset ?? 0) * 1000);
-  sendJson(res, 200, { offset: clockOffsetMs / 1000 });
+async function readJson(req) {
+  const chunks = [];
+  for await (const c of req) chunks.push(c);
+  return chunks.length ? JSON.parse(Buffer.concat(chunks).toString("utf8")) : {};
+}
+
+// Test control, outside the Worker: nothing here is reachable unless EDGE_TEST_CONTROL=1.
+async function testControl(req, res, url) {
+  const db = proxy.env.INTELLIGENCE_DB, bucket = proxy.env.multillm_media;
+  const route = `${req.method} ${url.pathname}`;
+  if (route === "POST /__runner/clock") {
+    clockOffsetMs = Math.round(Number((await readJson(req)).offset ?? 0) * 1000);
+    return sendJson(res, 200, { offset: clockOffsetMs / 1000 });
+  }
+  if (route === "GET /__runner/stats") return sendJson(res, 200, counts);
+  if (route === "POST /__runner/faults") {
+    Object.assign(faults, await readJson(req));
+    return sendJson(res, 200, faults);
+  }
+  if (route === "POST /__runner/d1") {
+    const { sql, params = [] } = await readJson(req);
+    const { results, meta } = await db.prepare(sql).bind(...params).all();
+    return sendJson(res, 200, { results, changes: meta.changes });
+  }
+  const key = url.searchParams.get("key");
+  if (route === "GET /__runner/r2") {
+    const obj = await bucket.get(key);
+    if (!obj) return sendJson(res, 404, { missing: true });
+    const data = Buffer.from(await obj.arrayBuffer());
+    res.writeHead(200, { "content-type": "application/octet-stream", "content-length": data.length });
+    return res.end(data);
+  }
+  if (route === "PUT /__runner/r2") {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    await bucket.put(key, new Uint8Array(Buffer.concat(chunks)));
+    return sendJson(res, 200, { stored: true });
+  }
+  if (route === "DELETE /__runner/r2") {
+    await bucket.delete(key);
+    return sendJson(res, 200, { deleted: true });
+  }
+  return sendJson(res, 404, { unknown: route });
 }
 
 const server = http.createServer(async (req, res) => {
   try {
-    if (process.env.EDGE_TEST_CLOCK === "1" && req.url === "/__runner/clock" && req.method === "POST") {
-      return await clockControl(req, res);
-    }
     const base = `http://${req.headers.host ?? "localhost"}`;
+    if (process.env.EDGE_TEST_CONTROL === "1" && req.url.startsWith("/__runner/")) {
+      return await testControl(req, res, new URL(req.url, base));
+    }
     const waits = [];
     const ctx = { waitUntil: (p) => waits.push(p), passThroughOnException: () => {}, props: {} };
     const instance = Default(ctx, env);

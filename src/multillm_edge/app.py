@@ -7,7 +7,10 @@ import time
 from . import store
 from .config import flag_state, signing_secrets
 from .errors import EdgeError
+from .auth import SESSION_HEADER
 from .forward import forward
+from .generation import FORMAT_BY_PATH, generate
+from .sessions import SESSIONS_PATH, create_session, end_session
 from .http import Incoming, Outgoing, error_response, json_response
 
 
@@ -34,9 +37,15 @@ def paging_enabled(platform) -> bool:
 
 
 def route(req: Incoming):
-    """The handler for a request, or None to forward it."""
+    """The handler for a request, or None to forward it (DESIGN §2)."""
     if req.path == "/healthz" and req.method in ("GET", "HEAD"):
         return healthz
+    if req.method == "POST" and req.path in FORMAT_BY_PATH and req.header(SESSION_HEADER):
+        return generate
+    if req.path == SESSIONS_PATH and req.method == "POST":
+        return create_session
+    if req.path.startswith(SESSIONS_PATH + "/") and req.method == "DELETE":
+        return end_session
     return None
 
 
@@ -46,7 +55,8 @@ async def handle(req: Incoming, platform) -> Outgoing:
     try:
         out = await handler(req, platform)
     except EdgeError as err:
+        req.notes["error"] = err.code
         out = error_response(err, anthropic=req.path == "/v1/messages")
     platform.log({"route": handler.__name__, "method": req.method, "status": out.status,
-                  "ms": round((time.monotonic() - started) * 1000, 1)})
+                  "ms": round((time.monotonic() - started) * 1000, 1), **req.notes})
     return out

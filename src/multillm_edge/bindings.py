@@ -14,12 +14,8 @@ import js
 from pyodide.ffi import JsException, to_js
 from workers import Request, Response
 
-from .errors import EdgeError
+from .errors import EdgeError, StorageError
 from .http import Incoming, Outgoing
-
-
-class StorageError(Exception):
-    """A D1 or R2 call failed; the edge answers 503 and dispatches nothing."""
 
 
 def _js_bytes(data: bytes):

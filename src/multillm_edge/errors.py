@@ -54,6 +54,10 @@ class EdgeError(Exception):
         return json.dumps(doc, separators=(",", ":")).encode()
 
 
+class StorageError(Exception):
+    """A D1 or R2 call failed. The edge answers 503 and dispatches nothing."""
+
+
 def bad_request(code: str, message: str, **details) -> EdgeError:
     return EdgeError(400, code, message, **details)
 

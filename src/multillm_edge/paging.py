@@ -35,7 +35,36 @@ from .errors import EdgeError
 EDGE_FIELDS = ("capabilities", "context_protected_indices")
 MAX_PAGE_BYTES = 65536
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _make_encode():
+    """``json.dumps(o, ensure_ascii=False, separators=(",", ":"))`` without the per-call
+    set-up: one C encoder (``_json.make_encoder``, what ``json.dumps`` builds on every
+    call) reused for every group. Circular checks are off: parsed JSON has no cycles.
+    Falls back to the stdlib encoder if the C accelerator is missing."""
+    enc = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    try:
+        from json.encoder import c_make_encoder, encode_basestring
+        if c_make_encoder is None:
+            raise ImportError
+        c = c_make_encoder(None, enc.default, encode_basestring, None, ":", ",",
+                           False, False, True)
+    except (ImportError, TypeError):
+        return enc.encode
+    join = "".join
+
+    def encode(o):
+        if isinstance(o, str):
+            return encode_basestring(o)
+        return join(c(o, 0))
+
+    encode("probe")
+    if encode([{"a": ["é", 1.5, None, True]}]) != enc.encode([{"a": ["é", 1.5, None, True]}]):
+        return enc.encode
+    return encode
+
+
+_encode = _make_encode()
 
 
 def page_bytes(items) -> bytes:
@@ -124,7 +153,7 @@ class _Prepared:
             if items is None:
                 self.fixed = _blen(_dumps(base))
                 self.groups = []
-                self.strs = []
+                self.raw = []
                 self.inner = []
                 self.total = self.fixed
                 self.pageable = []
@@ -134,12 +163,13 @@ class _Prepared:
             self.skel = skel
             self.fixed = _blen(_dumps(skel))
             groups = _formats.group_items(items, mod.classify)
-            strs = [_encode(items[g.start:g.end]) for g in groups]
-            inner = [_blen(s) - 2 for s in strs]
+            # each group serialized once, as a list: those bytes are its page body
+            raw = [_encode(items[g.start:g.end]).encode("utf-8") for g in groups]
+            inner = [len(b) - 2 for b in raw]
         except UnicodeEncodeError as e:
             raise _surrogate_error() from e
         self.groups = groups
-        self.strs = strs
+        self.raw = raw
         self.inner = inner
         self.sum_inner = sum(inner)
         self.total = self.fixed + self.sum_inner + (len(groups) - 1 if groups else 0)
@@ -170,7 +200,7 @@ class _Prepared:
     def page(self, gi: int) -> Page:
         p = self._pages.get(gi)
         if p is None:
-            b = self.strs[gi].encode("utf-8")
+            b = self.raw[gi]
             sha = hashlib.sha256(b).hexdigest()
             p = self._by_sha.get(sha)
             if p is None:

@@ -25,7 +25,7 @@ class Edge:
         vars_file.write_text("".join(f"{k}={v}\n" for k, v in (vars or {}).items()))
         env = {**os.environ, "PORT": "0", "EDGE_STATE_DIR": str(state_dir),
                "EDGE_VARS_FILE": str(vars_file), "EDGE_UNBIND": ",".join(unbind),
-               "EDGE_TEST_CLOCK": "1", **(extra_env or {})}
+               "EDGE_TEST_CONTROL": "1", **(extra_env or {})}
         self.lines: list[str] = []
         self._ready = threading.Event()
         self.proc = subprocess.Popen(["node", str(ROOT / "runner" / "dev.mjs")], cwd=ROOT, env=env,
@@ -61,6 +61,28 @@ class Edge:
 
     def set_clock(self, offset_seconds: float):
         self.client.post("/__runner/clock", json={"offset": offset_seconds}).raise_for_status()
+
+    def stats(self) -> dict:
+        return self.client.get("/__runner/stats").json()
+
+    def inject(self, **faults):
+        self.client.post("/__runner/faults", json=faults).raise_for_status()
+
+    def sql(self, sql: str, *params) -> list[dict]:
+        """A statement against the runner's own local D1."""
+        r = self.client.post("/__runner/d1", json={"sql": sql, "params": list(params)})
+        r.raise_for_status()
+        return r.json()["results"]
+
+    def r2_get(self, key: str) -> bytes | None:
+        r = self.client.get("/__runner/r2", params={"key": key})
+        return r.content if r.status_code == 200 else None
+
+    def r2_put(self, key: str, data: bytes):
+        self.client.put("/__runner/r2", params={"key": key}, content=data).raise_for_status()
+
+    def r2_delete(self, key: str):
+        self.client.delete("/__runner/r2", params={"key": key}).raise_for_status()
 
     def stop(self):
         if getattr(self, "client", None):

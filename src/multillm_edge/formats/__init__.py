@@ -101,7 +101,9 @@ def group_items(items: list, classify) -> list[Group]:
     kind = LEAD
     pending: dict = {}
     orphan = False
-    for i, it in enumerate(items):
+    i = -1
+    for it in items:
+        i += 1
         k, calls, results = classify(it)
         if k == SYSTEM:
             if start >= 0:
@@ -114,17 +116,20 @@ def group_items(items: list, classify) -> list[Group]:
                 append(Group(start, i, kind, _complete(pending, orphan)))
             start = i
             kind = EXCHANGE if k == USER else LEAD
-            pending = {}
+            if pending:
+                pending = {}
             orphan = False
         # results before calls: a message normally holds one or the other
-        for r in results:
-            n = pending.get(r, 0)
-            if n:
-                pending[r] = n - 1
-            else:
-                orphan = True
-        for c in calls:
-            pending[c] = pending.get(c, 0) + 1
+        if results:
+            for r in results:
+                n = pending.get(r, 0)
+                if n:
+                    pending[r] = n - 1
+                else:
+                    orphan = True
+        if calls:
+            for c in calls:
+                pending[c] = pending.get(c, 0) + 1
     if start >= 0:
         append(Group(start, len(items), kind, _complete(pending, orphan)))
     return groups

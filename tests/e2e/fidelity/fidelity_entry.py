@@ -9,7 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from workers import Request, Response, WorkerEntrypoint
 
-from multillm_edge.bindings import StorageError, WorkersPlatform
+from multillm_edge.bindings import WorkersPlatform
+from multillm_edge.errors import StorageError
 
 
 def _json(doc, status=200):

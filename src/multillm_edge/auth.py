@@ -1,0 +1,43 @@
+"""Roleplay key extraction and the checks every roleplay route shares (DESIGN §2, §5.2)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from . import store
+from .errors import EdgeError
+from .http import Incoming
+
+SESSION_HEADER = "x-roleplay-session-id"
+UNAUTHORIZED = EdgeError(401, "invalid_api_key", "A valid roleplay API key is required.")
+NO_CHAT_GRANT = EdgeError(403, "chat_not_granted", "This key's policy does not grant chat.")
+SESSION_NOT_FOUND = EdgeError(404, "session_not_found", "Roleplay session not found.")
+
+
+def key_digest(req: Incoming) -> str:
+    """SHA-256 hex of the roleplay key (`Authorization: Bearer` or `x-api-key`); 401 if none."""
+    key = None
+    auth = req.header("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        key = auth[7:].strip()
+    if not key:
+        key = (req.header("x-api-key") or "").strip()
+    if not key:
+        raise UNAUTHORIZED
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def database(platform):
+    db = platform.db
+    if db is None:
+        raise EdgeError(503, "storage_unavailable", "The D1 binding is not configured.")
+    return db
+
+
+def check_principal(facts) -> store.Policy:
+    """Key and chat grant; returns the current policy."""
+    if facts is None or facts.key_revoked:
+        raise UNAUTHORIZED
+    if facts.policy is None or not facts.policy.has_grant("chat"):
+        raise NO_CHAT_GRANT
+    return facts.policy

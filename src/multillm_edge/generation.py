@@ -1,0 +1,301 @@
+"""Roleplay generation at the edge (DESIGN §5): auth, plan, store before dispatch, fallbacks.
+
+The order is the contract: validate → one D1 read (key, policy, session, models,
+active pages) → plan every candidate → for the candidate being tried, put its new
+pages in R2 and upsert all its rows in one D1 statement → dispatch. Any storage fault
+is a 503 before the provider is called; nothing is ever truncated to make it fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+from . import compaction, config, paging, store
+from .auth import SESSION_HEADER, SESSION_NOT_FOUND, check_principal, database, key_digest
+from .errors import EdgeError, StorageError
+from .formats import get as format_module
+from .http import Incoming, Outgoing
+from .pages import PageSigner, r2_key
+
+CAPABILITY = "multillm_context_retrieve"
+AUTHORITY = "roleplay"
+FORMAT_BY_PATH = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
+RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+# Client headers a provider may need; everything else (the roleplay key above all) stays here.
+PASSED_HEADERS = ("accept", "anthropic-version", "anthropic-beta", "openai-beta")
+
+
+@dataclass
+class Candidate:
+    model: str                      # provider:model, as the client named it
+    provider: config.Provider
+    window: store.ModelWindow
+    budget: int
+    plan: object = None             # paging.Plan, or the body/compaction result
+    skipped: str | None = None      # why it was never sent
+
+
+@dataclass
+class Turn:
+    """What one generation request learned, for the response and the log line."""
+    fmt: str
+    paging: bool = False
+    pages: list = field(default_factory=list)   # Page objects of the dispatched plan
+    expires_at: int = 0
+    compacted: int = 0
+    new_pages: int = 0
+    attempts: int = 0
+    timings: dict = field(default_factory=dict)
+
+
+def _error(code: str, message: str, status: int = 400) -> EdgeError:
+    return EdgeError(status, code, message)
+
+
+def parse_body(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _error("invalid_json", "Request body is not valid UTF-8.") from None
+    except ValueError:
+        raise _error("invalid_json", "Request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise _error("invalid_request", "Request body must be a JSON object.")
+    return body
+
+
+def requested_models(body: dict) -> list[str]:
+    models = [body.get("model")]
+    extra = body.get("models")
+    if extra is not None:
+        if not isinstance(extra, list) or not all(isinstance(m, str) for m in extra):
+            raise _error("invalid_request", "`models` must be an array of provider:model strings.")
+        models += [m for m in extra if m != body.get("model")]
+    for m in models:
+        config.split_model(m)
+    return list(dict.fromkeys(models))
+
+
+def wants_paging(body: dict) -> bool:
+    caps = body.get("capabilities")
+    if caps is None:
+        return False
+    if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+        raise _error("invalid_request", "`capabilities` must be an array of strings.")
+    return CAPABILITY in caps
+
+
+def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationContext,
+               providers: dict, safety: int) -> list[Candidate]:
+    reserve = paging.output_reservation(fmt, body)
+    out = []
+    for name in models:
+        window = ctx.models.get(name)
+        if window is None:
+            raise _error("unknown_model", f"Unknown model: {name}.")
+        provider = providers.get(config.split_model(name)[0])
+        if provider is None or not provider.serves(fmt):
+            raise _error("unknown_model", f"No provider serves {name} in this format.")
+        reservation = reserve if reserve is not None else window.max_output_tokens
+        out.append(Candidate(name, provider, window, window.input_tokens - reservation - safety))
+    return out
+
+
+def signer(platform) -> PageSigner:
+    secrets = config.signing_secrets(platform.var)
+    if secrets is None:
+        raise _error("signing_not_configured", "Page signing is not configured.", 503)
+    return PageSigner(*secrets)
+
+
+def page_rows(pages, principal: str, session_id: str, revision: int, now: int,
+              sign: PageSigner) -> list[dict]:
+    rows = []
+    for page in pages:
+        row = {"page_id": page.page_id, "authority": AUTHORITY, "principal": principal,
+               "session_id": session_id, "policy_revision": revision, "sha256": page.sha256,
+               "byte_length": len(page.body), "r2_key": r2_key(page.page_id),
+               "created_at": now, "expires_at": now + config.PAGE_TTL_SECONDS}
+        row["signature"] = sign.row_signature(row)
+        rows.append(row)
+    return rows
+
+
+async def store_pages(platform, db, pages, ctx: store.GenerationContext, session_id: str,
+                      sign: PageSigner, turn: Turn, stored: set) -> None:
+    """R2 bodies for pages not already active, then one D1 upsert of every row."""
+    if not pages:
+        return
+    bucket = platform.pages
+    if bucket is None:
+        raise _error("storage_unavailable", "The R2 binding is not configured.", 503)
+    now = platform.now()
+    fresh = [p for p in pages if p.page_id not in ctx.active_page_ids and p.page_id not in stored]
+    try:
+        await asyncio.gather(*(bucket.put(r2_key(p.page_id), p.body) for p in fresh))
+        stored.update(p.page_id for p in fresh)
+        turn.new_pages += len(fresh)
+        rows = page_rows(pages, ctx.principal, session_id, ctx.policy.revision, now, sign)
+        ok = await store.upsert_pages(db, rows, ctx.principal, session_id, now,
+                                      config.SESSION_ALLOWANCE_BYTES)
+    except StorageError:
+        raise _error("storage_failed", "Context pages could not be stored.", 503) from None
+    if not ok:
+        raise EdgeError(413, "context_session_limit_exceeded",
+                        "The context window was exceeded and this session's stored context "
+                        "pages would exceed their allowance.",
+                        allowance_bytes=config.SESSION_ALLOWANCE_BYTES)
+    turn.expires_at = now + config.PAGE_TTL_SECONDS
+
+
+def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platform) -> list:
+    key = platform.var(provider.api_key_secret)
+    auth = config.provider_auth_headers(fmt, key, req.header("anthropic-version"))
+    headers = [("content-type", "application/json")]
+    headers += [(k, req.header(k)) for k in PASSED_HEADERS
+                if req.header(k) is not None and k not in auth]
+    return headers + list(auth.items())
+
+
+def encode(body: dict) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def plan_all(fmt: str, body: dict, raw: bytes, cands: list[Candidate], turn: Turn, page_id_for):
+    """Fill each candidate's plan: a paging.Plan, or (bytes, dropped) for existing behaviour."""
+    if turn.paging:
+        results = paging.plan_candidates(fmt, body, [c.budget for c in cands], page_id_for,
+                                         max_page_bytes=config.MAX_PAGE_BYTES)
+    else:
+        results = []
+        for c in cands:
+            try:
+                results.append(compaction.compact(fmt, body, c.budget))
+            except EdgeError as e:
+                if e.status != 413:
+                    raise
+                results.append(e)
+    for c, result in zip(cands, results):
+        if isinstance(result, EdgeError):
+            c.skipped = result
+        else:
+            c.plan = result
+    if all(c.skipped for c in cands):
+        raise cands[0].skipped
+
+
+def dispatch_body(c: Candidate, raw: bytes, turn: Turn) -> bytes:
+    if turn.paging:
+        return encode(c.plan.body)
+    compacted, dropped = c.plan
+    return raw if dropped == 0 else encode(compacted)
+
+
+def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
+    """Add `context_pages` / `context_compaction` to a complete JSON response."""
+    extra = {}
+    if turn.pages:
+        schema = format_module(fmt).tool_schema()
+        extra["context_pages"] = [{"page_id": p.page_id, "sha256": p.sha256,
+                                   "expires_at": turn.expires_at, "tool_schema": schema}
+                                  for p in turn.pages]
+    if turn.compacted:
+        extra["context_compaction"] = {"dropped_exchanges": turn.compacted}
+    if not extra:
+        return payload
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        return payload
+    if not isinstance(doc, dict):
+        return payload
+    doc.update(extra)
+    return encode(doc)
+
+
+def info_headers(turn: Turn) -> list:
+    headers = []
+    if turn.pages:
+        headers.append(("x-multillm-context-pages", ",".join(p.page_id for p in turn.pages)))
+    if turn.compacted:
+        headers.append(("x-multillm-context-compaction", str(turn.compacted)))
+    return headers
+
+
+async def respond(upstream, turn: Turn, fmt: str) -> Outgoing:
+    headers = [(k, v) for k, v in upstream.headers
+               if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
+    ctype = dict(upstream.headers).get("content-type", "")
+    if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
+        body = annotate(await upstream.read(), turn, fmt)
+        return Outgoing(upstream.status, headers + info_headers(turn), body)
+    return Outgoing(upstream.status, headers + info_headers(turn), stream=upstream.stream)
+
+
+async def generate(req: Incoming, platform) -> Outgoing:
+    fmt = FORMAT_BY_PATH[req.path]
+    turn = Turn(fmt)
+    t0 = time.monotonic()
+    digest = key_digest(req)
+    session_id = req.header(SESSION_HEADER).strip()
+    raw = await platform.read_body(config.MAX_REQUEST_BYTES)
+    body = parse_body(raw)
+    models = requested_models(body)
+    asked = wants_paging(body)
+    flag_on = config.flag_state(platform.var(config.FLAG_NAME),
+                                lambda m: platform.log({"level": "warning", "message": m}))
+    db = database(platform)
+    try:
+        ctx = await store.load_generation_context(db, digest, session_id, models, platform.now())
+    except StorageError:
+        raise _error("storage_failed", "Roleplay state could not be read.", 503) from None
+    policy = check_principal(ctx)
+    if not ctx.session.open:
+        raise SESSION_NOT_FOUND
+    providers = config.parse_providers(platform.var("PROVIDERS"))
+    cands = candidates(fmt, body, models, ctx, providers,
+                       config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
+    turn.paging = flag_on and asked and policy.retention != "zero"
+    sign = signer(platform) if turn.paging else None
+
+    def page_id_for(sha):
+        return sign.page_id(AUTHORITY, ctx.principal, session_id, policy.revision, sha)
+
+    plan_all(fmt, body, raw, cands, turn, page_id_for)
+    turn.timings["plan_ms"] = round((time.monotonic() - t0) * 1000, 1)
+    stored: set = set()
+    upstream = chosen = None
+    for c in cands:
+        if c.skipped:
+            platform.log({"event": "candidate_skipped", "model_index": cands.index(c),
+                          "reason": c.skipped.code})
+            continue
+        if turn.paging:
+            await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
+        headers = upstream_headers(req, fmt, c.provider, platform)
+        turn.attempts += 1
+        chosen = c
+        t1 = time.monotonic()
+        try:
+            upstream = await platform.fetch(c.provider.endpoint(fmt), "POST", headers,
+                                            dispatch_body(c, raw, turn))
+        except OSError:
+            upstream = None
+            continue
+        finally:
+            turn.timings["upstream_ms"] = round((time.monotonic() - t1) * 1000, 1)
+        if upstream.status not in RETRY_STATUSES:
+            break
+    if upstream is None:
+        raise _error("upstream_unreachable", "No provider could be reached.", 502)
+    if turn.paging:
+        turn.pages = list(chosen.plan.pages)
+    else:
+        turn.compacted = chosen.plan[1]
+    req.notes.update(paging=turn.paging, pages=len(turn.pages), new_pages=turn.new_pages,
+                     compacted=turn.compacted, attempts=turn.attempts,
+                     model_index=cands.index(chosen), **turn.timings)
+    return await respond(upstream, turn, fmt)

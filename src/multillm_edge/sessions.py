@@ -1,0 +1,46 @@
+"""Roleplay sessions: create for the key's principal, end (pages stop being retrievable)."""
+
+from __future__ import annotations
+
+import secrets
+
+from . import store
+from .auth import SESSION_NOT_FOUND, check_principal, database, key_digest
+from .errors import EdgeError, StorageError
+from .http import Incoming, Outgoing, json_response
+
+SESSIONS_PATH = "/v1/roleplay/sessions"
+
+
+async def _principal(req: Incoming, db) -> str:
+    facts = await store.load_principal(db, key_digest(req))
+    check_principal(facts)
+    return facts.principal
+
+
+async def create_session(req: Incoming, platform) -> Outgoing:
+    digest_first = key_digest(req)  # 401 before touching storage
+    del digest_first
+    db = database(platform)
+    try:
+        principal = await _principal(req, db)
+        session_id = "rps_" + secrets.token_urlsafe(24)
+        now = platform.now()
+        await store.create_session(db, session_id, principal, now)
+    except StorageError:
+        raise EdgeError(503, "storage_failed", "The session could not be created.") from None
+    return json_response(201, {"session_id": session_id, "created_at": now})
+
+
+async def end_session(req: Incoming, platform) -> Outgoing:
+    session_id = req.path[len(SESSIONS_PATH) + 1:]
+    key_digest(req)
+    db = database(platform)
+    try:
+        principal = await _principal(req, db)
+        ended = await store.end_session(db, session_id, principal, platform.now())
+    except StorageError:
+        raise EdgeError(503, "storage_failed", "The session could not be ended.") from None
+    if not ended:
+        raise SESSION_NOT_FOUND
+    return json_response(200, {"session_id": session_id, "ended": True})

@@ -1,0 +1,110 @@
+"""Roleplay fixtures: principals, keys, sessions and models seeded in the runner's D1,
+and long conversations in the three wire formats, each text unique and traceable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+
+SIGNING_SECRET = "test-signing-secret-0123456789"
+PROVIDER_KEY = "sk-provider-SECRET-4f1a"
+
+
+def edge_vars(provider_url: str, origin_url: str = "", **extra) -> dict:
+    providers = {"fake": {"base_url": provider_url + "/v1",
+                          "formats": ["chat", "responses", "messages"],
+                          "api_key_secret": "FAKE_API_KEY"}}
+    return {"CONTEXT_PAGING_ENABLED": "true", "PROVIDERS": json.dumps(providers),
+            "FAKE_API_KEY": PROVIDER_KEY, "MEDIA_SIGNING_SECRET": SIGNING_SECRET,
+            "FLASK_ORIGIN": origin_url, **extra}
+
+
+def seed_principal(edge, principal: str | None = None, grants=("chat",), retention="standard",
+                   revision: int = 1) -> tuple[str, str]:
+    """A key and policy for a (new) principal → (key, principal)."""
+    principal = principal or "p_" + secrets.token_hex(4)
+    key = "rpk_" + secrets.token_urlsafe(18)
+    edge.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at) VALUES (?1, ?2, 0)",
+             hashlib.sha256(key.encode()).hexdigest(), principal)
+    set_policy(edge, principal, grants, retention, revision)
+    return key, principal
+
+
+def set_policy(edge, principal, grants=("chat",), retention="standard", revision=1):
+    edge.sql("INSERT INTO principal_policies (principal, revision, grants, retention, updated_at) "
+             "VALUES (?1, ?2, ?3, ?4, 0) ON CONFLICT(principal) DO UPDATE SET "
+             "revision = excluded.revision, grants = excluded.grants, retention = excluded.retention",
+             principal, revision, json.dumps(list(grants)), retention)
+
+
+def set_model(edge, model: str, input_tokens: int, max_output_tokens: int = 1000):
+    edge.sql("INSERT OR REPLACE INTO models (model, input_tokens, max_output_tokens) VALUES (?1, ?2, ?3)",
+             model, input_tokens, max_output_tokens)
+
+
+def open_session(edge, key: str) -> str:
+    r = edge.client.post("/v1/roleplay/sessions", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 201, r.text
+    return r.json()["session_id"]
+
+
+def line(tag: str, i: int, size: int) -> str:
+    """A unique, traceable text of about `size` bytes with Unicode and whitespace."""
+    head = f"{tag}-{i:04d} «Aurore» 夜の森へ 🌙 ma\u0301gico \u05e9\u05dc\u05d5\u05dd\t \r\n"
+    return head + ("The lantern flickers. " * (size // 22 + 1))[: max(0, size - len(head))]
+
+
+def chat_history(n: int, size: int = 300, tag: str = "X", tools: bool = True) -> list[dict]:
+    msgs = [{"role": "system", "content": f"You are Aurore, a ranger. {tag}-system"},
+            {"role": "assistant", "content": line(tag + "-greet", 0, size)}]
+    for i in range(n):
+        msgs.append({"role": "user", "content": line(tag + "-u", i, size)})
+        if tools and i % 5 == 2:
+            cid = f"call_{tag}_{i}"
+            msgs.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": cid, "type": "function",
+                 "function": {"name": "roll_dice", "arguments": json.dumps({"sides": 20, "note": f"{tag}-{i}"})}}]})
+            msgs.append({"role": "tool", "tool_call_id": cid, "content": line(tag + "-t", i, 60)})
+        msgs.append({"role": "assistant", "content": line(tag + "-a", i, size)})
+    return msgs
+
+
+def chat_body(n: int, model="fake:rp-small", size=300, tag="X", new_turn: str | None = None, **extra) -> dict:
+    msgs = chat_history(n, size, tag)
+    msgs.append({"role": "user", "content": new_turn or f"{tag}-latest What do we do now?"})
+    return {"model": model, "messages": msgs, "max_tokens": 200,
+            "capabilities": ["multillm_context_retrieve"], **extra}
+
+
+def responses_body(n: int, model="fake:rp-small", size=300, tag="R", **extra) -> dict:
+    items = []
+    for i in range(n):
+        items.append({"role": "user", "content": line(tag + "-u", i, size)})
+        if i % 4 == 1:
+            cid = f"fc_{tag}_{i}"
+            items.append({"type": "function_call", "call_id": cid, "name": "roll_dice",
+                          "arguments": json.dumps({"sides": 6})})
+            items.append({"type": "function_call_output", "call_id": cid, "output": line(tag + "-o", i, 40)})
+        items.append({"type": "message", "role": "assistant",
+                      "content": [{"type": "output_text", "text": line(tag + "-a", i, size)}]})
+    items.append({"role": "user", "content": f"{tag}-latest And then?"})
+    return {"model": model, "input": items, "instructions": f"Stay in character. {tag}-instr",
+            "max_output_tokens": 200, "capabilities": ["multillm_context_retrieve"], **extra}
+
+
+def messages_body(n: int, model="fake:rp-small", size=300, tag="M", **extra) -> dict:
+    msgs = []
+    for i in range(n):
+        msgs.append({"role": "user", "content": line(tag + "-u", i, size)})
+        if i % 4 == 1:
+            tid = f"toolu_{tag}_{i}"
+            msgs.append({"role": "assistant", "content": [
+                {"type": "text", "text": line(tag + "-pre", i, 40)},
+                {"type": "tool_use", "id": tid, "name": "roll_dice", "input": {"sides": 6}}]})
+            msgs.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": tid, "content": line(tag + "-res", i, 40)}]})
+        msgs.append({"role": "assistant", "content": line(tag + "-a", i, size)})
+    msgs.append({"role": "user", "content": f"{tag}-latest Onward?"})
+    return {"model": model, "system": f"You are Aurore. {tag}-system", "messages": msgs,
+            "max_tokens": 200, "capabilities": ["multillm_context_retrieve"], **extra}
