@@ -103,6 +103,17 @@ class Page:
     items: list  # the original items, in order
 
 
+_object_new = object.__new__
+
+
+def _new_page(page_id: str, sha256: str, body: bytes, items: list) -> Page:
+    # Same object as Page(...), without the frozen dataclass's four
+    # object.__setattr__ calls (thousands of pages per request in Pyodide).
+    p = _object_new(Page)
+    p.__dict__.update(page_id=page_id, sha256=sha256, body=body, items=items)
+    return p
+
+
 @dataclass
 class Plan:
     body: dict          # upstream body to send
@@ -205,7 +216,7 @@ class _Prepared:
             p = self._by_sha.get(sha)
             if p is None:
                 g = self.groups[gi]
-                p = Page(self.page_id_for(sha), sha, b, self.items[g.start:g.end])
+                p = _new_page(self.page_id_for(sha), sha, b, self.items[g.start:g.end])
                 self._by_sha[sha] = p
             self._pages[gi] = p
         return p

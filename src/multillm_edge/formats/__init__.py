@@ -89,8 +89,8 @@ class Group(NamedTuple):
     complete: bool   # every call has its result in the group and vice versa
 
 
-def _complete(pending: dict, orphan: bool) -> bool:
-    return not orphan and not any(pending.values())
+def _no_pending(pending: dict) -> bool:
+    return not pending or not any(pending.values())
 
 
 def group_items(items: list, classify) -> list[Group]:
@@ -105,15 +105,17 @@ def group_items(items: list, classify) -> list[Group]:
     for it in items:
         i += 1
         k, calls, results = classify(it)
+        if k == OTHER and start >= 0 and not calls and not results:
+            continue  # the common case: a plain reply inside the current group
         if k == SYSTEM:
             if start >= 0:
-                append(Group(start, i, kind, _complete(pending, orphan)))
+                append(Group(start, i, kind, not orphan and _no_pending(pending)))
                 start = -1
             append(Group(i, i + 1, STANDALONE, True))
             continue
         if k == USER or start < 0:
             if start >= 0:
-                append(Group(start, i, kind, _complete(pending, orphan)))
+                append(Group(start, i, kind, not orphan and _no_pending(pending)))
             start = i
             kind = EXCHANGE if k == USER else LEAD
             if pending:
@@ -131,7 +133,7 @@ def group_items(items: list, classify) -> list[Group]:
             for c in calls:
                 pending[c] = pending.get(c, 0) + 1
     if start >= 0:
-        append(Group(start, len(items), kind, _complete(pending, orphan)))
+        append(Group(start, len(items), kind, not orphan and _no_pending(pending)))
     return groups
 
 

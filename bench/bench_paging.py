@@ -1,0 +1,136 @@
+"""Benchmark of the paging plan (issue 3), run identically in CPython and Pyodide.
+
+What is measured, per history size (100, 500, 1,000 and 5,000 roleplay exchanges):
+
+* floor  = one ``json.loads`` of the raw request body + one compact ``json.dumps`` of
+           it + one SHA-256 of those UTF-8 bytes: the least any edge that parses,
+           re-serializes and hashes the body pays.
+* plan   = what the edge does per request: ``json.loads`` of the raw body +
+           ``paging.plan_paging`` with a budget of 40 % of the body size (so most of the
+           history is paged: grouping, sizing, page bytes, SHA-256 and an HMAC page id
+           for every page, the marker and the upstream body). The upstream body is not
+           re-serialized (the dispatcher does that in both cases).
+* ratio  = plan / floor (target ≤ 2.0); scale = plan(5,000) / plan(500) (target ≤ 12).
+
+Each figure is the median of 7-41 runs in the same process (after a warm-up run;
+``gc.collect()`` before each run, the collector stays enabled during it).
+Usage: ``python bench/bench_paging.py`` (CPython) or ``node bench/pyodide_bench.mjs``;
+``npm run bench`` runs both.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import hmac
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+if os.path.isdir(SRC) and SRC not in sys.path:
+    sys.path.insert(0, SRC)
+
+from multillm_edge import paging  # noqa: E402
+
+SIZES = (100, 500, 1000, 5000)
+KEY = b"bench-signing-key"
+
+
+def page_id_for(sha: str) -> str:
+    return "cp_" + hmac.new(KEY, ("roleplay|p|s|1|" + sha).encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def roleplay_body(n: int) -> dict:
+    """A roleplay chat of ``n`` exchanges (~1.6 KB each): narration, Unicode, dice rolls."""
+    msgs = [{"role": "system", "content": "You are Captain Mira of the skyship Aurora. "
+             "Stay in character; narrate in vivid second person. " * 8},
+            {"role": "assistant", "content": "*The deck sways beneath your feet.* Welcome aboard! 🌬️"}]
+    for i in range(n):
+        msgs.append({"role": "user", "content": f"*leans on the rail* Tell me about port {i}, "
+                     "captain. What do the sky-whales sing there? 港口の歌\n" * 4})
+        if i % 5 == 2:
+            msgs.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{i}_a", "type": "function",
+                 "function": {"name": "roll_dice", "arguments": "{\"sides\": 20, \"count\": 1}"}},
+                {"id": f"call_{i}_b", "type": "function",
+                 "function": {"name": "weather", "arguments": "{\"port\": %d}" % i}}]})
+            msgs.append({"role": "tool", "tool_call_id": f"call_{i}_a", "content": "17"})
+            msgs.append({"role": "tool", "tool_call_id": f"call_{i}_b",
+                         "content": "{\"wind\": \"NE 12kn\", \"sky\": \"clear\"}"})
+        msgs.append({"role": "assistant", "content": (
+            f"*Mira smiles and points toward the horizon.* Port {i} — ah, the singing harbour. "
+            "The whales rise at dusk, their songs rolling through the cloud-sea like thunder "
+            "wrapped in velvet. Sailors say if you listen closely you can hear your own name. "
+            "¡Qué maravilla! Les marins y dansent jusqu'à l'aube. ") * 3 + "\r\n"})
+    msgs.append({"role": "user", "content": "*takes a deep breath* Let's set sail."})
+    return {"model": "openai:gpt-4o", "messages": msgs, "max_tokens": 1024, "temperature": 0.8,
+            "capabilities": ["multillm_context_retrieve"]}
+
+
+def _median_ms(fn, reps: int) -> float:
+    fn()  # warm-up
+    ts = []
+    for _ in range(reps):
+        gc.collect()  # every run starts from the same heap state (GC stays enabled)
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1000.0
+
+
+def run(sizes=SIZES, reps: int | None = None) -> list[dict]:
+    rows = []
+    for n in sizes:
+        raw = json.dumps(roleplay_body(n), ensure_ascii=False, separators=(",", ":")).encode()
+        budget = int(len(raw) * 0.4)
+        r = reps or {100: 41, 500: 15, 1000: 11}.get(n, 7)
+
+        def floor():
+            obj = json.loads(raw)
+            hashlib.sha256(json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+                           .encode("utf-8")).hexdigest()
+
+        def plan():
+            return paging.plan_paging("chat", json.loads(raw), budget, page_id_for)
+
+        p = plan()
+        assert p.size <= budget and p.pages
+        body = json.loads(raw)
+        plan_only = _median_ms(lambda: paging.plan_paging("chat", body, budget, page_id_for), r)
+        f = _median_ms(floor, r)
+        t = _median_ms(plan, r)
+        rows.append({"exchanges": n, "mb": len(raw) / 1e6, "pages": len(p.pages),
+                     "floor_ms": f, "plan_ms": t, "plan_only_ms": plan_only, "ratio": t / f})
+    return rows
+
+
+def table(rows, runtime: str) -> str:
+    out = [f"paging bench — {runtime} {sys.version.split()[0]}",
+           "| exchanges | body MB | pages | floor ms | plan ms (incl. loads) | plan ms (parsed) | ratio |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['exchanges']:,} | {r['mb']:.2f} | {r['pages']:,} | {r['floor_ms']:.1f} | "
+                   f"{r['plan_ms']:.1f} | {r['plan_only_ms']:.1f} | {r['ratio']:.2f} |")
+    by = {r["exchanges"]: r for r in rows}
+    ok = all(r["ratio"] <= 2.0 for r in rows)
+    line = f"max ratio {max(r['ratio'] for r in rows):.2f} (target ≤ 2.0)"
+    if 500 in by and 5000 in by:
+        scale = by[5000]["plan_ms"] / by[500]["plan_ms"]
+        ok = ok and scale <= 12.0
+        line += f"; 5,000 / 500 exchanges = {scale:.1f}× (target ≤ 12)"
+    out.append(line + ("  → targets met" if ok else "  → TARGETS MISSED"))
+    return "\n".join(out), ok
+
+
+def main(runtime: str = "CPython") -> int:
+    text, ok = table(run(), runtime)
+    print(text, flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+// Runs bench/bench_paging.py inside Pyodide (npm pyodide, the 0.28 line production uses).
+// Copies src/multillm_edge and bench/bench_paging.py into Pyodide's FS and prints the
+// same table as the CPython run. Usage: node bench/pyodide_bench.mjs
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+import { loadPyodide } from "pyodide";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+
+function copyTree(py, hostDir, fsDir) {
+  py.FS.mkdirTree(fsDir);
+  for (const name of readdirSync(hostDir)) {
+    if (name === "__pycache__") continue;
+    const host = join(hostDir, name);
+    const dest = `${fsDir}/${name}`;
+    if (statSync(host).isDirectory()) copyTree(py, host, dest);
+    else if (name.endsWith(".py")) py.FS.writeFile(dest, readFileSync(host));
+  }
+}
+
+const t0 = performance.now();
+const py = await loadPyodide({ stdout: (s) => console.log(s), stderr: (s) => console.error(s) });
+const loadMs = performance.now() - t0;
+copyTree(py, join(root, "src", "multillm_edge"), "/home/pyodide/src/multillm_edge");
+py.FS.mkdirTree("/home/pyodide/bench");
+py.FS.writeFile("/home/pyodide/bench/bench_paging.py", readFileSync(join(root, "bench", "bench_paging.py")));
+console.log(`(pyodide ${py.version} loaded in ${(loadMs / 1000).toFixed(1)} s)`);
+const rc = py.runPython(`
+import sys
+sys.path.insert(0, "/home/pyodide/src"); sys.path.insert(0, "/home/pyodide/bench")
+import bench_paging
+bench_paging.main("Pyodide")
+`);
+process.exit(rc);

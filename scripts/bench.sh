@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# npm run bench: the paging benchmark in CPython and in Pyodide (same code, same table).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+[ -d node_modules/pyodide ] || npm install --no-audit --no-fund
+rc=0
+echo "== CPython =="
+"$PY" bench/bench_paging.py || rc=1
+echo
+echo "== Pyodide =="
+node bench/pyodide_bench.mjs || rc=1
+exit $rc
