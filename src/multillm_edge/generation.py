@@ -124,6 +124,13 @@ def page_rows(pages, principal: str, session_id: str, revision: int, now: int,
     return rows
 
 
+def session_limit() -> EdgeError:
+    return EdgeError(413, "context_session_limit_exceeded",
+                     "The context window was exceeded and this session's stored context "
+                     "pages would exceed their allowance.",
+                     allowance_bytes=config.SESSION_ALLOWANCE_BYTES)
+
+
 async def store_pages(platform, db, pages, ctx: store.GenerationContext, session_id: str,
                       sign: PageSigner, turn: Turn, stored: set) -> None:
     """R2 bodies for pages not already active, then one D1 upsert of every row."""
@@ -134,6 +141,10 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
         raise _error("storage_unavailable", "The R2 binding is not configured.", 503)
     now = platform.now()
     fresh = [p for p in pages if p.page_id not in ctx.active_page_ids and p.page_id not in stored]
+    # The D1 upsert enforces the allowance atomically; checking the figure read with the
+    # context first avoids writing R2 bodies that could never get a row.
+    if ctx.active_bytes + sum(len(p.body) for p in fresh) > config.SESSION_ALLOWANCE_BYTES:
+        raise session_limit()
     try:
         await asyncio.gather(*(bucket.put(r2_key(p.page_id), p.body) for p in fresh))
         stored.update(p.page_id for p in fresh)
@@ -144,10 +155,7 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
     except StorageError:
         raise _error("storage_failed", "Context pages could not be stored.", 503) from None
     if not ok:
-        raise EdgeError(413, "context_session_limit_exceeded",
-                        "The context window was exceeded and this session's stored context "
-                        "pages would exceed their allowance.",
-                        allowance_bytes=config.SESSION_ALLOWANCE_BYTES)
+        raise session_limit()
     turn.expires_at = now + config.PAGE_TTL_SECONDS
 
 
@@ -187,11 +195,16 @@ def plan_all(fmt: str, body: dict, raw: bytes, cands: list[Candidate], turn: Tur
         raise cands[0].skipped
 
 
-def dispatch_body(c: Candidate, raw: bytes, turn: Turn) -> bytes:
+def dispatch_body(c: Candidate, primary: str, raw: bytes, turn: Turn) -> bytes:
+    """The bytes sent for candidate `c`: the request as received when nothing changed;
+    a fallback carries its own model name, and nothing else differs."""
     if turn.paging:
-        return encode(c.plan.body)
-    compacted, dropped = c.plan
-    return raw if dropped == 0 else encode(compacted)
+        body = c.plan.body
+    else:
+        body, dropped = c.plan
+        if dropped == 0 and c.model == primary:
+            return raw
+    return encode(body if c.model == primary else {**body, "model": c.model})
 
 
 def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
@@ -281,7 +294,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
         t1 = time.monotonic()
         try:
             upstream = await platform.fetch(c.provider.endpoint(fmt), "POST", headers,
-                                            dispatch_body(c, raw, turn))
+                                            dispatch_body(c, cands[0].model, raw, turn))
         except OSError:
             upstream = None
             continue

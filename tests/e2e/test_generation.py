@@ -1,0 +1,466 @@
+"""Roleplay generation through the runner: what reached upstream, what was stored, what was not."""
+
+import base64
+import copy
+import hashlib
+import json
+import time
+
+import pytest
+
+from multillm_edge.pages import PageSigner
+from tests.support import roleplay as rp
+from tests.support.fakes import FakeServer, Reply
+from tests.support.runner import Edge
+
+MODEL = "fake:rp-small"
+WINDOW = 6000          # tokens; compared against UTF-8 bytes (DESIGN §5.5)
+
+
+def provider_reply(rec):
+    if rec.path.endswith("/messages"):
+        doc = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+               "content": [{"type": "text", "text": "The fox runs."}], "stop_reason": "end_turn",
+               "usage": {"input_tokens": 1, "output_tokens": 1}}
+    elif rec.path.endswith("/responses"):
+        doc = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
+    else:
+        doc = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+               "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "The fox runs."}}]}
+    return Reply(chunks=[json.dumps(doc).encode()])
+
+
+@pytest.fixture(scope="module")
+def provider_server():
+    server = FakeServer(provider_reply)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def edge(provider_server, tmp_path_factory):
+    edge = Edge(tmp_path_factory.mktemp("generation"), vars=rp.edge_vars(provider_server.url))
+    rp.set_model(edge, MODEL, WINDOW, 1000)
+    rp.set_model(edge, "fake:tiny", 300, 100)
+    yield edge
+    edge.stop()
+
+
+@pytest.fixture
+def provider(provider_server):
+    provider_server.clear()
+    provider_server.reply = provider_reply
+    return provider_server
+
+
+@pytest.fixture
+def player(edge):
+    """A fresh principal with a key and an open session."""
+    key, principal = rp.seed_principal(edge)
+    return {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+
+
+def headers(player, **extra):
+    return {"Authorization": f"Bearer {player['key']}", "X-Roleplay-Session-ID": player["session"], **extra}
+
+
+def post(edge, player, body, path="/v1/chat/completions", **extra):
+    return edge.client.post(path, json=body, headers=headers(player, **extra))
+
+
+def rows(edge, player):
+    return edge.sql("SELECT * FROM context_pages WHERE principal = ?1 ORDER BY page_id", player["principal"])
+
+
+def restore(messages, pages_by_id):
+    """Put each marker's pages back in its place (the inverse a client can perform)."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        ids = [i for i in pages_by_id if isinstance(content, str) and i in content]
+        if m.get("role") == "user" and ids and content.startswith("[multillm context]"):
+            for i in sorted(ids, key=content.index):
+                out.extend(json.loads(pages_by_id[i]))
+        else:
+            out.append(m)
+    return out
+
+
+# --- paging happy path -------------------------------------------------------------
+
+def test_upstream_receives_markers_tool_schema_same_model_and_provider_key(edge, provider, player):
+    body = rp.chat_body(30, tag="UP")
+    r = post(edge, player, body)
+    assert r.status_code == 200, r.text
+    assert len(provider.received) == 1
+    up = provider.received[0]
+    assert up.path == "/v1/chat/completions"
+    sent = up.json()
+    assert sent["model"] == MODEL and sent["max_tokens"] == 200
+    assert "capabilities" not in sent and "context_protected_indices" not in sent
+    assert [t["function"]["name"] for t in sent["tools"]] == ["multillm_context_retrieve"]
+    markers = [m for m in sent["messages"] if isinstance(m.get("content"), str)
+               and m["content"].startswith("[multillm context]")]
+    assert markers and all(m["role"] == "user" for m in markers)
+    assert len(up.body) <= WINDOW - 200 - 256
+    # The system message and the latest user turn are never paged.
+    assert sent["messages"][0] == body["messages"][0]
+    assert sent["messages"][-1] == body["messages"][-1]
+    assert up.headers["authorization"] == f"Bearer {rp.PROVIDER_KEY}"
+    assert player["key"] not in json.dumps(up.raw_headers) and player["key"] not in up.body.decode()
+    pages = r.json()["context_pages"]
+    assert pages and all(p["tool_schema"]["function"]["name"] == "multillm_context_retrieve" for p in pages)
+    assert r.headers["x-multillm-context-pages"] == ",".join(p["page_id"] for p in pages)
+
+
+def test_what_was_stored_equals_what_was_removed(edge, provider, player):
+    body = rp.chat_body(30, tag="ST")
+    before = time.time()
+    r = post(edge, player, body)
+    assert r.status_code == 200
+    listed = r.json()["context_pages"]
+    stored = {row["page_id"]: row for row in rows(edge, player)}
+    assert set(stored) == {p["page_id"] for p in listed}
+    bodies = {}
+    signer = PageSigner(rp.SIGNING_SECRET)
+    for p in listed:
+        row = stored[p["page_id"]]
+        data = edge.r2_get(row["r2_key"])
+        assert row["r2_key"] == "context-pages/" + p["page_id"]
+        assert hashlib.sha256(data).hexdigest() == row["sha256"] == p["sha256"]
+        assert row["byte_length"] == len(data)
+        assert (row["authority"], row["principal"], row["session_id"], row["policy_revision"]) == \
+            ("roleplay", player["principal"], player["session"], 1)
+        assert before + 3600 - 2 <= row["expires_at"] <= time.time() + 3600 + 2
+        assert row["expires_at"] == p["expires_at"]
+        assert signer.verify_row(row)
+        bodies[p["page_id"]] = data
+    # Markers replaced by the stored bytes give back the original history exactly.
+    sent = provider.received[0].json()
+    assert restore(sent["messages"], bodies) == body["messages"]
+
+
+def test_next_turn_reuses_stored_pages(edge, provider, player):
+    body = rp.chat_body(30, tag="RE")
+    first = post(edge, player, body).json()["context_pages"]
+    before_rows = {r["page_id"]: r for r in rows(edge, player)}
+    edge.set_clock(120)
+    try:
+        nxt = copy.deepcopy(body)
+        nxt["messages"][-1:] = [body["messages"][-1], {"role": "assistant", "content": "RE-reply"},
+                                {"role": "user", "content": "RE-next turn"}]
+        stats0 = edge.stats()
+        r = post(edge, player, nxt)
+        stats1 = edge.stats()
+    finally:
+        edge.set_clock(0)
+    assert r.status_code == 200
+    second = r.json()["context_pages"]
+    reused = {p["page_id"] for p in first} & {p["page_id"] for p in second}
+    assert reused == {p["page_id"] for p in first}
+    assert stats1["d1_statements"] - stats0["d1_statements"] == 2
+    assert stats1["r2_puts"] - stats0["r2_puts"] == len(second) - len(first) <= 1
+    after_rows = {r["page_id"]: r for r in rows(edge, player)}
+    for pid in reused:
+        assert after_rows[pid]["expires_at"] >= before_rows[pid]["expires_at"] + 119
+        assert after_rows[pid]["byte_length"] == before_rows[pid]["byte_length"]
+    assert len(after_rows) == len(second)
+
+
+@pytest.mark.parametrize("fmt,path,make", [
+    ("responses", "/v1/responses", rp.responses_body),
+    ("messages", "/v1/messages", rp.messages_body),
+])
+def test_other_wire_formats_page_with_their_own_tool_schema(edge, provider, player, fmt, path, make):
+    body = make(30)
+    r = post(edge, player, body, path=path)
+    assert r.status_code == 200, r.text
+    up = provider.received[0]
+    assert up.path == path
+    sent = up.json()
+    assert "capabilities" not in sent and sent["model"] == MODEL
+    if fmt == "messages":
+        assert sent["tools"] == [r.json()["context_pages"][0]["tool_schema"]]
+        assert "input_schema" in sent["tools"][0] and sent["system"] == body["system"]
+        assert up.headers["x-api-key"] == rp.PROVIDER_KEY and "authorization" not in up.headers
+        assert sent["max_tokens"] == 200
+    else:
+        assert sent["tools"][0]["name"] == "multillm_context_retrieve" and "parameters" in sent["tools"][0]
+        assert sent["instructions"] == body["instructions"] and sent["max_output_tokens"] == 200
+    assert len(up.body) < len(json.dumps(body).encode())
+    assert r.json()["context_pages"]
+
+
+def test_stream_passes_through_with_the_page_list_header(edge, provider, player):
+    events = [b'data: {"choices":[{"delta":{"content":"The"}}]}\n\n',
+              b'data: {"choices":[{"delta":{"content":" fox"}}]}\n\n', b"data: [DONE]\n\n"]
+    provider.reply = Reply(headers=[("content-type", "text/event-stream")], chunks=events, delay=0.3)
+    body = rp.chat_body(30, tag="SS", stream=True)
+    arrivals, got = [], b""
+    t0 = time.monotonic()
+    with edge.client.stream("POST", "/v1/chat/completions", json=body, headers=headers(player)) as r:
+        assert r.status_code == 200
+        ids = r.headers["x-multillm-context-pages"].split(",")
+        for chunk in r.iter_raw():
+            arrivals.append(time.monotonic() - t0)
+            got += chunk
+    assert got == b"".join(events)
+    assert arrivals[-1] - arrivals[0] > 0.4          # chunks arrived over time, not at once
+    assert {row["page_id"] for row in rows(edge, player)} == set(ids)
+
+
+# --- existing behaviour: nothing stored ---------------------------------------------
+
+def test_no_capability_fits_dispatched_byte_for_byte_and_nothing_stored(edge, provider, player):
+    body = rp.chat_body(3, tag="NC")
+    del body["capabilities"]
+    raw = json.dumps(body, indent=1).encode()       # odd formatting must survive as sent
+    stats0 = edge.stats()
+    r = edge.client.post("/v1/chat/completions", content=raw,
+                         headers={**headers(player), "content-type": "application/json"})
+    assert r.status_code == 200 and "context_pages" not in r.json()
+    assert provider.received[0].body == raw
+    assert rows(edge, player) == [] and edge.stats()["r2_puts"] == stats0["r2_puts"]
+
+
+def test_no_capability_overflow_is_compacted_loudly(edge, provider, player):
+    body = rp.chat_body(30, tag="CP")
+    del body["capabilities"]
+    r = post(edge, player, body)
+    assert r.status_code == 200
+    dropped = r.json()["context_compaction"]["dropped_exchanges"]
+    assert dropped > 0 and r.headers["x-multillm-context-compaction"] == str(dropped)
+    sent = provider.received[0].json()
+    assert len(sent["messages"]) < len(body["messages"]) and "tools" not in sent
+    assert sent["messages"][-1] == body["messages"][-1]
+    assert rows(edge, player) == []
+
+
+def test_zero_retention_never_stores(edge, provider):
+    key, principal = rp.seed_principal(edge, retention="zero")
+    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    body = rp.chat_body(3, tag="ZR")
+    stats0 = edge.stats()
+    r = post(edge, player, body)
+    assert r.status_code == 200
+    assert provider.received[0].json() == body
+    assert rows(edge, player) == [] and edge.stats()["r2_puts"] == stats0["r2_puts"]
+
+
+@pytest.mark.parametrize("flag", ["false", "yes-please-FLAGVALUE"])
+def test_flag_off_or_invalid_writes_nothing(start_edge, provider_server, flag):
+    provider_server.clear()
+    provider_server.reply = provider_reply
+    edge = start_edge(rp.edge_vars(provider_server.url, CONTEXT_PAGING_ENABLED=flag))
+    rp.set_model(edge, MODEL, WINDOW, 1000)
+    key, principal = rp.seed_principal(edge)
+    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    body = rp.chat_body(3, tag="FL")
+    raw = json.dumps(body).encode()
+    for _ in range(2):
+        r = edge.client.post("/v1/chat/completions", content=raw,
+                             headers={**headers(player), "content-type": "application/json"})
+        assert r.status_code == 200
+    assert [rec.body for rec in provider_server.received] == [raw, raw]
+    assert edge.sql("SELECT COUNT(*) AS n FROM context_pages") == [{"n": 0}]
+    assert edge.stats()["r2_puts"] == 0
+    warnings = [line for line in edge.lines if "CONTEXT_PAGING_ENABLED" in line]
+    assert len(warnings) == (1 if flag != "false" else 0)
+    assert "FLAGVALUE" not in edge.output()
+
+
+# --- 413s: documented JSON, nothing dispatched --------------------------------------
+
+def test_protected_content_too_big_is_413_context_window_exceeded(edge, provider, player):
+    body = rp.chat_body(5, tag="BIG", new_turn="BIG " + "x" * 8000)
+    r = post(edge, player, body)
+    assert r.status_code == 413
+    err = r.json()["error"]
+    assert err["code"] == "context_window_exceeded" and "context window" in err["message"]
+    assert err["budget"] == WINDOW - 200 - 256 and err["protected_bytes"] > err["budget"]
+    assert provider.received == [] and rows(edge, player) == []
+
+
+def test_fit_needing_a_page_over_64_kib_is_413_context_page_too_large(edge, provider, player):
+    body = rp.chat_body(5, tag="HUGE")
+    body["messages"][2]["content"] = "HUGE " + "y" * 70000
+    r = post(edge, player, body)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "context_page_too_large"
+    assert provider.received == [] and rows(edge, player) == []
+
+
+def test_session_allowance_is_413_and_stores_nothing(edge, provider, player):
+    body = rp.chat_body(24, tag="AL", size=25000)    # ~1.2 MB of pageable history
+    stats0 = edge.stats()
+    r = post(edge, player, body)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "context_session_limit_exceeded"
+    assert provider.received == [] and rows(edge, player) == []
+    assert edge.stats()["r2_puts"] == stats0["r2_puts"]
+
+
+def test_anthropic_route_errors_use_the_anthropic_envelope(edge, provider, player):
+    body = rp.messages_body(3, new_turn=None)
+    body["messages"][-1]["content"] = "z" * 9000
+    r = post(edge, player, body, path="/v1/messages")
+    assert r.status_code == 413
+    doc = r.json()
+    assert doc["type"] == "error" and doc["error"]["type"] == "request_too_large"
+    assert doc["error"]["code"] == "context_window_exceeded"
+
+
+# --- bad input: clear JSON error, nothing stored or dispatched ----------------------
+
+@pytest.mark.parametrize("raw,status,code", [
+    (b'{"model": "fake:rp-small", "messages": [', 400, "invalid_json"),
+    (b'\xff\xfe{}', 400, "invalid_json"),
+    (b'[1, 2]', 400, "invalid_request"),
+    (b'{"model": 7, "messages": []}', 400, "invalid_model"),
+    (b'{"model": "fake:nope", "messages": []}', 400, "unknown_model"),
+    (b'{"model": "fake:rp-small", "messages": [], "capabilities": "multillm_context_retrieve"}', 400, "invalid_request"),
+    (b'{"model": "fake:rp-small", "messages": [{"role": "user", "content": "\\ud800"}], '
+     b'"capabilities": ["multillm_context_retrieve"]}', 400, "invalid_request"),
+    (b'{"model": "fake:rp-small", "messages": [{"role": "user", "content": "\\ud800"}]}', 400, "invalid_request"),
+])
+def test_bad_bodies_are_rejected_before_anything_happens(edge, provider, player, raw, status, code):
+    stats0 = edge.stats()
+    r = edge.client.post("/v1/chat/completions", content=raw,
+                         headers={**headers(player), "content-type": "application/json"})
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+    assert provider.received == [] and rows(edge, player) == []
+    assert edge.stats()["r2_puts"] == stats0["r2_puts"]
+
+
+def test_body_over_the_request_cap_is_413(edge, provider, player):
+    raw = b'{"model": "fake:rp-small", "messages": [{"role": "user", "content": "' + b"a" * (9 << 20) + b'"}]}'
+    r = edge.client.post("/v1/chat/completions", content=raw, headers=headers(player))
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert provider.received == []
+
+
+@pytest.mark.parametrize("who,status,code", [
+    ("nokey", 401, "invalid_api_key"), ("badkey", 401, "invalid_api_key"),
+    ("nochat", 403, "chat_not_granted"), ("foreign", 404, "session_not_found"),
+    ("ended", 404, "session_not_found"), ("unknown", 404, "session_not_found"),
+])
+def test_auth_and_session_errors(edge, provider, player, who, status, code):
+    h = headers(player)
+    if who == "nokey":
+        del h["Authorization"]
+    elif who == "badkey":
+        h["Authorization"] = "Bearer rpk_not-a-real-key"
+    elif who == "nochat":
+        rp.set_policy(edge, player["principal"], grants=["images"])
+    elif who == "foreign":
+        other_key, _ = rp.seed_principal(edge)
+        h["Authorization"] = f"Bearer {other_key}"
+    elif who == "ended":
+        assert edge.client.delete(f"/v1/roleplay/sessions/{player['session']}",
+                                  headers={"Authorization": h["Authorization"]}).status_code == 200
+    elif who == "unknown":
+        h["X-Roleplay-Session-ID"] = "rps_unknown"
+    r = edge.client.post("/v1/chat/completions", json=rp.chat_body(3), headers=h)
+    assert r.status_code == status and r.json()["error"]["code"] == code
+    assert provider.received == []
+
+
+def test_x_api_key_header_is_accepted(edge, provider, player):
+    h = {"x-api-key": player["key"], "X-Roleplay-Session-ID": player["session"]}
+    r = edge.client.post("/v1/messages", json=rp.messages_body(3), headers=h)
+    assert r.status_code == 200
+    assert provider.received[0].headers["x-api-key"] == rp.PROVIDER_KEY
+
+
+# --- fallbacks ----------------------------------------------------------------------
+
+def test_candidate_whose_window_cannot_hold_protected_content_is_skipped(edge, provider, player):
+    body = rp.chat_body(10, model="fake:tiny", tag="FB", models=[MODEL])
+    r = post(edge, player, body)
+    assert r.status_code == 200, r.text
+    assert len(provider.received) == 1
+    assert provider.received[0].json()["model"] == MODEL
+    logs = edge.wait_for_log(lambda rec: rec.get("event") == "candidate_skipped")
+    assert logs and logs[-1]["reason"] == "context_window_exceeded"
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 503])
+def test_retryable_upstream_status_tries_the_next_candidate(edge, provider, player, status):
+    rp.set_model(edge, "fake:rp-large", 50000, 1000)
+    calls = []
+
+    def reply(rec):
+        calls.append(rec)
+        return Reply(status=status, chunks=[b'{"error":"busy"}']) if len(calls) == 1 else provider_reply(rec)
+
+    provider.reply = reply
+    body = rp.chat_body(30, tag="RT", models=["fake:rp-large"])
+    r = post(edge, player, body)
+    assert r.status_code == 200
+    first, second = (rec.json() for rec in provider.received)
+    assert first["model"] == MODEL and second["model"] == "fake:rp-large"
+    # Each candidate has its own plan: the larger window needed no paging at all.
+    assert "tools" in first and "tools" not in second
+    assert "context_pages" not in r.json()
+
+
+def test_non_retryable_status_is_returned_as_is(edge, provider, player):
+    provider.reply = Reply(status=400, chunks=[b'{"error":{"message":"bad"}}'])
+    r = post(edge, player, rp.chat_body(3, models=["fake:rp-large"]))
+    assert r.status_code == 400 and r.json() == {"error": {"message": "bad"}}
+    assert len(provider.received) == 1
+
+
+def test_every_candidate_unreachable_is_502(start_edge):
+    edge = start_edge(rp.edge_vars("http://127.0.0.1:9"))
+    rp.set_model(edge, MODEL, WINDOW, 1000)
+    key, principal = rp.seed_principal(edge)
+    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    r = post(edge, player, rp.chat_body(3))
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
+
+
+# --- storage faults: 503 and the provider never called ------------------------------
+
+@pytest.mark.parametrize("fault", ["no_table", "no_r2", "no_secret", "r2_put"])
+def test_storage_faults_are_503_before_dispatch(start_edge, provider_server, fault):
+    provider_server.clear()
+    provider_server.reply = provider_reply
+    vars = rp.edge_vars(provider_server.url)
+    if fault == "no_secret":
+        del vars["MEDIA_SIGNING_SECRET"]
+    edge = start_edge(vars, unbind=["multillm_media"] if fault == "no_r2" else ())
+    rp.set_model(edge, MODEL, WINDOW, 1000)
+    key, principal = rp.seed_principal(edge)
+    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    if fault == "no_table":
+        edge.sql("DROP TABLE context_pages")
+    if fault == "r2_put":
+        edge.inject(r2_put=True)
+    r = post(edge, player, rp.chat_body(30))
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] in {"storage_failed", "storage_unavailable", "signing_not_configured"}
+    assert provider_server.received == []
+    if fault != "no_table":
+        assert edge.sql("SELECT COUNT(*) AS n FROM context_pages") == [{"n": 0}]
+
+
+# --- logs ---------------------------------------------------------------------------
+
+def test_logs_hold_no_content_keys_or_secrets(edge, provider, player):
+    body = rp.chat_body(30, tag="LOGLEAK")
+    r = post(edge, player, body)
+    assert r.status_code == 200
+    page = r.json()["context_pages"][0]
+    edge.client.get(f"/v1/context/pages/{page['page_id']}",
+                    params={"roleplay_session_id": player["session"]},
+                    headers={"Authorization": f"Bearer {player['key']}"})
+    out = edge.output()
+    assert "LOGLEAK" not in out
+    for secret in (player["key"], rp.PROVIDER_KEY, rp.SIGNING_SECRET):
+        assert secret not in out
+    assert "Bearer" not in out
+    gen = [rec for rec in edge.logs() if rec.get("route") == "generate"]
+    assert gen and gen[-1]["pages"] == len(r.json()["context_pages"])
