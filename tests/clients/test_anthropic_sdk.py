@@ -1,0 +1,123 @@
+"""The official `anthropic` SDK (Messages) against the roleplay edge."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+from tests.clients.conftest import (EXCHANGES, MODEL, REPLY_TEXT, check_context_pages, check_upstream,
+                                    header_page_ids)
+from tests.support import roleplay as rp
+
+CAPS = {"capabilities": ["multillm_context_retrieve"]}
+MAX_TOKENS = 200
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def client(edge, roleplayer):
+    c = anthropic.Anthropic(api_key=roleplayer.key, base_url=edge.url, max_retries=0, timeout=60,
+                            default_headers={"X-Roleplay-Session-ID": roleplayer.session_id})
+    yield c
+    c.close()
+
+
+def markers(body):
+    return [m["content"] for m in body["messages"]
+            if m.get("role") == "user" and isinstance(m.get("content"), str)]
+
+
+def tools(body):
+    return body.get("tools") or []
+
+
+def upstream(provider):
+    assert len(provider.received) == 1, [r.path for r in provider.received]
+    return provider.received[0]
+
+
+def check(provider, roleplayer, ids, stream):
+    return check_upstream(upstream(provider), "messages", model=MODEL, max_tokens_field="max_tokens",
+                          max_tokens=MAX_TOKENS, roleplay_key=roleplayer.key, marker_texts=markers,
+                          tools=tools, page_ids=ids, stream=stream)
+
+
+def test_message_pages_a_long_roleplay(client, provider, roleplayer):
+    body = rp.messages_body(EXCHANGES, tag="AN")
+    message = client.messages.create(model=MODEL, system=body["system"], messages=body["messages"],
+                                     max_tokens=MAX_TOKENS, extra_body=CAPS)
+    assert message.content[0].text == REPLY_TEXT
+    assert message.model == MODEL and message.stop_reason == "end_turn"
+    pages = message.model_extra["context_pages"]
+    assert message.to_dict()["context_pages"] == pages
+    ids = check_context_pages(pages, "messages")
+    sent = check(provider, roleplayer, ids, stream=False)
+    assert sent["system"] == body["system"]
+    assert len(sent["messages"]) < len(body["messages"])
+    assert sent["messages"][-1] == body["messages"][-1]
+
+
+def test_message_raw_response_carries_the_pages_header(client, provider):
+    body = rp.messages_body(EXCHANGES, tag="AR")
+    raw = client.messages.with_raw_response.create(model=MODEL, system=body["system"],
+                                                   messages=body["messages"], max_tokens=MAX_TOKENS,
+                                                   extra_body=CAPS)
+    ids = check_context_pages(raw.parse().model_extra["context_pages"], "messages")
+    assert header_page_ids(raw.headers) == ids
+
+
+def test_message_stream_helper_yields_the_full_text(client, provider, roleplayer):
+    body = rp.messages_body(EXCHANGES, tag="AS")
+    with client.messages.stream(model=MODEL, system=body["system"], messages=body["messages"],
+                                max_tokens=MAX_TOKENS, extra_body=CAPS) as stream:
+        ids = header_page_ids(stream.response.headers)
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == REPLY_TEXT
+    assert final.content[0].text == REPLY_TEXT and final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == 20
+    check(provider, roleplayer, ids, stream=True)
+
+
+def test_message_raw_event_stream(client, provider, roleplayer):
+    body = rp.messages_body(EXCHANGES, tag="AE")
+    with client.messages.with_streaming_response.create(
+            model=MODEL, system=body["system"], messages=body["messages"], max_tokens=MAX_TOKENS,
+            stream=True, extra_body=CAPS) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        ids = header_page_ids(resp.headers)
+        events = list(resp.parse())
+    kinds = [e.type for e in events]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+    assert text == REPLY_TEXT
+    check(provider, roleplayer, ids, stream=True)
+
+
+# --- Errors the SDK surfaces --------------------------------------------------
+
+def test_window_exceeded_is_an_anthropic_shaped_413(client, provider):
+    body = rp.messages_body(4, tag="AX")
+    body["messages"][-1] = {"role": "user", "content": "Too long. " * 1500}
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model=MODEL, system=body["system"], messages=body["messages"],
+                               max_tokens=MAX_TOKENS, extra_body=CAPS)
+    e = caught.value
+    assert e.status_code == 413
+    assert e.body["type"] == "error"
+    assert e.body["error"]["code"] == "context_window_exceeded"
+    assert "context" in e.body["error"]["message"].lower()
+    assert provider.received == []
+
+
+def test_wrong_roleplay_key_is_an_authentication_error(edge, roleplayer, provider):
+    c = anthropic.Anthropic(api_key="rpk_not-a-key", base_url=edge.url, max_retries=0,
+                            default_headers={"X-Roleplay-Session-ID": roleplayer.session_id})
+    with pytest.raises(anthropic.AuthenticationError) as caught:
+        c.messages.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                          max_tokens=MAX_TOKENS, extra_body=CAPS)
+    assert caught.value.status_code == 401
+    assert caught.value.body["type"] == "error"
+    assert caught.value.body["error"]["type"] == "authentication_error"
+    assert provider.received == []
