@@ -251,7 +251,6 @@ async def respond(upstream, turn: Turn, fmt: str) -> Outgoing:
 async def generate(req: Incoming, platform) -> Outgoing:
     fmt = FORMAT_BY_PATH[req.path]
     turn = Turn(fmt)
-    t0 = time.monotonic()
     digest = key_digest(req)
     session_id = req.header(SESSION_HEADER).strip()
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)
@@ -261,10 +260,12 @@ async def generate(req: Incoming, platform) -> Outgoing:
     flag_on = config.flag_state(platform.var(config.FLAG_NAME),
                                 lambda m: platform.log({"level": "warning", "message": m}))
     db = database(platform)
+    t1 = time.monotonic()
     try:
         ctx = await store.load_generation_context(db, digest, session_id, models, platform.now())
     except StorageError:
         raise _error("storage_failed", "Roleplay state could not be read.", 503) from None
+    turn.timings["load_ms"] = round((time.monotonic() - t1) * 1000, 1)
     policy = check_principal(ctx)
     if not ctx.session.open:
         raise SESSION_NOT_FOUND
@@ -277,8 +278,9 @@ async def generate(req: Incoming, platform) -> Outgoing:
     def page_id_for(sha):
         return sign.page_id(AUTHORITY, ctx.principal, session_id, policy.revision, sha)
 
+    t1 = time.monotonic()
     plan_all(fmt, body, raw, cands, turn, page_id_for)
-    turn.timings["plan_ms"] = round((time.monotonic() - t0) * 1000, 1)
+    turn.timings["plan_ms"] = round((time.monotonic() - t1) * 1000, 1)
     stored: set = set()
     upstream = chosen = None
     for c in cands:
@@ -287,7 +289,9 @@ async def generate(req: Incoming, platform) -> Outgoing:
                           "reason": c.skipped.code})
             continue
         if turn.paging:
+            t1 = time.monotonic()
             await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
+            turn.timings["store_ms"] = round((time.monotonic() - t1) * 1000, 1)
         headers = upstream_headers(req, fmt, c.provider, platform)
         turn.attempts += 1
         chosen = c
