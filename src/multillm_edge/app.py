@@ -10,6 +10,7 @@ from .errors import EdgeError
 from .auth import SESSION_HEADER
 from .forward import forward
 from .generation import FORMAT_BY_PATH, generate
+from .retrieval import is_retrieval, retrieve_page
 from .sessions import SESSIONS_PATH, create_session, end_session
 from .http import Incoming, Outgoing, error_response, json_response
 
@@ -46,6 +47,8 @@ def route(req: Incoming):
         return create_session
     if req.path.startswith(SESSIONS_PATH + "/") and req.method == "DELETE":
         return end_session
+    if is_retrieval(req):  # GET /v1/context/pages/{id}?roleplay_session_id=… (else forwarded)
+        return retrieve_page
     return None
 
 

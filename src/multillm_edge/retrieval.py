@@ -1,0 +1,183 @@
+"""Roleplay page retrieval at the edge (DESIGN §6).
+
+`GET /v1/context/pages/{page_id}?roleplay_session_id=S` with the roleplay key.
+(Without `roleplay_session_id` the request is a managed-handle retrieval: app.route
+returns None and it is forwarded to the Flask origin unchanged, DESIGN §7.)
+
+Order of the checks — nothing is read from R2 until every metadata check passed, and
+nothing leaves the edge until the body's length and SHA-256 match the signed row:
+
+1. no key at all                         → 401 (no storage touched)
+2. paging disabled (flag off / invalid)  → 404 PAGE_NOT_FOUND (no storage touched:
+   with the feature off the route answers as if nothing existed, for every caller)
+3. configuration: signing secret, D1 binding, R2 binding missing → 503
+4. ONE D1 statement (store.load_page_for_retrieval): key, policy, session, page row
+5. unknown or revoked key                → 401
+6. no current chat grant / zero retention → 403.  DESIGN §6 lists these as properties
+   of the principal's *current policy*, and §5.2 checks them before the session too.
+   They are decided here, before any session or page check, on purpose: the 403
+   depends only on the caller's own key, never on the session id or page id it sent,
+   so it cannot serve as an oracle for sessions or pages (checking the page first
+   would let a principal without a grant learn "404 vs 403" = "page/session is
+   wrong vs right"). A zero-retention principal gets 403 even for pages written
+   before its retention changed: zero retention means nothing is served back.
+7. every page/session cause → the SAME 404 (PAGE_NOT_FOUND, identical bytes):
+   malformed page id, unknown/foreign/ended session, absent/expired page, other
+   authority (`managed`), foreign principal, other session, stale policy revision,
+   page id that does not verify against the row's fields, row signature that does not
+   verify, r2_key that is not `context-pages/<page_id>`. All checks are evaluated
+   (no early exit) so the work done does not depend on which one failed.
+8. ONE R2 get; missing body, byte length or SHA-256 mismatch, unparsable body → 503
+   `context_page_corrupted` (never the bytes); R2 failure → 503 `storage_failed`.
+9. 200 `{page_id, sha256, expires_at, messages, body_base64}`, `Cache-Control:
+   private, no-store`. Retrieval never calls a provider.
+
+Logs: `req.notes` gets counts only (page bytes, a coarse miss reason); never the page
+id (a capability), the session id, the key or any content.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from . import config, store
+from .auth import UNAUTHORIZED, database, key_digest
+from .errors import PAGE_NOT_FOUND, EdgeError, StorageError
+from .http import Incoming, Outgoing
+from .pages import PageSigner, is_well_formed_page_id, r2_key, sha256_hex
+
+PAGES_PATH = "/v1/context/pages/"
+SESSION_PARAM = "roleplay_session_id"
+AUTHORITY = "roleplay"
+
+NO_CHAT_GRANT = EdgeError(403, "chat_not_granted", "This key's policy does not grant chat.")
+ZERO_RETENTION = EdgeError(403, "retention_zero",
+                           "This key's policy has zero retention: no context pages are served.")
+CORRUPTED = EdgeError(503, "context_page_corrupted",
+                      "The stored context page failed its integrity check.")
+NO_CACHE = [("cache-control", "private, no-store")]
+
+# A syntactically valid id that no row can carry (HMAC output is never this), used
+# to keep the verification work constant when the row is absent.
+_DUMMY_SHA = "0" * 64
+
+
+def is_retrieval(req: Incoming) -> bool:
+    """Routing predicate (DESIGN §2): GET on the pages path WITH roleplay_session_id."""
+    return (req.method == "GET" and req.path.startswith(PAGES_PATH)
+            and SESSION_PARAM in req.query)
+
+
+def _signer(platform) -> PageSigner:
+    secrets = config.signing_secrets(platform.var)
+    if secrets is None:
+        raise EdgeError(503, "signing_not_configured", "Page signing is not configured.")
+    return PageSigner(*secrets)
+
+
+def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
+                 policy: store.Policy, sign: PageSigner, now: int) -> list[str]:
+    """Every reason the page may not be served (empty = servable). No early exit."""
+    row = facts.page
+    misses = []
+    if not is_well_formed_page_id(page_id):
+        misses.append("malformed")
+    if not facts.session.open:
+        misses.append("session")
+    if row is None:
+        # Same HMAC work as a present row, then the miss.
+        sign.verify_page_id(page_id, AUTHORITY, facts.principal, session_id,
+                            policy.revision, _DUMMY_SHA)
+        sign.verify_row({"signature": "", "page_id": page_id})
+        misses.append("absent")
+        return misses
+    if not facts.page_active or not isinstance(row.get("expires_at"), int) \
+            or row["expires_at"] <= now:
+        misses.append("expired")
+    if row.get("page_id") != page_id:
+        misses.append("absent")
+    if row.get("authority") != AUTHORITY:
+        misses.append("authority")
+    if row.get("principal") != facts.principal:
+        misses.append("principal")
+    if row.get("session_id") != session_id:
+        misses.append("other_session")
+    if row.get("policy_revision") != policy.revision:
+        misses.append("stale_revision")
+    if row.get("r2_key") != r2_key(page_id):
+        misses.append("r2_key")
+    # The id must be the HMAC of (authority, principal, session, CURRENT revision,
+    # sha256) — computed from the caller's facts, not only the row's — and the row
+    # must carry a valid signature over all its fields.
+    id_ok = sign.verify_page_id(page_id, AUTHORITY, facts.principal, session_id,
+                                policy.revision, row.get("sha256"))
+    row_ok = sign.verify_row(row)
+    if not id_ok:
+        misses.append("page_id_signature")
+    if not row_ok:
+        misses.append("row_signature")
+    return misses
+
+
+async def retrieve_page(req: Incoming, platform) -> Outgoing:
+    digest = key_digest(req)                                   # 1. 401 without a key
+    if not config.flag_state(platform.var(config.FLAG_NAME),   # 2. feature off → 404
+                             lambda m: platform.log({"level": "warning", "message": m})):
+        req.notes["miss"] = "paging_disabled"
+        raise PAGE_NOT_FOUND
+    sign = _signer(platform)                                   # 3. configuration → 503
+    db = database(platform)
+    bucket = platform.pages
+    if bucket is None:
+        raise EdgeError(503, "storage_unavailable", "The R2 binding is not configured.")
+
+    page_id = req.path[len(PAGES_PATH):]
+    values = req.query.get(SESSION_PARAM) or [""]
+    session_id = values[0] if len(set(values)) == 1 else ""
+    # A malformed id is never sent to D1 (it cannot match; this also bounds the
+    # parameter size). It still costs the one statement, so a bad key is a 401 and
+    # the timing does not say whether the id was well formed.
+    lookup_id = page_id if is_well_formed_page_id(page_id) else ""
+    now = platform.now()
+    try:                                                       # 4. one D1 statement
+        facts = await store.load_page_for_retrieval(db, digest, session_id, lookup_id, now)
+    except StorageError:
+        raise EdgeError(503, "storage_failed", "Context page metadata could not be read.") from None
+
+    if facts is None or facts.key_revoked:                     # 5. 401
+        raise UNAUTHORIZED
+    policy = facts.policy                                      # 6. 403 (principal only)
+    if policy is None or not policy.has_grant("chat"):
+        raise NO_CHAT_GRANT
+    if policy.retention == "zero":
+        raise ZERO_RETENTION
+
+    misses = _page_misses(page_id, session_id, facts, policy, sign, now)
+    if misses:                                                 # 7. one 404 for all
+        req.notes["miss"] = ",".join(misses)   # reason codes only, for operators
+        raise PAGE_NOT_FOUND
+
+    row = facts.page
+    try:                                                       # 8. one R2 get
+        body = await bucket.get(row["r2_key"])
+    except StorageError:
+        raise EdgeError(503, "storage_failed", "The context page could not be read.") from None
+    if body is None or len(body) != row["byte_length"] or sha256_hex(body) != row["sha256"]:
+        req.notes["corrupted"] = "missing" if body is None else "mismatch"
+        raise CORRUPTED
+    try:
+        messages = json.loads(body.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        req.notes["corrupted"] = "unparsable"
+        raise CORRUPTED from None
+
+    req.notes["page_bytes"] = len(body)                        # 9. 200
+    doc = {"page_id": page_id, "sha256": row["sha256"], "expires_at": row["expires_at"],
+           "messages": messages,
+           "body_base64": base64.b64encode(body).decode("ascii")}
+    try:
+        payload = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escaped in the page: stay lossless
+        payload = json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return Outgoing(200, [("content-type", "application/json")] + NO_CACHE, payload)
