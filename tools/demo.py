@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""`npm run demo`: reversible context paging, end to end, with only local parts.
+
+1. a stand-in provider (a small local HTTP server answering OpenAI chat completions
+   and recording every request it receives);
+2. the local runner (`node runner/dev.mjs`, real Pyodide + local D1/R2) with its own
+   state under .wrangler/demo-state and a vars file turning paging on;
+3. a key, a policy, a session and a small model window, made with the admin CLI;
+4. a ~40-exchange roleplay sent with the official `openai` SDK that overflows the window;
+5. what the provider received (messages, the marker, the retrieval tool);
+6. one page retrieved as a client would, and verified byte for byte.
+
+Every check prints a ✓ (or ✗); the exit status is 0 only if all of them passed.
+The runner and the stand-in are always stopped.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import openai
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".wrangler" / "demo-state"
+PRINCIPAL = "demo-player"
+PROVIDER = "standin"
+MODEL = f"{PROVIDER}:rp-demo"
+WINDOW_TOKENS, MAX_OUTPUT_TOKENS, MAX_TOKENS = 6000, 800, 300
+PROVIDER_KEY = "sk-standin-demo-provider-key"
+SIGNING_SECRET = "demo-signing-secret-local-only-0123456789"
+TURNS = 40
+TOOL_NAME = "multillm_context_retrieve"
+MARKER_START = "[multillm context]"
+
+ROLL_DICE = {"type": "function", "function": {
+    "name": "roll_dice", "description": "Roll a die for a skill check.",
+    "parameters": {"type": "object", "properties": {"sides": {"type": "integer"},
+                                                    "reason": {"type": "string"}},
+                   "required": ["sides"]}}}
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+
+USE_COLOR = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _c(code: str, text: str) -> str:
+    return f"\033[{code}m{text}\033[0m" if USE_COLOR else text
+
+
+class Checks:
+    def __init__(self):
+        self.passed = 0
+        self.failed: list[str] = []
+
+    def __call__(self, ok: bool, text: str, detail: str = "") -> bool:
+        if ok:
+            self.passed += 1
+            print(f"  {_c('32', '✓')} {text}", flush=True)
+        else:
+            self.failed.append(text)
+            print(f"  {_c('31', '✗')} {text}" + (f"\n      {detail}" if detail else ""), flush=True)
+        return ok
+
+
+class DemoFailed(Exception):
+    pass
+
+
+def step(n: int, title: str):
+    print(f"\n{_c('1', f'{n}. {title}')}", flush=True)
+
+
+def note(text: str):
+    print(f"     {_c('2', text)}", flush=True)
+
+
+def short(page_id: str) -> str:
+    return page_id[:11] + "…"
+
+
+def kb(n: int) -> str:
+    return f"{n / 1024:.1f} KB"
+
+
+def compact(obj) -> bytes:
+    """The canonical page bytes (DESIGN §5.8): compact JSON, UTF-8, no ASCII escaping."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------
+# The stand-in provider
+# ---------------------------------------------------------------------------
+
+NARRATION = [
+    "Aurore kneels by the stream and reads the mud: boot prints, three days old, heading north — "
+    "toward the ruined watchtower. «Whoever came this way was in a hurry,» she murmurs.",
+    "The wind turns. Somewhere beyond the pines a bell rings once, then falls silent. Aurore's hand "
+    "finds the hilt of her knife; the lantern's glow trembles on the wet bark.",
+    "She laughs, low and surprised. «You have a better eye than most city folk.» She passes you the "
+    "waterskin; it smells of juniper and smoke. 夜の森 is never this quiet, she adds.",
+    "The path narrows between two standing stones carved with spirals. Moss has eaten half the "
+    "runes, but Aurore traces one with a fingertip: a warning, or a welcome — she is not sure.",
+    "Night gathers. Aurore builds a small fire in the lee of a boulder and sets a pot of barley to "
+    "simmer. Above, the moon 🌙 slips between clouds like a coin between fingers.",
+]
+
+
+class StandIn:
+    """A local OpenAI-compatible chat completions server that records what it receives."""
+
+    def __init__(self):
+        self.received: list[dict] = []   # {"headers": {...}, "body": bytes}
+        self.lock = threading.Lock()
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else self._chunked()
+                with standin.lock:
+                    standin.received.append({"path": self.path, "body": raw,
+                                             "headers": {k.lower(): v for k, v in self.headers.items()}})
+                    n = len(standin.received)
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, {"error": {"message": "not found"}})
+                self._send(200, standin.answer(json.loads(raw), n))
+
+            def _chunked(self) -> bytes:
+                out = bytearray()
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0], 16)
+                    if size == 0:
+                        self.rfile.readline()
+                        return bytes(out)
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+
+            def _send(self, status: int, doc: dict):
+                data = compact(doc)
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def answer(body: dict, n: int) -> dict:
+        last = body["messages"][-1]
+        tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        message: dict = {"role": "assistant", "content": None}
+        finish = "stop"
+        if last.get("role") == "user" and "roll" in str(last.get("content")).lower() \
+                and "roll_dice" in tools:
+            message["tool_calls"] = [{"id": f"call_standin_{n:03d}", "type": "function",
+                                      "function": {"name": "roll_dice",
+                                                   "arguments": '{"sides": 20, "reason": "perception"}'}}]
+            finish = "tool_calls"
+        elif last.get("role") == "tool":
+            roll = json.loads(last["content"]).get("roll")
+            message["content"] = (f"The die clatters on the stone: {roll}. "
+                                  + ("Aurore nods — you spot the snare wire glinting under the leaves."
+                                     if roll >= 10 else
+                                     "You see nothing; Aurore quietly steps over a snare you missed."))
+        else:
+            message["content"] = NARRATION[n % len(NARRATION)] + f" (reply {n})"
+        return {"id": f"chatcmpl-standin-{n}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                "usage": {"prompt_tokens": len(compact(body)) // 4, "completion_tokens": 60,
+                          "total_tokens": len(compact(body)) // 4 + 60}}
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# ---------------------------------------------------------------------------
+# The runner
+# ---------------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, state: Path, vars_file: Path, log_file: Path):
+        env = {**os.environ, "PORT": os.environ.get("DEMO_PORT", "0"), "EDGE_STATE_DIR": str(state),
+               "EDGE_VARS_FILE": str(vars_file)}
+        env.pop("EDGE_TEST_CONTROL", None)
+        self.log_file = log_file.open("w", encoding="utf-8")
+        self.lines: list[str] = []
+        self.url = None
+        self.ready = threading.Event()
+        self.proc = subprocess.Popen(["node", str(ROOT / "runner" / "dev.mjs")], cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.lines.append(line)
+            self.log_file.write(line + "\n")
+            self.log_file.flush()
+            if '"runner":"listening"' in line:
+                try:
+                    info = json.loads(line)
+                    self.url, self.start_ms = info["url"], info.get("start_ms")
+                except ValueError:
+                    continue
+                self.ready.set()
+        self.ready.set()  # exited: stop waiting
+
+    def wait(self, timeout: float) -> bool:
+        self.ready.wait(timeout)
+        return self.url is not None
+
+    def logs(self) -> list[dict]:
+        out = []
+        for line in self.lines:
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+# ---------------------------------------------------------------------------
+# The admin CLI
+# ---------------------------------------------------------------------------
+
+def admin(*args: str, secret_field: str | None = None) -> dict:
+    rel_state = os.path.relpath(STATE, ROOT)
+    cmd = [sys.executable, "tools/admin.py", "--local", "--persist-to", rel_state, "--json", *args]
+    shown = [os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else "python3",
+             *cmd[1:]]
+    print(f"     $ {shlex.join(shown)}", flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise DemoFailed(f"admin CLI failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    visible = dict(doc)
+    if secret_field and secret_field in visible:
+        visible[secret_field] = visible[secret_field][:8] + "…(shown once; hidden here)"
+    print(f"       {_c('2', json.dumps(visible, ensure_ascii=False))}", flush=True)
+    return doc
+
+
+# ---------------------------------------------------------------------------
+# The roleplay
+# ---------------------------------------------------------------------------
+
+USER_LINES = [
+    "I follow Aurore along the riverbank, keeping my cloak tight against the cold. What do you see?",
+    "«Wait,» I whisper, crouching beside her. «Those prints — could they be the smugglers'?»",
+    "I offer her the last of my bread and ask how long she has been a ranger in these woods.",
+    "I climb onto the fallen oak to get a better view of the valley below. Any smoke? Any lights?",
+    "I ask Aurore about the spiral stones — who carved them, and what the old songs say about them.",
+    "I keep watch while she rests, listening for the bell. Naïve as it sounds, I hum to stay awake.",
+    "At dawn I wake her gently. «There's something moving by the ford — a cart, I think.»",
+]
+
+
+def user_turn(i: int) -> str:
+    if i % 8 == 5:
+        return f"Turn {i}: I stop and study the undergrowth before stepping on. I roll for perception."
+    return f"Turn {i}: " + USER_LINES[i % len(USER_LINES)]
+
+
+def exchanges_of(history: list[dict]) -> list[list[dict]]:
+    """The client's own view of its exchanges: each runs from a user turn to the next."""
+    out, cur = [], None
+    for m in history:
+        if m["role"] == "user":
+            cur = [m]
+            out.append(cur)
+        elif cur is not None:
+            cur.append(m)
+    return out
+
+
+def roll_result(i: int) -> int:
+    return (i * 7) % 20 + 1
+
+
+def play(edge_url: str, key: str, session_id: str, standin: StandIn, checks: Checks):
+    client = openai.OpenAI(api_key=key, base_url=edge_url + "/v1", max_retries=0, timeout=60,
+                           default_headers={"X-Roleplay-Session-ID": session_id})
+    history = [{"role": "system", "content": "You are Aurore, a ranger of the northern woods. "
+                                             "Stay in character; never break the fourth wall."},
+               {"role": "assistant", "content": "Aurore looks up from the campfire. «You're late. "
+                                                "The woods don't wait for anyone — come, before the light goes.»"}]
+    first_paged = None
+    last = None
+    calls = 0
+    t0 = time.monotonic()
+    with client:
+        for i in range(1, TURNS + 1):
+            history.append({"role": "user", "content": user_turn(i)})
+            while True:
+                raw = client.chat.completions.with_raw_response.create(
+                    model=MODEL, messages=history, tools=[ROLL_DICE], max_tokens=MAX_TOKENS,
+                    extra_body={"capabilities": [TOOL_NAME]})
+                completion = raw.parse()
+                calls += 1
+                msg = completion.choices[0].message
+                pages = (completion.model_extra or {}).get("context_pages") or []
+                last = {"turn": i, "completion": completion, "headers": raw.headers,
+                        "pages": pages, "sent": list(history), "upstream": standin.received[-1]}
+                if pages and first_paged is None:
+                    first_paged = i
+                    note(f"turn {i:2d}: the history no longer fits the window — the edge starts paging")
+                if msg.tool_calls:
+                    call = msg.tool_calls[0]
+                    history.append({"role": "assistant", "content": None, "tool_calls": [
+                        {"id": call.id, "type": "function",
+                         "function": {"name": call.function.name, "arguments": call.function.arguments}}]})
+                    history.append({"role": "tool", "tool_call_id": call.id,
+                                    "content": json.dumps({"roll": roll_result(i)})})
+                    continue
+                history.append({"role": "assistant", "content": msg.content})
+                break
+            if i % 10 == 0 or i == TURNS:
+                up = json.loads(last["upstream"]["body"])
+                note(f"turn {i:2d}: client sent {len(history) - 1:3d} messages "
+                     f"({kb(len(compact(last['sent'])))}) → provider got {len(up['messages']):2d} "
+                     f"({kb(len(last['upstream']['body']))}), {len(pages):2d} pages")
+    elapsed = time.monotonic() - t0
+    replies = sum(1 for m in history if m["role"] == "assistant" and m.get("content")) - 1
+    checks(replies == TURNS, f"{TURNS} exchanges played through the edge with the openai SDK: "
+                             f"{replies} replies, {calls} requests in {elapsed:.1f} s")
+    checks(first_paged is not None,
+           f"the conversation overflowed the {WINDOW_TOKENS}-token window and was paged "
+           f"(from turn {first_paged})")
+    return history, last
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+def run(checks: Checks) -> None:
+    step(1, "Stand-in provider")
+    standin = StandIn()
+    runner = None
+    try:
+        checks(True, f"listening on {standin.url} (OpenAI chat completions, records every request)")
+
+        step(2, "Local runner (real Pyodide, local D1 + R2)")
+        if STATE.exists():
+            shutil.rmtree(STATE)
+        STATE.mkdir(parents=True)
+        vars_file = STATE / "demo.vars"
+        providers = {PROVIDER: {"base_url": standin.url + "/v1", "formats": ["chat"],
+                                "api_key_secret": "STANDIN_API_KEY"}}
+        vars_file.write_text("CONTEXT_PAGING_ENABLED=true\n"
+                             f"PROVIDERS={json.dumps(providers)}\n"
+                             f"STANDIN_API_KEY={PROVIDER_KEY}\n"
+                             f"MEDIA_SIGNING_SECRET={SIGNING_SECRET}\n", encoding="utf-8")
+        note(f"state {os.path.relpath(STATE, ROOT)}, vars {os.path.relpath(vars_file, ROOT)} "
+             "(CONTEXT_PAGING_ENABLED=true, PROVIDERS → stand-in, demo signing secret)")
+        runner = Runner(STATE, vars_file, STATE / "runner.log")
+        if not runner.wait(120):
+            raise DemoFailed("the runner did not start:\n" + "\n".join(runner.lines[-20:]))
+        health = httpx.get(runner.url + "/healthz", timeout=30)
+        checks(health.status_code == 200, f"runner listening on {runner.url} "
+                                          f"(started in {runner.start_ms} ms), /healthz {health.status_code}",
+               health.text[:300])
+
+        step(3, "Key, policy, session and model window (admin CLI)")
+        key = admin("key", "create", "--principal", PRINCIPAL, secret_field="key")["key"]
+        checks(key.startswith("rpk_"), f"roleplay key created for {PRINCIPAL} (stored only as its SHA-256)")
+        admin("policy", "set", "--principal", PRINCIPAL, "--revision", "1", "--grants", "chat",
+              "--retention", "standard")
+        checks(True, "policy revision 1: grants chat, retention standard")
+        session_id = admin("session", "create", "--principal", PRINCIPAL)["session_id"]
+        checks(bool(session_id), f"session {session_id} opened")
+        admin("model", "set", MODEL, "--input-tokens", str(WINDOW_TOKENS),
+              "--max-output-tokens", str(MAX_OUTPUT_TOKENS))
+        checks(True, f"model {MODEL}: input window {WINDOW_TOKENS} tokens")
+
+        step(4, f"A {TURNS}-exchange roleplay (openai SDK → edge → stand-in)")
+        history, last = play(runner.url, key, session_id, standin, checks)
+
+        step(5, "What the provider received for the last request")
+        up = last["upstream"]
+        body = json.loads(up["body"])
+        sent = last["sent"]
+        note(f"client sent {len(sent)} messages ({kb(len(compact(sent)))}); "
+             f"provider received {len(body['messages'])} messages ({kb(len(up['body']))})")
+        markers = [m for m in body["messages"] if m["role"] == "user"
+                   and isinstance(m.get("content"), str) and m["content"].startswith(MARKER_START)]
+        checks(len(markers) >= 1, f"{len(markers)} marker message(s) (role user) in place of the paged exchanges")
+        marker_ids = []
+        for m in markers:
+            text = m["content"]
+            ids = text[text.rindex(": ") + 2:].rstrip(".").split(", ")
+            marker_ids += ids
+            shown = text if len(ids) <= 2 else text[:text.rindex(": ") + 2] + \
+                f"{ids[0]}, {ids[1]}, … ({len(ids)} page ids)."
+            print(f"       {_c('36', 'marker:')} {shown}")
+        tool_names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        note(f"tools: {', '.join(tool_names)}")
+        checks(TOOL_NAME in tool_names and "roll_dice" in tool_names,
+               f"the {TOOL_NAME} tool schema was added next to the client's roll_dice tool")
+        checks(body["model"] == MODEL and body["max_tokens"] == MAX_TOKENS and "capabilities" not in body,
+               f"model {body['model']} and max_tokens {body['max_tokens']} unchanged; capabilities stripped")
+        checks(up["headers"].get("authorization") == f"Bearer {PROVIDER_KEY}"
+               and key.encode() not in up["body"] and key not in json.dumps(up["headers"]),
+               "the provider got its own key, never the roleplay key")
+        latest = max(k for k, m in enumerate(sent) if m["role"] == "user")
+        tail = len(sent) - latest
+        checks(body["messages"][0] == sent[0] and body["messages"][-tail:] == sent[latest:],
+               "the system prompt and the latest exchange travelled unchanged")
+        page_ids = [p["page_id"] for p in last["pages"]]
+        checks(page_ids == marker_ids and
+               last["headers"].get("x-multillm-context-pages", "").split(",") == page_ids,
+               f"the response lists the same {len(page_ids)} pages in context_pages "
+               "and x-multillm-context-pages",
+               f"context_pages={page_ids[:3]}… markers={marker_ids[:3]}…")
+
+        step(6, "Retrieve one page as a client would, and verify it byte for byte")
+        by_sha = {p["sha256"]: p for p in last["pages"]}
+        chosen = None
+        for n, exchange in enumerate(exchanges_of(history), 1):
+            digest = hashlib.sha256(compact(exchange)).hexdigest()
+            if digest in by_sha and any(m.get("tool_calls") for m in exchange):
+                chosen = (n, exchange, by_sha[digest])
+                break
+        if not checks(chosen is not None, "the client finds a paged exchange (one with a dice roll) by "
+                                          "the SHA-256 of its own messages"):
+            raise DemoFailed("no paged exchange matches the client's history")
+        n, exchange, page = chosen
+        expected = compact(exchange)
+        calls_before = len(standin.received)
+        url = f"/v1/context/pages/{page['page_id']}"
+        note(f"exchange #{n}: {len(exchange)} messages, {len(expected)} bytes, "
+             f"tool call {exchange[1]['tool_calls'][0]['id']}")
+        print(f"     $ GET {url}?roleplay_session_id={session_id}   (Authorization: Bearer rpk_…)")
+        r = httpx.get(runner.url + url, params={"roleplay_session_id": session_id},
+                      headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        if not checks(r.status_code == 200, f"HTTP {r.status_code} from the edge", r.text[:300]):
+            raise DemoFailed("retrieval failed")
+        got = r.json()
+        note(f"{{page_id: {short(got.get('page_id', ''))}, sha256: {got.get('sha256', '')[:12]}…, "
+             f"expires_at: {got.get('expires_at')}, messages: [{len(got.get('messages') or [])}], "
+             f"body_base64: {len(got.get('body_base64') or '')} chars}}")
+        stored = base64.b64decode(got.get("body_base64") or "", validate=True)
+        checks(r.headers.get("cache-control") == "private, no-store", "Cache-Control: private, no-store")
+        checks(stored == expected, f"body_base64 decodes to exactly the compact JSON of exchange #{n} "
+                                   f"({len(stored)} bytes, byte for byte)",
+               f"first difference at byte {next((k for k, (a, b) in enumerate(zip(stored, expected)) if a != b), min(len(stored), len(expected)))}")
+        sha = hashlib.sha256(stored).hexdigest()
+        checks(sha == got.get("sha256") == page["sha256"] == hashlib.sha256(expected).hexdigest(),
+               f"sha256 {sha[:16]}… matches (client, context_pages, retrieval)")
+        checks(got.get("messages") == exchange and got.get("page_id") == page["page_id"],
+               "messages equal the original exchange, tool-call id and argument string included")
+        checks(len(standin.received) == calls_before, "retrieval made no provider call")
+    finally:
+        if runner is not None:
+            runner.stop()
+            note(f"runner stopped (log: {os.path.relpath(runner.log_file.name, ROOT)})")
+        standin.close()
+
+
+def main() -> int:
+    print(_c("1", "MultiLLM roleplay edge — reversible context paging demo") +
+          _c("2", " (local runner, local D1/R2, stand-in provider)"))
+    checks = Checks()
+    try:
+        run(checks)
+    except DemoFailed as e:
+        checks(False, "demo stopped", str(e))
+    except KeyboardInterrupt:
+        print("\ninterrupted")
+        return 130
+    except Exception as e:  # an unexpected failure is a failed check, never a silent pass
+        checks(False, f"demo stopped: {type(e).__name__}", str(e)[:800])
+    if checks.failed:
+        print(f"\n{_c('31', f'{len(checks.failed)} check(s) failed')} ({checks.passed} passed).")
+        return 1
+    print(f"\n{_c('32', f'All {checks.passed} checks passed.')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
