@@ -4,13 +4,13 @@
 // Environment:
 //   PORT              listen port (default 8787; 0 picks a free one)
 //   EDGE_STATE_DIR    local state, as `wrangler … --persist-to` (default .wrangler/state)
-//   EDGE_VARS_FILE    extra dotenv file overlaid on [vars] and .dev.vars (tests)
+//   EDGE_VARS_FILE    dotenv file overlaid on [vars], replacing .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
 //   EDGE_TEST_CONTROL=1 enables /__runner/* (tests only): clock offset, operation
 //                     counts, and direct access to the same local D1 and R2
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { copyFileSync, readFileSync } from "node:fs";
 import http from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { Readable } from "node:stream";
@@ -57,10 +57,14 @@ const worker = loadWorker({
 });
 await migrated;
 
-const proxy = await getPlatformProxy({
-  configPath: join(root, "wrangler.toml"),
-  persist: { path: join(stateDir, "v3") },
-});
+// With EDGE_VARS_FILE (tests) the Worker sees wrangler.toml's [vars] plus that file only:
+// the config is read from a copy in the state dir, so a developer's .dev.vars stays out.
+let configPath = join(root, "wrangler.toml");
+if (process.env.EDGE_VARS_FILE) {
+  configPath = join(stateDir, "wrangler.toml");
+  copyFileSync(join(root, "wrangler.toml"), configPath);
+}
+const proxy = await getPlatformProxy({ configPath, persist: { path: join(stateDir, "v3") } });
 const overrides = process.env.EDGE_VARS_FILE ? parseDotenv(readFileSync(process.env.EDGE_VARS_FILE, "utf8")) : {};
 for (const name of (process.env.EDGE_UNBIND ?? "").split(",").filter(Boolean)) overrides[name] = null;
 const env = presentEnv(proxy.env, declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8")), overrides);

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import compaction, config, paging, store
@@ -172,7 +173,7 @@ def encode(body: dict) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def plan_all(fmt: str, body: dict, raw: bytes, cands: list[Candidate], turn: Turn, page_id_for):
+def plan_all(fmt: str, body: dict, cands: list[Candidate], turn: Turn, page_id_for):
     """Fill each candidate's plan: a paging.Plan, or (bytes, dropped) for existing behaviour."""
     if turn.paging:
         results = paging.plan_candidates(fmt, body, [c.budget for c in cands], page_id_for,
@@ -248,9 +249,59 @@ async def respond(upstream, turn: Turn, fmt: str) -> Outgoing:
     return Outgoing(upstream.status, headers + info_headers(turn), stream=upstream.stream)
 
 
+@contextmanager
+def timed(turn: Turn, name: str):
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        turn.timings[name] = round((time.monotonic() - started) * 1000, 1)
+
+
+async def load_context(platform, db, digest: str, session_id: str, models: list, turn: Turn):
+    """The one D1 read of a turn, then the key, grant and session checks."""
+    with timed(turn, "load_ms"):
+        try:
+            ctx = await store.load_generation_context(db, digest, session_id, models, platform.now())
+        except StorageError:
+            raise _error("storage_failed", "Roleplay state could not be read.", 503) from None
+    check_principal(ctx)
+    if not ctx.session.open:
+        raise SESSION_NOT_FOUND
+    return ctx
+
+
+async def dispatch(req: Incoming, platform, db, cands: list, raw: bytes, ctx, session_id: str,
+                   sign, turn: Turn):
+    """Try each candidate in order, storing its pages first → (upstream, candidate)."""
+    stored: set = set()
+    upstream = chosen = None
+    for i, c in enumerate(cands):
+        if c.skipped:
+            platform.log({"event": "candidate_skipped", "model_index": i, "reason": c.skipped.code})
+            continue
+        if turn.paging:
+            with timed(turn, "store_ms"):
+                await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
+        headers = upstream_headers(req, turn.fmt, c.provider, platform)
+        turn.attempts += 1
+        chosen = c
+        try:
+            with timed(turn, "upstream_ms"):
+                upstream = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers,
+                                                dispatch_body(c, cands[0].model, raw, turn))
+        except OSError:
+            upstream = None
+            continue
+        if upstream.status not in RETRY_STATUSES:
+            break
+    if upstream is None:
+        raise _error("upstream_unreachable", "No provider could be reached.", 502)
+    return upstream, chosen
+
+
 async def generate(req: Incoming, platform) -> Outgoing:
-    fmt = FORMAT_BY_PATH[req.path]
-    turn = Turn(fmt)
+    turn = Turn(FORMAT_BY_PATH[req.path])
     digest = key_digest(req)
     session_id = req.header(SESSION_HEADER).strip()
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)
@@ -260,54 +311,18 @@ async def generate(req: Incoming, platform) -> Outgoing:
     flag_on = config.flag_state(platform.var(config.FLAG_NAME),
                                 lambda m: platform.log({"level": "warning", "message": m}))
     db = database(platform)
-    t1 = time.monotonic()
-    try:
-        ctx = await store.load_generation_context(db, digest, session_id, models, platform.now())
-    except StorageError:
-        raise _error("storage_failed", "Roleplay state could not be read.", 503) from None
-    turn.timings["load_ms"] = round((time.monotonic() - t1) * 1000, 1)
-    policy = check_principal(ctx)
-    if not ctx.session.open:
-        raise SESSION_NOT_FOUND
-    providers = config.parse_providers(platform.var("PROVIDERS"))
-    cands = candidates(fmt, body, models, ctx, providers,
+    ctx = await load_context(platform, db, digest, session_id, models, turn)
+    cands = candidates(turn.fmt, body, models, ctx, config.parse_providers(platform.var("PROVIDERS")),
                        config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
-    turn.paging = flag_on and asked and policy.retention != "zero"
+    turn.paging = flag_on and asked and ctx.policy.retention != "zero"
     sign = signer(platform) if turn.paging else None
 
     def page_id_for(sha):
-        return sign.page_id(AUTHORITY, ctx.principal, session_id, policy.revision, sha)
+        return sign.page_id(AUTHORITY, ctx.principal, session_id, ctx.policy.revision, sha)
 
-    t1 = time.monotonic()
-    plan_all(fmt, body, raw, cands, turn, page_id_for)
-    turn.timings["plan_ms"] = round((time.monotonic() - t1) * 1000, 1)
-    stored: set = set()
-    upstream = chosen = None
-    for c in cands:
-        if c.skipped:
-            platform.log({"event": "candidate_skipped", "model_index": cands.index(c),
-                          "reason": c.skipped.code})
-            continue
-        if turn.paging:
-            t1 = time.monotonic()
-            await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
-            turn.timings["store_ms"] = round((time.monotonic() - t1) * 1000, 1)
-        headers = upstream_headers(req, fmt, c.provider, platform)
-        turn.attempts += 1
-        chosen = c
-        t1 = time.monotonic()
-        try:
-            upstream = await platform.fetch(c.provider.endpoint(fmt), "POST", headers,
-                                            dispatch_body(c, cands[0].model, raw, turn))
-        except OSError:
-            upstream = None
-            continue
-        finally:
-            turn.timings["upstream_ms"] = round((time.monotonic() - t1) * 1000, 1)
-        if upstream.status not in RETRY_STATUSES:
-            break
-    if upstream is None:
-        raise _error("upstream_unreachable", "No provider could be reached.", 502)
+    with timed(turn, "plan_ms"):
+        plan_all(turn.fmt, body, cands, turn, page_id_for)
+    upstream, chosen = await dispatch(req, platform, db, cands, raw, ctx, session_id, sign, turn)
     if turn.paging:
         turn.pages = list(chosen.plan.pages)
     else:
@@ -315,4 +330,4 @@ async def generate(req: Incoming, platform) -> Outgoing:
     req.notes.update(paging=turn.paging, pages=len(turn.pages), new_pages=turn.new_pages,
                      compacted=turn.compacted, attempts=turn.attempts,
                      model_index=cands.index(chosen), **turn.timings)
-    return await respond(upstream, turn, fmt)
+    return await respond(upstream, turn, turn.fmt)

@@ -12,18 +12,17 @@ from .http import Incoming, Outgoing, json_response
 SESSIONS_PATH = "/v1/roleplay/sessions"
 
 
-async def _principal(req: Incoming, db) -> str:
-    facts = await store.load_principal(db, key_digest(req))
+async def _principal(digest: str, db) -> str:
+    facts = await store.load_principal(db, digest)
     check_principal(facts)
     return facts.principal
 
 
 async def create_session(req: Incoming, platform) -> Outgoing:
-    digest_first = key_digest(req)  # 401 before touching storage
-    del digest_first
+    digest = key_digest(req)            # 401 before touching storage
     db = database(platform)
     try:
-        principal = await _principal(req, db)
+        principal = await _principal(digest, db)
         session_id = "rps_" + secrets.token_urlsafe(24)
         now = platform.now()
         await store.create_session(db, session_id, principal, now)
@@ -34,10 +33,10 @@ async def create_session(req: Incoming, platform) -> Outgoing:
 
 async def end_session(req: Incoming, platform) -> Outgoing:
     session_id = req.path[len(SESSIONS_PATH) + 1:]
-    key_digest(req)
+    digest = key_digest(req)
     db = database(platform)
     try:
-        principal = await _principal(req, db)
+        principal = await _principal(digest, db)
         ended = await store.end_session(db, session_id, principal, platform.now())
     except StorageError:
         raise EdgeError(503, "storage_failed", "The session could not be ended.") from None
