@@ -25,6 +25,11 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_PAGE_BYTES = 65536
 #: Active (unexpired) page bytes allowed per (principal, session).
 SESSION_ALLOWANCE_BYTES = 1024 * 1024
+#: New pages (R2 puts) one request may write. A Worker invocation may make at most
+#: 1,000 calls to Cloudflare services; this leaves room for the D1 statements.
+MAX_NEW_PAGES_PER_REQUEST = 500
+#: The page-id list header is sent only while it stays this small (proxies cap headers).
+MAX_PAGE_LIST_HEADER = 4096
 #: Every page write sets expires_at = now + PAGE_TTL_SECONDS.
 PAGE_TTL_SECONDS = 3600
 #: Default for CONTEXT_SAFETY_TOKENS when unset or invalid; matches wrangler.toml [vars].

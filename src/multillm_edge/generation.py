@@ -146,6 +146,11 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
     # context first avoids writing R2 bodies that could never get a row.
     if ctx.active_bytes + sum(len(p.body) for p in fresh) > config.SESSION_ALLOWANCE_BYTES:
         raise session_limit()
+    if len(fresh) > config.MAX_NEW_PAGES_PER_REQUEST:
+        raise EdgeError(413, "context_session_limit_exceeded",
+                        "The context window was exceeded and storing it would take more than "
+                        f"{config.MAX_NEW_PAGES_PER_REQUEST} new context pages in one request.",
+                        new_pages=len(fresh), max_new_pages=config.MAX_NEW_PAGES_PER_REQUEST)
     try:
         await asyncio.gather(*(bucket.put(r2_key(p.page_id), p.body) for p in fresh))
         stored.update(p.page_id for p in fresh)
@@ -233,7 +238,10 @@ def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
 def info_headers(turn: Turn) -> list:
     headers = []
     if turn.pages:
-        headers.append(("x-multillm-context-pages", ",".join(p.page_id for p in turn.pages)))
+        headers.append(("x-multillm-context-page-count", str(len(turn.pages))))
+        ids = ",".join(p.page_id for p in turn.pages)
+        if len(ids) <= config.MAX_PAGE_LIST_HEADER:
+            headers.append(("x-multillm-context-pages", ids))
     if turn.compacted:
         headers.append(("x-multillm-context-compaction", str(turn.compacted)))
     return headers

@@ -112,6 +112,7 @@ def test_upstream_receives_markers_tool_schema_same_model_and_provider_key(edge,
     pages = r.json()["context_pages"]
     assert pages and all(p["tool_schema"]["function"]["name"] == "multillm_context_retrieve" for p in pages)
     assert r.headers["x-multillm-context-pages"] == ",".join(p["page_id"] for p in pages)
+    assert r.headers["x-multillm-context-page-count"] == str(len(pages))
 
 
 def test_what_was_stored_equals_what_was_removed(edge, provider, player):
@@ -297,6 +298,18 @@ def test_session_allowance_is_413_and_stores_nothing(edge, provider, player):
     r = post(edge, player, body)
     assert r.status_code == 413
     assert r.json()["error"]["code"] == "context_session_limit_exceeded"
+    assert provider.received == [] and rows(edge, player) == []
+    assert edge.stats()["r2_puts"] == stats0["r2_puts"]
+
+
+def test_more_new_pages_than_one_invocation_may_write_is_413(edge, provider, player):
+    rp.set_model(edge, "fake:rp-wide", 40000, 1000)
+    body = rp.chat_body(600, model="fake:rp-wide", size=500, tag="MANY")
+    stats0 = edge.stats()
+    r = post(edge, player, body)
+    assert r.status_code == 413
+    err = r.json()["error"]
+    assert err["code"] == "context_session_limit_exceeded" and err["new_pages"] > err["max_new_pages"]
     assert provider.received == [] and rows(edge, player) == []
     assert edge.stats()["r2_puts"] == stats0["r2_puts"]
 
