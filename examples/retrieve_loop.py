@@ -1,0 +1,97 @@
+"""A roleplay client turn with context paging, using the official `openai` SDK.
+
+The edge may replace older exchanges of a long roleplay with stored pages and give the
+model a `multillm_context_retrieve` tool. When the model calls it, the client (not the
+edge) fetches the page with the same roleplay key and session, and feeds the exchange's
+original messages back as the tool result:
+
+    client = openai.OpenAI(api_key=KEY, base_url=EDGE_URL + "/v1")
+    reply = run_turn(client, EDGE_URL, KEY, session_id, messages, model="openai:gpt-4o")
+    print(reply.choices[0].message.content)
+
+`messages` is the full roleplay history; it is extended in place with the assistant
+tool-call messages and tool results of this turn, so the next turn sends them too.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+import httpx
+
+TOOL_NAME = "multillm_context_retrieve"
+CAPABILITIES = [TOOL_NAME]
+# Page ids are opaque capabilities; anything else the model names is refused before it
+# reaches a URL (no path tricks such as "../").
+_PAGE_ID = re.compile(r"cp_[A-Za-z0-9_-]{1,128}\Z")
+
+
+def fetch_page(http: httpx.Client, edge_url: str, key: str, session_id: str,
+               page_id: str) -> dict:
+    """GET /v1/context/pages/{page_id}?roleplay_session_id=… → the page document.
+
+    Returns {"ok": True, "content": <the page's exact stored JSON text>} or
+    {"ok": False, "content": <a short JSON error the model can read>}."""
+    if not isinstance(page_id, str) or not _PAGE_ID.match(page_id):
+        return {"ok": False, "content": json.dumps({"error": "invalid page_id"})}
+    r = http.get(f"{edge_url.rstrip('/')}/v1/context/pages/{page_id}",
+                 params={"roleplay_session_id": session_id},
+                 headers={"Authorization": f"Bearer {key}"})
+    if r.status_code != 200:
+        try:
+            code = r.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = f"http_{r.status_code}"
+        return {"ok": False, "content": json.dumps({"error": code, "status": r.status_code})}
+    doc = r.json()
+    # body_base64 is the exact stored page: a JSON array of the original messages.
+    # Passing its text on (rather than re-serializing `messages`) keeps it byte-exact.
+    text = base64.b64decode(doc["body_base64"]).decode("utf-8")
+    return {"ok": True, "content": text, "messages": doc["messages"]}
+
+
+def _assistant_message(message) -> dict:
+    """The assistant tool-call message as it must be sent back."""
+    out: dict[str, Any] = {"role": "assistant", "content": message.content}
+    out["tool_calls"] = [{"id": tc.id, "type": "function",
+                          "function": {"name": tc.function.name,
+                                       "arguments": tc.function.arguments}}
+                         for tc in message.tool_calls]
+    return out
+
+
+def run_turn(client, edge_url: str, key: str, session_id: str, messages: list,
+             model: str, max_tokens: int = 512, max_rounds: int = 4,
+             http: httpx.Client | None = None, **create_kwargs):
+    """One user turn: call the model; while it asks for stored context, fetch the pages
+    and call it again with the restored messages as tool results. Returns the final
+    ChatCompletion (also when the model calls a tool this loop does not handle)."""
+    own_http = http is None
+    http = http or httpx.Client(timeout=60)
+    try:
+        for _ in range(max_rounds):
+            completion = client.chat.completions.create(
+                model=model, messages=messages, max_tokens=max_tokens,
+                extra_body={"capabilities": CAPABILITIES},
+                extra_headers={"X-Roleplay-Session-ID": session_id},
+                **create_kwargs)
+            message = completion.choices[0].message
+            calls = message.tool_calls or []
+            if not calls or any(tc.function.name != TOOL_NAME for tc in calls):
+                return completion
+            messages.append(_assistant_message(message))
+            for tc in calls:
+                try:
+                    page_id = json.loads(tc.function.arguments or "{}").get("page_id")
+                except (ValueError, AttributeError):
+                    page_id = None
+                page = fetch_page(http, edge_url, key, session_id, page_id)
+                messages.append({"role": "tool", "tool_call_id": tc.id,
+                                 "content": page["content"]})
+        return completion
+    finally:
+        if own_http:
+            http.close()

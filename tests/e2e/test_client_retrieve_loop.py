@@ -1,0 +1,150 @@
+"""The README's client loop (examples/retrieve_loop.py) against the runner: the official
+`openai` SDK sends a long roleplay, the (fake) model calls multillm_context_retrieve
+with a real page id, the client fetches the page from the edge and the second upstream
+request carries the restored messages exactly."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+
+import httpx
+import openai
+import pytest
+
+from examples.retrieve_loop import TOOL_NAME, run_turn
+from multillm_edge.formats import marker_ids
+from multillm_edge.pages import r2_key
+from tests.support import roleplay as rp
+from tests.support.fakes import FakeServer, Reply
+from tests.support.runner import Edge
+
+MODEL = "fake:rp-small"
+FINAL = "Aurore remembers the lantern by the river."
+
+
+def completion(message: dict, finish: str) -> Reply:
+    doc = {"id": "chatcmpl-" + secrets.token_hex(4), "object": "chat.completion", "created": 0,
+           "model": "rp-small", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+    return Reply(chunks=[json.dumps(doc).encode()])
+
+
+class ScriptedModel:
+    """First request: a tool call naming `pick(page_ids)`; later: a final text."""
+
+    def __init__(self):
+        self.pick = lambda ids: ids[1]
+        self.asked: list[str] = []
+        self.call_id = "call_" + secrets.token_hex(4)
+        self._lock = threading.Lock()
+
+    def __call__(self, rec) -> Reply:
+        with self._lock:
+            body = rec.json()
+            ids = [pid for m in body["messages"] if m.get("role") == "user"
+                   for pid in (marker_ids(m.get("content")) or [])]
+            if not any(m.get("role") == "tool" and m.get("tool_call_id") == self.call_id
+                       for m in body["messages"]):
+                page_id = self.pick(ids)
+                self.asked.append(page_id)
+                return completion({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": self.call_id, "type": "function",
+                     "function": {"name": TOOL_NAME,
+                                  "arguments": json.dumps({"page_id": page_id})}}]},
+                    "tool_calls")
+            return completion({"role": "assistant", "content": FINAL}, "stop")
+
+
+@pytest.fixture(scope="module")
+def provider():
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def edge(provider, tmp_path_factory):
+    edge = Edge(tmp_path_factory.mktemp("retrieve_loop"), vars=rp.edge_vars(provider.url))
+    rp.set_model(edge, MODEL, 6000, 1000)
+    yield edge
+    edge.stop()
+
+
+@pytest.fixture
+def model(provider):
+    provider.clear()
+    provider.reply = ScriptedModel()
+    return provider.reply
+
+
+@pytest.fixture
+def player(edge):
+    key, _ = rp.seed_principal(edge)
+    sid = rp.open_session(edge, key)
+    client = openai.OpenAI(api_key=key, base_url=edge.url + "/v1", max_retries=0, timeout=60)
+    yield key, sid, client
+    client.close()
+
+
+def contiguous(haystack: list, needle: list) -> bool:
+    return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+
+def test_tool_call_is_executed_and_restored_messages_fed_back_exactly(edge, provider, model, player):
+    key, sid, client = player
+    messages = rp.chat_body(30, tag="LOOP")["messages"]
+    original = json.loads(json.dumps(messages))
+    reply = run_turn(client, edge.url, key, sid, messages, model=MODEL, max_tokens=200)
+
+    assert reply.choices[0].message.content == FINAL
+    assert len(provider.received) == 2
+    first, second = (r.json() for r in provider.received)
+    [page_id] = model.asked
+    assert page_id in {m_id for m in first["messages"] if m.get("role") == "user"
+                       for m_id in (marker_ids(m.get("content")) or [])}
+
+    stored = edge.r2_get(r2_key(page_id))
+    restored = json.loads(stored)
+    assert contiguous(original, restored)            # an exchange the client really sent
+    # The second upstream request: the assistant tool call, then the tool result whose
+    # content is exactly the stored page (the original items, byte-exact).
+    calls = [m for m in second["messages"] if m.get("role") == "assistant" and m.get("tool_calls")
+             and m["tool_calls"][0]["id"] == model.call_id]
+    assert calls and calls[0]["tool_calls"][0]["function"] == {
+        "name": TOOL_NAME, "arguments": json.dumps({"page_id": page_id})}
+    [tool_msg] = [m for m in second["messages"] if m.get("role") == "tool"
+                  and m.get("tool_call_id") == model.call_id]
+    assert tool_msg["content"].encode("utf-8") == stored
+    assert json.loads(tool_msg["content"]) == restored
+    idx = second["messages"].index(tool_msg)
+    assert second["messages"][idx - 1] is calls[0] or second["messages"][idx - 1] == calls[0]
+    # The client's history grew by exactly those two messages.
+    assert messages[:len(original)] == original
+    assert messages[len(original):] == [calls[0], tool_msg]
+    # The roleplay key never went upstream.
+    for rec in provider.received:
+        assert key not in json.dumps(rec.headers) and key.encode() not in rec.body
+
+
+def test_unknown_page_comes_back_as_a_tool_error_and_the_turn_finishes(edge, provider, model, player):
+    key, sid, client = player
+    model.pick = lambda ids: "cp_" + "A" * 43
+    messages = rp.chat_body(30, tag="LOOP2")["messages"]
+    reply = run_turn(client, edge.url, key, sid, messages, model=MODEL, max_tokens=200)
+    assert reply.choices[0].message.content == FINAL
+    tool_msg = provider.received[1].json()["messages"][-1]
+    assert tool_msg["role"] == "tool"
+    assert json.loads(tool_msg["content"]) == {"error": "context_page_not_found", "status": 404}
+
+
+def test_a_path_like_page_id_never_reaches_a_url(edge, provider, model, player):
+    key, sid, client = player
+    model.pick = lambda ids: "../../v1/roleplay/sessions"
+    seen = []
+    with httpx.Client(event_hooks={"request": [seen.append]}) as http:
+        reply = run_turn(client, edge.url, key, sid, rp.chat_body(30, tag="LOOP3")["messages"],
+                         model=MODEL, max_tokens=200, http=http)
+    assert reply.choices[0].message.content == FINAL
+    assert seen == []
+    assert json.loads(provider.received[1].json()["messages"][-1]["content"]) == {"error": "invalid page_id"}
