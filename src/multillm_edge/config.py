@@ -121,6 +121,13 @@ class Provider:
     base_url: str              # e.g. "https://api.openai.com/v1" (no trailing slash)
     formats: tuple[str, ...]   # subset of FORMATS
     api_key_secret: str        # name of the env secret holding the API key
+    # "qualified" (default): `model` goes upstream exactly as the client wrote it
+    # ("provider:model", DESIGN §5.4). "bare": the provider's own id after "provider:",
+    # for providers such as api.openai.com that reject the gateway's qualified names.
+    model_name: str = "qualified"
+
+    def upstream_model(self, model: str) -> str:
+        return split_model(model)[1] if self.model_name == "bare" else model
 
     def serves(self, fmt: str) -> bool:
         return fmt in self.formats
@@ -155,7 +162,7 @@ def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
         where = f"PROVIDERS[{name!r}]"
         if not isinstance(spec, dict):
             raise _misconfigured(f"{where} must be an object.")
-        unknown = set(spec) - {"base_url", "formats", "api_key_secret"}
+        unknown = set(spec) - {"base_url", "formats", "api_key_secret", "model_name"}
         if unknown:
             raise _misconfigured(f"{where} has unknown fields: {', '.join(sorted(unknown))}.")
         base_url = spec.get("base_url")
@@ -168,8 +175,11 @@ def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
         secret = spec.get("api_key_secret")
         if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
             raise _misconfigured(f"{where}.api_key_secret must name an environment secret.")
+        model_name = spec.get("model_name", "qualified")
+        if model_name not in ("qualified", "bare"):
+            raise _misconfigured(f"{where}.model_name must be \"qualified\" or \"bare\".")
         out[name] = Provider(name=name, base_url=base_url.rstrip("/"),
-                             formats=tuple(formats), api_key_secret=secret)
+                             formats=tuple(formats), api_key_secret=secret, model_name=model_name)
     return out
 
 

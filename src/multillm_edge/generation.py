@@ -201,16 +201,17 @@ def plan_all(fmt: str, body: dict, cands: list[Candidate], turn: Turn, page_id_f
         raise cands[0].skipped
 
 
-def dispatch_body(c: Candidate, primary: str, raw: bytes, turn: Turn) -> bytes:
+def dispatch_body(c: Candidate, raw: bytes, turn: Turn) -> bytes:
     """The bytes sent for candidate `c`: the request as received when nothing changed;
-    a fallback carries its own model name, and nothing else differs."""
+    otherwise the plan's body, naming the candidate's model as its provider wants it."""
     if turn.paging:
         body = c.plan.body
     else:
         body, dropped = c.plan
-        if dropped == 0 and c.model == primary:
-            return raw
-    return encode(body if c.model == primary else {**body, "model": c.model})
+    model = c.provider.upstream_model(c.model)
+    if not turn.paging and dropped == 0 and body.get("model") == model:
+        return raw
+    return encode(body if body.get("model") == model else {**body, "model": model})
 
 
 def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
@@ -297,7 +298,7 @@ async def dispatch(req: Incoming, platform, db, cands: list, raw: bytes, ctx, se
         try:
             with timed(turn, "upstream_ms"):
                 upstream = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers,
-                                                dispatch_body(c, cands[0].model, raw, turn))
+                                                dispatch_body(c, raw, turn))
         except OSError:
             upstream = None
             continue

@@ -419,6 +419,18 @@ def test_retryable_upstream_status_tries_the_next_candidate(edge, provider, play
     assert "context_pages" not in r.json()
 
 
+@pytest.mark.parametrize("paged", [True, False])
+def test_bare_model_providers_receive_their_own_model_id(edge, provider, player, paged):
+    rp.set_model(edge, "bare:rp-small", WINDOW, 1000)
+    body = rp.chat_body(30 if paged else 3, model="bare:rp-small", tag="BARE")
+    r = post(edge, player, body)
+    assert r.status_code == 200
+    sent = provider.received[0].json()
+    assert sent["model"] == "rp-small"
+    assert ("tools" in sent) is paged
+    assert sent["messages"][-1] == body["messages"][-1]
+
+
 def test_non_retryable_status_is_returned_as_is(edge, provider, player):
     provider.reply = Reply(status=400, chunks=[b'{"error":{"message":"bad"}}'])
     r = post(edge, player, rp.chat_body(3, models=["fake:rp-large"]))

@@ -14,7 +14,9 @@ PROVIDER_KEY = "sk-provider-SECRET-4f1a"
 def edge_vars(provider_url: str, origin_url: str = "", **extra) -> dict:
     providers = {"fake": {"base_url": provider_url + "/v1",
                           "formats": ["chat", "responses", "messages"],
-                          "api_key_secret": "FAKE_API_KEY"}}
+                          "api_key_secret": "FAKE_API_KEY"},
+                 "bare": {"base_url": provider_url + "/v1", "formats": ["chat", "responses", "messages"],
+                          "api_key_secret": "FAKE_API_KEY", "model_name": "bare"}}
     return {"CONTEXT_PAGING_ENABLED": "true", "PROVIDERS": json.dumps(providers),
             "FAKE_API_KEY": PROVIDER_KEY, "MEDIA_SIGNING_SECRET": SIGNING_SECRET,
             "FLASK_ORIGIN": origin_url, **extra}

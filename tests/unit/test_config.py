@@ -74,6 +74,14 @@ def test_parse_providers_ok():
     assert o.endpoint("chat") == "https://api.openai.com/v1/chat/completions"
     assert p["anthropic"].endpoint("messages") == "http://127.0.0.1:9999/v1/messages"
     assert parse_providers(None) == {} and parse_providers("") == {} and parse_providers("{}") == {}
+    assert o.model_name == "qualified" and o.upstream_model("openai:gpt-4o") == "openai:gpt-4o"
+
+
+def test_bare_model_names_drop_the_provider_prefix():
+    spec = {**GOOD["openai"], "model_name": "bare"}
+    o = parse_providers(json.dumps({"openai": spec}))["openai"]
+    assert o.upstream_model("openai:gpt-4o") == "gpt-4o"
+    assert o.upstream_model("openai:ft:gpt-4o:org") == "ft:gpt-4o:org"
 
 
 @pytest.mark.parametrize("text", [
@@ -86,6 +94,7 @@ def test_parse_providers_ok():
     json.dumps({"o": {"base_url": "https://x", "formats": ["chat"]}}),
     json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "sk-live-123"}}),
     json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K", "extra": 1}}),
+    json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K", "model_name": "x"}}),
     json.dumps({"a:b": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K"}}),
 ])
 def test_parse_providers_invalid(text):
