@@ -69,6 +69,24 @@ def tool_parameters() -> dict:
     }
 
 
+def history(body: dict, key: str):
+    """The pageable list under `key`, or None when there is none."""
+    v = body.get(key)
+    return v if isinstance(v, list) else None
+
+
+def marker(text: str) -> dict:
+    """The marker message: a plain user turn, the same shape in all three formats."""
+    return {"role": "user", "content": text}
+
+
+def marker_content(item):
+    """The text of an item shaped exactly like `marker(...)`, else None."""
+    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
+        return item.get("content")
+    return None
+
+
 def marker_text(page_ids) -> str:
     return MARKER_PREFIX + MARKER_SEP.join(page_ids) + MARKER_SUFFIX
 

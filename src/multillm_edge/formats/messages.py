@@ -15,16 +15,15 @@ complete exchanges, so it never lands between a ``tool_use`` and its ``tool_resu
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
-               tool_parameters, tools_list_append, tools_list_remove)
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
+               marker, marker_content, tool_parameters, tools_list_append, tools_list_remove)
 
 ITEMS_KEY = "messages"
 _NONE = ()
 
 
 def items(body: dict):
-    v = body.get(ITEMS_KEY)
-    return v if isinstance(v, list) else None
+    return history(body, ITEMS_KEY)
 
 
 def classify(m):
@@ -51,14 +50,6 @@ def classify(m):
     return OTHER, _NONE, _NONE
 
 
-def marker(text: str) -> dict:
-    return {"role": "user", "content": text}
-
-
-def marker_content(item):
-    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
-        return item.get("content")
-    return None
 
 
 def tool_schema() -> dict:

@@ -12,16 +12,15 @@ exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
-               tool_parameters, tools_list_append, tools_list_remove)
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
+               marker, marker_content, tool_parameters, tools_list_append, tools_list_remove)
 
 ITEMS_KEY = "input"
 _NONE = ()
 
 
 def items(body: dict):
-    v = body.get(ITEMS_KEY)
-    return v if isinstance(v, list) else None
+    return history(body, ITEMS_KEY)
 
 
 def classify(it):
@@ -47,14 +46,6 @@ def classify(it):
     return OTHER, _NONE, _NONE
 
 
-def marker(text: str) -> dict:
-    return {"role": "user", "content": text}
-
-
-def marker_content(item):
-    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
-        return item.get("content")
-    return None
 
 
 def tool_schema() -> dict:
