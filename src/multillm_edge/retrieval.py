@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 from . import config, store
 from .auth import UNAUTHORIZED, database, key_digest
@@ -140,10 +141,13 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
     # the timing does not say whether the id was well formed.
     lookup_id = page_id if is_well_formed_page_id(page_id) else ""
     now = platform.now()
+    t0 = time.monotonic()
     try:                                                       # 4. one D1 statement
         facts = await store.load_page_for_retrieval(db, digest, session_id, lookup_id, now)
     except StorageError:
         raise EdgeError(503, "storage_failed", "Context page metadata could not be read.") from None
+    finally:
+        req.notes["d1_ms"] = round((time.monotonic() - t0) * 1000, 1)
 
     if facts is None or facts.key_revoked:                     # 5. 401
         raise UNAUTHORIZED
@@ -159,10 +163,13 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
         raise PAGE_NOT_FOUND
 
     row = facts.page
+    t1 = time.monotonic()
     try:                                                       # 8. one R2 get
         body = await bucket.get(row["r2_key"])
     except StorageError:
         raise EdgeError(503, "storage_failed", "The context page could not be read.") from None
+    finally:
+        req.notes["r2_ms"] = round((time.monotonic() - t1) * 1000, 1)
     if body is None or len(body) != row["byte_length"] or sha256_hex(body) != row["sha256"]:
         req.notes["corrupted"] = "missing" if body is None else "mismatch"
         raise CORRUPTED
