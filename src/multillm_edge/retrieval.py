@@ -43,7 +43,7 @@ import json
 import time
 
 from . import config, store
-from .auth import UNAUTHORIZED, database, key_digest
+from .auth import NO_CHAT_GRANT, UNAUTHORIZED, database, key_digest
 from .errors import PAGE_NOT_FOUND, EdgeError, StorageError
 from .http import Incoming, Outgoing
 from .pages import PageSigner, is_well_formed_page_id, r2_key, sha256_hex
@@ -52,7 +52,6 @@ PAGES_PATH = "/v1/context/pages/"
 SESSION_PARAM = "roleplay_session_id"
 AUTHORITY = "roleplay"
 
-NO_CHAT_GRANT = EdgeError(403, "chat_not_granted", "This key's policy does not grant chat.")
 ZERO_RETENTION = EdgeError(403, "retention_zero",
                            "This key's policy has zero retention: no context pages are served.")
 CORRUPTED = EdgeError(503, "context_page_corrupted",
