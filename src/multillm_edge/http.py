@@ -58,7 +58,9 @@ def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None =
 
 
 def error_response(err: EdgeError, anthropic: bool = False) -> Outgoing:
-    return Outgoing(err.status, [("content-type", "application/json")], err.body(anthropic))
+    # Errors are about this caller and this moment: never cached by anything between.
+    return Outgoing(err.status, [("content-type", "application/json"), ("cache-control", "no-store")],
+                    err.body(anthropic))
 
 
 def forwardable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -116,6 +116,7 @@ def assert_404(r, convo=None):
     assert r.status_code == 404, r.text
     assert r.content == EXPECTED_404
     assert r.json()["error"]["code"] == "context_page_not_found"
+    assert r.headers["cache-control"] == "no-store"
     assert_no_content(r, convo)
 
 
