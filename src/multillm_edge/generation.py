@@ -285,9 +285,8 @@ async def dispatch(req: Incoming, platform, db, cands: list, raw: bytes, ctx, se
     """Try each candidate in order, storing its pages first → (upstream, candidate)."""
     stored: set = set()
     upstream = chosen = None
-    for i, c in enumerate(cands):
+    for c in cands:
         if c.skipped:
-            platform.log({"event": "candidate_skipped", "model_index": i, "reason": c.skipped.code})
             continue
         if turn.paging:
             with timed(turn, "store_ms"):
@@ -339,4 +338,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
     req.notes.update(paging=turn.paging, pages=len(turn.pages), new_pages=turn.new_pages,
                      compacted=turn.compacted, attempts=turn.attempts,
                      model_index=cands.index(chosen), **turn.timings)
+    skipped = [c.skipped.code for c in cands if c.skipped]
+    if skipped:
+        req.notes["skipped"] = skipped
     return await respond(upstream, turn, turn.fmt)

@@ -193,6 +193,13 @@ def test_other_wire_formats_page_with_their_own_tool_schema(edge, provider, play
     assert r.json()["context_pages"]
 
 
+def test_healthz_reports_readiness_as_booleans(edge):
+    r = edge.client.get("/healthz")
+    assert r.status_code == 200
+    assert r.json() == {"ok": True, "d1_tables": True, "r2_binding": True,
+                        "signing_configured": True, "paging_enabled": True}
+
+
 def test_stream_passes_through_with_the_page_list_header(edge, provider, player):
     events = [b'data: {"choices":[{"delta":{"content":"The"}}]}\n\n',
               b'data: {"choices":[{"delta":{"content":" fox"}}]}\n\n', b"data: [DONE]\n\n"]
@@ -395,8 +402,8 @@ def test_candidate_whose_window_cannot_hold_protected_content_is_skipped(edge, p
     assert r.status_code == 200, r.text
     assert len(provider.received) == 1
     assert provider.received[0].json()["model"] == MODEL
-    logs = edge.wait_for_log(lambda rec: rec.get("event") == "candidate_skipped")
-    assert logs and logs[-1]["reason"] == "context_window_exceeded"
+    logs = edge.wait_for_log(lambda rec: rec.get("route") == "generate" and "skipped" in rec)
+    assert logs and logs[-1]["skipped"] == ["context_window_exceeded"] and logs[-1]["model_index"] == 1
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 503])

@@ -52,3 +52,13 @@ def test_worker_exception_is_a_500_json_and_runner_keeps_serving(fidelity_edge):
     assert r.status_code == 500
     assert r.json()["error"]["code"] == "worker_exception"
     assert sql(fidelity_edge, "SELECT 1 AS one").json() == {"rows": [{"one": 1}]}
+
+
+def test_healthz_names_what_is_missing(start_edge):
+    edge = start_edge({}, unbind=["multillm_media"])
+    r = edge.client.get("/healthz")
+    assert r.status_code == 503
+    assert r.json() == {"ok": False, "d1_tables": True, "r2_binding": False,
+                        "signing_configured": False, "paging_enabled": False}
+    edge.sql("DROP TABLE models")
+    assert edge.client.get("/healthz").json()["d1_tables"] is False
