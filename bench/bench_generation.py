@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from . import store
-from .config import flag_state, signing_secrets
+from .auth import SESSION_HEADER, paging_enabled
+from .config import signing_secrets
 from .errors import EdgeError
-from .auth import SESSION_HEADER
 from .forward import forward
 from .generation import FORMAT_BY_PATH, generate
 from .retrieval import is_retrieval, retrieve_page
@@ -30,11 +30,6 @@ async def healthz(req: Incoming, platform) -> Outgoing:
     ready = checks["d1_tables"] and checks["r2_binding"] and checks["signing_configured"]
     return json_response(200 if ready else 503, {"ok": ready, **checks},
                          [("cache-control", "no-store")])
-
-
-def paging_enabled(platform) -> bool:
-    return flag_state(platform.var("CONTEXT_PAGING_ENABLED"),
-                      lambda msg: platform.log({"level": "warning", "message": msg}))
 
 
 def route(req: Incoming):

@@ -1,12 +1,13 @@
-"""Roleplay key extraction and the checks every roleplay route shares (DESIGN §2, §5.2)."""
+"""Roleplay key extraction and the checks every roleplay route shares (DESIGN §2, §3, §5.2)."""
 
 from __future__ import annotations
 
 import hashlib
 
-from . import store
+from . import config, store
 from .errors import EdgeError
 from .http import Incoming
+from .pages import PageSigner
 
 SESSION_HEADER = "x-roleplay-session-id"
 UNAUTHORIZED = EdgeError(401, "invalid_api_key", "A valid roleplay API key is required.")
@@ -41,3 +42,16 @@ def check_principal(facts) -> store.Policy:
     if facts.policy is None or not facts.policy.has_grant("chat"):
         raise NO_CHAT_GRANT
     return facts.policy
+
+
+def paging_enabled(platform) -> bool:
+    """CONTEXT_PAGING_ENABLED, warning once per isolate about an invalid value."""
+    return config.flag_state(platform.var(config.FLAG_NAME),
+                             lambda msg: platform.log({"level": "warning", "message": msg}))
+
+
+def signer(platform) -> PageSigner:
+    secrets = config.signing_secrets(platform.var)
+    if secrets is None:
+        raise EdgeError(503, "signing_not_configured", "Page signing is not configured.")
+    return PageSigner(*secrets)

@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import compaction, config, paging, store
-from .auth import SESSION_HEADER, SESSION_NOT_FOUND, check_principal, database, key_digest
+from .auth import (SESSION_HEADER, SESSION_NOT_FOUND, check_principal, database, key_digest,
+                   paging_enabled, signer)
 from .errors import EdgeError, StorageError
 from .formats import get as format_module
 from .http import Incoming, Outgoing
@@ -103,13 +104,6 @@ def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationCon
         reservation = reserve if reserve is not None else window.max_output_tokens
         out.append(Candidate(name, provider, window, window.input_tokens - reservation - safety))
     return out
-
-
-def signer(platform) -> PageSigner:
-    secrets = config.signing_secrets(platform.var)
-    if secrets is None:
-        raise _error("signing_not_configured", "Page signing is not configured.", 503)
-    return PageSigner(*secrets)
 
 
 def page_rows(pages, principal: str, session_id: str, revision: int, now: int,
@@ -316,8 +310,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
     body = parse_body(raw)
     models = requested_models(body)
     asked = wants_paging(body)
-    flag_on = config.flag_state(platform.var(config.FLAG_NAME),
-                                lambda m: platform.log({"level": "warning", "message": m}))
+    flag_on = paging_enabled(platform)
     db = database(platform)
     ctx = await load_context(platform, db, digest, session_id, models, turn)
     cands = candidates(turn.fmt, body, models, ctx, config.parse_providers(platform.var("PROVIDERS")),

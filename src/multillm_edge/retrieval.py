@@ -42,8 +42,8 @@ import base64
 import json
 import time
 
-from . import config, store
-from .auth import NO_CHAT_GRANT, UNAUTHORIZED, database, key_digest
+from . import store
+from .auth import NO_CHAT_GRANT, UNAUTHORIZED, database, key_digest, paging_enabled, signer
 from .errors import PAGE_NOT_FOUND, EdgeError, StorageError
 from .http import Incoming, Outgoing
 from .pages import PageSigner, is_well_formed_page_id, r2_key, sha256_hex
@@ -67,13 +67,6 @@ def is_retrieval(req: Incoming) -> bool:
     """Routing predicate (DESIGN §2): GET on the pages path WITH roleplay_session_id."""
     return (req.method == "GET" and req.path.startswith(PAGES_PATH)
             and SESSION_PARAM in req.query)
-
-
-def _signer(platform) -> PageSigner:
-    secrets = config.signing_secrets(platform.var)
-    if secrets is None:
-        raise EdgeError(503, "signing_not_configured", "Page signing is not configured.")
-    return PageSigner(*secrets)
 
 
 def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
@@ -122,11 +115,10 @@ def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
 
 async def retrieve_page(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)                                   # 1. 401 without a key
-    if not config.flag_state(platform.var(config.FLAG_NAME),   # 2. feature off → 404
-                             lambda m: platform.log({"level": "warning", "message": m})):
+    if not paging_enabled(platform):                           # 2. feature off → 404
         req.notes["miss"] = "paging_disabled"
         raise PAGE_NOT_FOUND
-    sign = _signer(platform)                                   # 3. configuration → 503
+    sign = signer(platform)                                    # 3. configuration → 503
     db = database(platform)
     bucket = platform.pages
     if bucket is None:

@@ -11,7 +11,7 @@ A generation turn costs two statements: `load_generation_context` and `upsert_pa
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Protocol, Sequence
 
 TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")

@@ -1,6 +1,5 @@
 """Roleplay generation through the runner: what reached upstream, what was stored, what was not."""
 
-import base64
 import copy
 import hashlib
 import json

@@ -8,7 +8,6 @@ the one-D1-statement + one-R2-get cost, and forwarding of managed handles.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import secrets
 import threading

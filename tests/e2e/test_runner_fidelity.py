@@ -1,9 +1,6 @@
 """The runner presents real local D1 and R2 to real Pyodide the way workerd does."""
 
 import os
-import sqlite3
-
-from tests.support.runner import ROOT
 
 
 def sql(edge, sql, params=(), run=False):

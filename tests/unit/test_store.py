@@ -2,7 +2,6 @@
 
 import asyncio
 import hashlib
-import json
 import sqlite3
 from pathlib import Path
 

@@ -9,7 +9,8 @@ alone. Content may be a string or an array; it does not matter for grouping.
 from __future__ import annotations
 
 from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
-               marker, marker_content, tool_parameters, tools_list_append, tools_list_remove)
+               tool_parameters, tools_list_append, tools_list_remove)
+from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "messages"
 _NONE = ()

@@ -16,7 +16,8 @@ complete exchanges, so it never lands between a ``tool_use`` and its ``tool_resu
 from __future__ import annotations
 
 from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
-               marker, marker_content, tool_parameters, tools_list_append, tools_list_remove)
+               tool_parameters, tools_list_append, tools_list_remove)
+from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "messages"
 _NONE = ()

@@ -13,7 +13,8 @@ exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
 from __future__ import annotations
 
 from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
-               marker, marker_content, tool_parameters, tools_list_append, tools_list_remove)
+               tool_parameters, tools_list_append, tools_list_remove)
+from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "input"
 _NONE = ()
