@@ -24,15 +24,16 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.support.fakes import FakeServer, Reply  # noqa: E402  (the same local parts the tests use)
+from tests.support.runner import Edge  # noqa: E402
 STATE = ROOT / ".wrangler" / "demo-state"
 PRINCIPAL = "demo-player"
 PROVIDER = "standin"
@@ -119,53 +120,16 @@ NARRATION = [
 ]
 
 
-class StandIn:
+class StandIn(FakeServer):
     """A local OpenAI-compatible chat completions server that records what it receives."""
 
     def __init__(self):
-        self.received: list[dict] = []   # {"headers": {...}, "body": bytes}
-        self.lock = threading.Lock()
-        standin = self
+        super().__init__(self._reply)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else self._chunked()
-                with standin.lock:
-                    standin.received.append({"path": self.path, "body": raw,
-                                             "headers": {k.lower(): v for k, v in self.headers.items()}})
-                    n = len(standin.received)
-                if self.path != "/v1/chat/completions":
-                    return self._send(404, {"error": {"message": "not found"}})
-                self._send(200, standin.answer(json.loads(raw), n))
-
-            def _chunked(self) -> bytes:
-                out = bytearray()
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0], 16)
-                    if size == 0:
-                        self.rfile.readline()
-                        return bytes(out)
-                    out += self.rfile.read(size)
-                    self.rfile.readline()
-
-            def _send(self, status: int, doc: dict):
-                data = compact(doc)
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def _reply(self, rec) -> Reply:
+        if rec.path != "/v1/chat/completions":
+            return Reply(status=404, chunks=[compact({"error": {"message": "not found"}})])
+        return Reply(chunks=[compact(self.answer(rec.json(), len(self.received)))])
 
     @staticmethod
     def answer(body: dict, n: int) -> dict:
@@ -192,67 +156,6 @@ class StandIn:
                 "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
                 "usage": {"prompt_tokens": len(compact(body)) // 4, "completion_tokens": 60,
                           "total_tokens": len(compact(body)) // 4 + 60}}
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-# ---------------------------------------------------------------------------
-# The runner
-# ---------------------------------------------------------------------------
-
-class Runner:
-    def __init__(self, state: Path, vars_file: Path, log_file: Path):
-        env = {**os.environ, "PORT": os.environ.get("DEMO_PORT", "0"), "EDGE_STATE_DIR": str(state),
-               "EDGE_VARS_FILE": str(vars_file)}
-        env.pop("EDGE_TEST_CONTROL", None)
-        self.log_file = log_file.open("w", encoding="utf-8")
-        self.lines: list[str] = []
-        self.url = None
-        self.ready = threading.Event()
-        self.proc = subprocess.Popen(["node", str(ROOT / "runner" / "dev.mjs")], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self):
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.lines.append(line)
-            self.log_file.write(line + "\n")
-            self.log_file.flush()
-            if '"runner":"listening"' in line:
-                try:
-                    info = json.loads(line)
-                    self.url, self.start_ms = info["url"], info.get("start_ms")
-                except ValueError:
-                    continue
-                self.ready.set()
-        self.ready.set()  # exited: stop waiting
-
-    def wait(self, timeout: float) -> bool:
-        self.ready.wait(timeout)
-        return self.url is not None
-
-    def logs(self) -> list[dict]:
-        out = []
-        for line in self.lines:
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-        return out
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
 
 
 # ---------------------------------------------------------------------------
@@ -351,10 +254,10 @@ def play(edge_url: str, key: str, session_id: str, standin: StandIn, checks: Che
                 history.append({"role": "assistant", "content": msg.content})
                 break
             if i % 10 == 0 or i == TURNS:
-                up = json.loads(last["upstream"]["body"])
+                up = last["upstream"].json()
                 note(f"turn {i:2d}: client sent {len(history) - 1:3d} messages "
                      f"({kb(len(compact(last['sent'])))}) → provider got {len(up['messages']):2d} "
-                     f"({kb(len(last['upstream']['body']))}), {len(pages):2d} pages")
+                     f"({kb(len(last['upstream'].body))}), {len(pages):2d} pages")
     elapsed = time.monotonic() - t0
     replies = sum(1 for m in history if m["role"] == "assistant" and m.get("content")) - 1
     checks(replies == TURNS, f"{TURNS} exchanges played through the edge with the openai SDK: "
@@ -380,18 +283,17 @@ def run(checks: Checks) -> None:
         if STATE.exists():
             shutil.rmtree(STATE)
         STATE.mkdir(parents=True)
-        vars_file = STATE / "demo.vars"
         providers = {PROVIDER: {"base_url": standin.url + "/v1", "formats": ["chat"],
                                 "api_key_secret": "STANDIN_API_KEY"}}
-        vars_file.write_text("CONTEXT_PAGING_ENABLED=true\n"
-                             f"PROVIDERS={json.dumps(providers)}\n"
-                             f"STANDIN_API_KEY={PROVIDER_KEY}\n"
-                             f"MEDIA_SIGNING_SECRET={SIGNING_SECRET}\n", encoding="utf-8")
-        note(f"state {os.path.relpath(STATE, ROOT)}, vars {os.path.relpath(vars_file, ROOT)} "
+        demo_vars = {"CONTEXT_PAGING_ENABLED": "true", "PROVIDERS": json.dumps(providers),
+                     "STANDIN_API_KEY": PROVIDER_KEY, "MEDIA_SIGNING_SECRET": SIGNING_SECRET}
+        note(f"state {os.path.relpath(STATE, ROOT)} "
              "(CONTEXT_PAGING_ENABLED=true, PROVIDERS → stand-in, demo signing secret)")
-        runner = Runner(STATE, vars_file, STATE / "runner.log")
-        if not runner.wait(120):
-            raise DemoFailed("the runner did not start:\n" + "\n".join(runner.lines[-20:]))
+        try:
+            runner = Edge(STATE, vars=demo_vars, control=False, log_file=STATE / "runner.log",
+                          start_timeout=120, extra_env={"PORT": os.environ.get("DEMO_PORT", "0")})
+        except RuntimeError as e:
+            raise DemoFailed(str(e)) from None
         health = httpx.get(runner.url + "/healthz", timeout=30)
         checks(health.status_code == 200, f"runner listening on {runner.url} "
                                           f"(started in {runner.start_ms} ms), /healthz {health.status_code}",
@@ -414,10 +316,10 @@ def run(checks: Checks) -> None:
 
         step(5, "What the provider received for the last request")
         up = last["upstream"]
-        body = json.loads(up["body"])
+        body = up.json()
         sent = last["sent"]
         note(f"client sent {len(sent)} messages ({kb(len(compact(sent)))}); "
-             f"provider received {len(body['messages'])} messages ({kb(len(up['body']))})")
+             f"provider received {len(body['messages'])} messages ({kb(len(up.body))})")
         markers = [m for m in body["messages"] if m["role"] == "user"
                    and isinstance(m.get("content"), str) and m["content"].startswith(MARKER_START)]
         checks(len(markers) >= 1, f"{len(markers)} marker message(s) (role user) in place of the paged exchanges")
@@ -435,8 +337,8 @@ def run(checks: Checks) -> None:
                f"the {TOOL_NAME} tool schema was added next to the client's roll_dice tool")
         checks(body["model"] == MODEL and body["max_tokens"] == MAX_TOKENS and "capabilities" not in body,
                f"model {body['model']} and max_tokens {body['max_tokens']} unchanged; capabilities stripped")
-        checks(up["headers"].get("authorization") == f"Bearer {PROVIDER_KEY}"
-               and key.encode() not in up["body"] and key not in json.dumps(up["headers"]),
+        checks(up.headers.get("authorization") == f"Bearer {PROVIDER_KEY}"
+               and key.encode() not in up.body and key not in json.dumps(up.headers),
                "the provider got its own key, never the roleplay key")
         latest = max(k for k, m in enumerate(sent) if m["role"] == "user")
         tail = len(sent) - latest
@@ -489,7 +391,7 @@ def run(checks: Checks) -> None:
     finally:
         if runner is not None:
             runner.stop()
-            note(f"runner stopped (log: {os.path.relpath(runner.log_file.name, ROOT)})")
+            note(f"runner stopped (log: {os.path.relpath(STATE / 'runner.log', ROOT)})")
         standin.close()
 
 

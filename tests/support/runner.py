@@ -18,20 +18,22 @@ class Edge:
     """A running runner: its base URL, its state dir and everything it printed."""
 
     def __init__(self, state_dir: Path, vars: dict[str, str] | None = None,
-                 unbind: list[str] = (), extra_env: dict[str, str] | None = None):
+                 unbind: list[str] = (), extra_env: dict[str, str] | None = None,
+                 control: bool = True, log_file: Path | None = None, start_timeout: float = 90):
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         vars_file = state_dir / "vars.env"
         vars_file.write_text("".join(f"{k}={v}\n" for k, v in (vars or {}).items()))
         env = {**os.environ, "PORT": "0", "EDGE_STATE_DIR": str(state_dir),
                "EDGE_VARS_FILE": str(vars_file), "EDGE_UNBIND": ",".join(unbind),
-               "EDGE_TEST_CONTROL": "1", **(extra_env or {})}
+               "EDGE_TEST_CONTROL": "1" if control else "0", **(extra_env or {})}
+        self.log_file = log_file.open("w", encoding="utf-8") if log_file else None
         self.lines: list[str] = []
         self._ready = threading.Event()
         self.proc = subprocess.Popen(["node", str(ROOT / "runner" / "dev.mjs")], cwd=ROOT, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         threading.Thread(target=self._pump, daemon=True).start()
-        if not self._ready.wait(90):
+        if not self._ready.wait(start_timeout):
             self.stop()
             raise RuntimeError("runner did not start:\n" + "\n".join(self.lines[-20:]))
         self.client = httpx.Client(base_url=self.url, timeout=60)
@@ -40,6 +42,9 @@ class Edge:
         for raw in self.proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.lines.append(line)
+            if self.log_file:
+                self.log_file.write(line + "\n")
+                self.log_file.flush()
             if '"runner":"listening"' in line:
                 info = json.loads(line)
                 self.url, self.start_ms = info["url"], info["start_ms"]
@@ -93,6 +98,9 @@ class Edge:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+        if self.log_file:
+            self.log_file.close()
 
     def wait_for_log(self, predicate, timeout=5.0):
         deadline = time.monotonic() + timeout
