@@ -106,19 +106,6 @@ def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationCon
     return out
 
 
-def page_rows(pages, principal: str, session_id: str, revision: int, now: int,
-              sign: PageSigner) -> list[dict]:
-    rows = []
-    for page in pages:
-        row = {"page_id": page.page_id, "authority": AUTHORITY, "principal": principal,
-               "session_id": session_id, "policy_revision": revision, "sha256": page.sha256,
-               "byte_length": len(page.body), "r2_key": r2_key(page.page_id),
-               "created_at": now, "expires_at": now + config.PAGE_TTL_SECONDS}
-        row["signature"] = sign.row_signature(row)
-        rows.append(row)
-    return rows
-
-
 def session_limit() -> EdgeError:
     return EdgeError(413, "context_session_limit_exceeded",
                      "The context window was exceeded and this session's stored context "
@@ -149,7 +136,8 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
         await asyncio.gather(*(bucket.put(r2_key(p.page_id), p.body) for p in fresh))
         stored.update(p.page_id for p in fresh)
         turn.new_pages += len(fresh)
-        rows = page_rows(pages, ctx.principal, session_id, ctx.policy.revision, now, sign)
+        rows = [sign.make_row(AUTHORITY, ctx.principal, session_id, ctx.policy.revision,
+                              p.sha256, len(p.body), now, config.PAGE_TTL_SECONDS) for p in pages]
         ok = await store.upsert_pages(db, rows, ctx.principal, session_id, now,
                                       config.SESSION_ALLOWANCE_BYTES)
     except StorageError:

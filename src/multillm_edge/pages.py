@@ -57,7 +57,7 @@ _SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def canonical_bytes(items: Any) -> bytes:
-    """The contract page body: identical to ``paging.page_bytes``."""
+    """The page body (DESIGN §5.8): parsing it gives back exactly ``items``."""
     return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -17,7 +17,8 @@ separator; JSON escaping is per character, so this too is a sum). Nothing is
 re-serialized per paging step: the cost is linear in the history size. ``Plan.size``
 equals ``body_size(Plan.body)`` exactly (tested).
 
-Page bytes are ``page_bytes(items)``; ``sha256`` is over those bytes; the page id comes
+Page bytes are ``pages.canonical_bytes(items)`` (produced here by the shared encoder,
+tested equal); ``sha256`` is over those bytes; the page id comes
 from the caller's ``page_id_for(sha256_hex)`` (an HMAC in production, see pages.py).
 """
 
@@ -30,10 +31,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import formats as _formats
+from .config import MAX_PAGE_BYTES
 from .errors import EdgeError
 
 EDGE_FIELDS = ("capabilities", "context_protected_indices")
-MAX_PAGE_BYTES = 65536
 
 
 
@@ -65,11 +66,6 @@ def _make_encode():
 
 
 _encode = _make_encode()
-
-
-def page_bytes(items) -> bytes:
-    """Canonical page body (DESIGN §5.8): parsing it gives back exactly ``items``."""
-    return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _blen(s: str) -> int:

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from multillm_edge.pages import canonical_bytes
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -70,7 +71,7 @@ def test_chat_pages_oldest_first_with_one_marker_per_run():
     assert msgs[-1] == {"role": "user", "content": "*waits*"}
     assert plan.body["max_tokens"] == 300 and plan.body["model"] == "openai:gpt-4o"
     for p in plan.pages:
-        assert p.body == paging.page_bytes(p.items)
+        assert p.body == canonical_bytes(p.items)
         assert p.sha256 == hashlib.sha256(p.body).hexdigest() and p.page_id == pid(p.sha256)
     restored = paging.unpage("chat", plan.body, plan.pages, plan.tools_key_created)
     assert dumps(restored) == dumps(paging.strip_edge_fields(body))
@@ -237,5 +238,5 @@ def test_lone_surrogate_is_a_400():
 
 def test_page_bytes_exact():
     items = [{"role": "user", "content": "a\tb \r\n é 🙂 \u202e"}]
-    assert paging.page_bytes(items) == json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
-    assert json.loads(paging.page_bytes(items)) == items
+    assert canonical_bytes(items) == json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+    assert json.loads(canonical_bytes(items)) == items

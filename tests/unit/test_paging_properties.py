@@ -13,6 +13,7 @@ import json
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from multillm_edge.pages import canonical_bytes
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -319,7 +320,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
     assert len({p.sha256 for p in plan.pages}) == len(plan.pages)
     for p in plan.pages:
         assert json.loads(p.body) == p.items
-        assert p.body == paging.page_bytes(p.items)
+        assert p.body == canonical_bytes(p.items)
         assert p.sha256 == __import__("hashlib").sha256(p.body).hexdigest()
         assert p.page_id == page_id_for(p.sha256)
         assert len(p.body) <= max_page
