@@ -42,9 +42,7 @@ def main() -> int:
         body = rp.chat_body(args.exchanges, size=300, tag="B")
         window = len(json.dumps(body).encode()) // 2        # about half the history is paged
         rp.set_model(edge, "fake:rp-small", window, 1000)
-        key, _ = rp.seed_principal(edge)
-        sid = rp.open_session(edge, key)
-        h = {"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": sid}
+        h = rp.new_player(edge).headers()
         print(f"session of {args.exchanges} exchanges ({len(json.dumps(body)) / 1e6:.2f} MB), "
               f"window {window} tokens, +1 exchange per turn")
         print(f"{'turn':>4} {'D1 stmts':>8} {'R2 puts':>7} {'pages':>5} {'new':>4}")

@@ -49,11 +49,11 @@ def main(n: int = 30) -> int:
                 vars=rp.edge_vars(provider.url, origin.url))
     try:
         rp.set_model(edge, MODEL, 6000, 1000)
-        key, _ = rp.seed_principal(edge)
-        sid = rp.open_session(edge, key)
-        auth = {"Authorization": f"Bearer {key}"}
+        player = rp.new_player(edge)
+        sid = player.session
+        auth = {"Authorization": f"Bearer {player.key}"}
         r = edge.client.post("/v1/chat/completions", json=rp.chat_body(30, tag="B"),
-                             headers={**auth, "X-Roleplay-Session-ID": sid})
+                             headers=player.headers())
         r.raise_for_status()
         pages = [p["page_id"] for p in r.json()["context_pages"]]
         provider_calls = len(provider.received)

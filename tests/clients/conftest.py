@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
 import pytest
 
@@ -167,17 +166,13 @@ def provider(wire_provider):
     return wire_provider
 
 
-@dataclass
-class Roleplayer:
-    key: str
-    principal: str
-    session_id: str
+CAPS = {"capabilities": ["multillm_context_retrieve"]}
+MAX_TOKENS = 200
 
 
 @pytest.fixture
-def roleplayer(edge) -> Roleplayer:
-    key, principal = rp.seed_principal(edge)
-    return Roleplayer(key, principal, rp.open_session(edge, key))
+def roleplayer(edge) -> rp.Player:
+    return rp.new_player(edge)
 
 
 # ---------------------------------------------------------------------------

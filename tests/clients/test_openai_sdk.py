@@ -5,12 +5,9 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.clients.conftest import (EXCHANGES, MODEL, REPLY_TEXT, check_context_pages, check_upstream,
-                                    header_page_ids)
+from tests.clients.conftest import (CAPS, EXCHANGES, MAX_TOKENS, MODEL, REPLY_TEXT, check_context_pages,
+                                    check_upstream, header_page_ids)
 from tests.support import roleplay as rp
-
-CAPS = {"capabilities": ["multillm_context_retrieve"]}
-MAX_TOKENS = 200
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +15,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def client(edge, roleplayer):
     c = openai.OpenAI(api_key=roleplayer.key, base_url=edge.url + "/v1", max_retries=0, timeout=60,
-                      default_headers={"X-Roleplay-Session-ID": roleplayer.session_id})
+                      default_headers={"X-Roleplay-Session-ID": roleplayer.session})
     yield c
     c.close()
 
@@ -160,7 +157,7 @@ def test_window_exceeded_is_a_413_the_sdk_classifies(client, provider):
 
 def test_wrong_roleplay_key_is_an_authentication_error(edge, roleplayer, provider):
     c = openai.OpenAI(api_key="rpk_not-a-key", base_url=edge.url + "/v1", max_retries=0,
-                      default_headers={"X-Roleplay-Session-ID": roleplayer.session_id})
+                      default_headers={"X-Roleplay-Session-ID": roleplayer.session})
     with pytest.raises(openai.AuthenticationError) as caught:
         c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                   max_tokens=MAX_TOKENS, extra_body=CAPS)

@@ -80,10 +80,9 @@ def model(provider):
 
 @pytest.fixture
 def player(edge):
-    key, _ = rp.seed_principal(edge)
-    sid = rp.open_session(edge, key)
-    client = openai.OpenAI(api_key=key, base_url=edge.url + "/v1", max_retries=0, timeout=60)
-    yield key, sid, client
+    p = rp.new_player(edge)
+    client = openai.OpenAI(api_key=p.key, base_url=edge.url + "/v1", max_retries=0, timeout=60)
+    yield p.key, p.session, client
     client.close()
 
 

@@ -56,20 +56,15 @@ def provider(provider_server):
 @pytest.fixture
 def player(edge):
     """A fresh principal with a key and an open session."""
-    key, principal = rp.seed_principal(edge)
-    return {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
-
-
-def headers(player, **extra):
-    return {"Authorization": f"Bearer {player['key']}", "X-Roleplay-Session-ID": player["session"], **extra}
+    return rp.new_player(edge)
 
 
 def post(edge, player, body, path="/v1/chat/completions", **extra):
-    return edge.client.post(path, json=body, headers=headers(player, **extra))
+    return edge.client.post(path, json=body, headers=player.headers(**extra))
 
 
 def rows(edge, player):
-    return edge.sql("SELECT * FROM context_pages WHERE principal = ?1 ORDER BY page_id", player["principal"])
+    return edge.sql("SELECT * FROM context_pages WHERE principal = ?1 ORDER BY page_id", player.principal)
 
 
 def restore(messages, pages_by_id):
@@ -107,7 +102,7 @@ def test_upstream_receives_markers_tool_schema_same_model_and_provider_key(edge,
     assert sent["messages"][0] == body["messages"][0]
     assert sent["messages"][-1] == body["messages"][-1]
     assert up.headers["authorization"] == f"Bearer {rp.PROVIDER_KEY}"
-    assert player["key"] not in json.dumps(up.raw_headers) and player["key"] not in up.body.decode()
+    assert player.key not in json.dumps(up.raw_headers) and player.key not in up.body.decode()
     pages = r.json()["context_pages"]
     assert pages and all(p["tool_schema"]["function"]["name"] == "multillm_context_retrieve" for p in pages)
     assert r.headers["x-multillm-context-pages"] == ",".join(p["page_id"] for p in pages)
@@ -131,7 +126,7 @@ def test_what_was_stored_equals_what_was_removed(edge, provider, player):
         assert hashlib.sha256(data).hexdigest() == row["sha256"] == p["sha256"]
         assert row["byte_length"] == len(data)
         assert (row["authority"], row["principal"], row["session_id"], row["policy_revision"]) == \
-            ("roleplay", player["principal"], player["session"], 1)
+            ("roleplay", player.principal, player.session, 1)
         assert before + 3600 - 2 <= row["expires_at"] <= time.time() + 3600 + 2
         assert row["expires_at"] == p["expires_at"]
         assert signer.verify_row(row)
@@ -206,7 +201,7 @@ def test_stream_passes_through_with_the_page_list_header(edge, provider, player)
     body = rp.chat_body(30, tag="SS", stream=True)
     arrivals, got = [], b""
     t0 = time.monotonic()
-    with edge.client.stream("POST", "/v1/chat/completions", json=body, headers=headers(player)) as r:
+    with edge.client.stream("POST", "/v1/chat/completions", json=body, headers=player.headers()) as r:
         assert r.status_code == 200
         ids = r.headers["x-multillm-context-pages"].split(",")
         for chunk in r.iter_raw():
@@ -225,7 +220,7 @@ def test_no_capability_fits_dispatched_byte_for_byte_and_nothing_stored(edge, pr
     raw = json.dumps(body, indent=1).encode()       # odd formatting must survive as sent
     stats0 = edge.stats()
     r = edge.client.post("/v1/chat/completions", content=raw,
-                         headers={**headers(player), "content-type": "application/json"})
+                         headers={**player.headers(), "content-type": "application/json"})
     assert r.status_code == 200 and "context_pages" not in r.json()
     assert provider.received[0].body == raw
     assert rows(edge, player) == [] and edge.stats()["r2_puts"] == stats0["r2_puts"]
@@ -245,8 +240,7 @@ def test_no_capability_overflow_is_compacted_loudly(edge, provider, player):
 
 
 def test_zero_retention_never_stores(edge, provider):
-    key, principal = rp.seed_principal(edge, retention="zero")
-    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    player = rp.new_player(edge, retention="zero")
     body = rp.chat_body(3, tag="ZR")
     stats0 = edge.stats()
     r = post(edge, player, body)
@@ -261,13 +255,12 @@ def test_flag_off_or_invalid_writes_nothing(start_edge, provider_server, flag):
     provider_server.reply = provider_reply
     edge = start_edge(rp.edge_vars(provider_server.url, CONTEXT_PAGING_ENABLED=flag))
     rp.set_model(edge, MODEL, WINDOW, 1000)
-    key, principal = rp.seed_principal(edge)
-    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    player = rp.new_player(edge)
     body = rp.chat_body(3, tag="FL")
     raw = json.dumps(body).encode()
     for _ in range(2):
         r = edge.client.post("/v1/chat/completions", content=raw,
-                             headers={**headers(player), "content-type": "application/json"})
+                             headers={**player.headers(), "content-type": "application/json"})
         assert r.status_code == 200
     assert [rec.body for rec in provider_server.received] == [raw, raw]
     assert edge.sql("SELECT COUNT(*) AS n FROM context_pages") == [{"n": 0}]
@@ -346,7 +339,7 @@ def test_anthropic_route_errors_use_the_anthropic_envelope(edge, provider, playe
 def test_bad_bodies_are_rejected_before_anything_happens(edge, provider, player, raw, status, code):
     stats0 = edge.stats()
     r = edge.client.post("/v1/chat/completions", content=raw,
-                         headers={**headers(player), "content-type": "application/json"})
+                         headers={**player.headers(), "content-type": "application/json"})
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code
     assert provider.received == [] and rows(edge, player) == []
@@ -355,7 +348,7 @@ def test_bad_bodies_are_rejected_before_anything_happens(edge, provider, player,
 
 def test_body_over_the_request_cap_is_413(edge, provider, player):
     raw = b'{"model": "fake:rp-small", "messages": [{"role": "user", "content": "' + b"a" * (9 << 20) + b'"}]}'
-    r = edge.client.post("/v1/chat/completions", content=raw, headers=headers(player))
+    r = edge.client.post("/v1/chat/completions", content=raw, headers=player.headers())
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     assert provider.received == []
 
@@ -366,18 +359,18 @@ def test_body_over_the_request_cap_is_413(edge, provider, player):
     ("ended", 404, "session_not_found"), ("unknown", 404, "session_not_found"),
 ])
 def test_auth_and_session_errors(edge, provider, player, who, status, code):
-    h = headers(player)
+    h = player.headers()
     if who == "nokey":
         del h["Authorization"]
     elif who == "badkey":
         h["Authorization"] = "Bearer rpk_not-a-real-key"
     elif who == "nochat":
-        rp.set_policy(edge, player["principal"], grants=["images"])
+        rp.set_policy(edge, player.principal, grants=["images"])
     elif who == "foreign":
         other_key, _ = rp.seed_principal(edge)
         h["Authorization"] = f"Bearer {other_key}"
     elif who == "ended":
-        assert edge.client.delete(f"/v1/roleplay/sessions/{player['session']}",
+        assert edge.client.delete(f"/v1/roleplay/sessions/{player.session}",
                                   headers={"Authorization": h["Authorization"]}).status_code == 200
     elif who == "unknown":
         h["X-Roleplay-Session-ID"] = "rps_unknown"
@@ -387,7 +380,7 @@ def test_auth_and_session_errors(edge, provider, player, who, status, code):
 
 
 def test_x_api_key_header_is_accepted(edge, provider, player):
-    h = {"x-api-key": player["key"], "X-Roleplay-Session-ID": player["session"]}
+    h = {"x-api-key": player.key, "X-Roleplay-Session-ID": player.session}
     r = edge.client.post("/v1/messages", json=rp.messages_body(3), headers=h)
     assert r.status_code == 200
     assert provider.received[0].headers["x-api-key"] == rp.PROVIDER_KEY
@@ -437,6 +430,13 @@ def test_bare_model_providers_receive_their_own_model_id(edge, provider, player,
     assert sent["messages"][-1] == body["messages"][-1]
 
 
+def test_network_error_tries_the_next_candidate(edge, provider, player):
+    rp.set_model(edge, "dead:rp-small", WINDOW, 1000)
+    r = post(edge, player, rp.chat_body(3, model="dead:rp-small", models=[MODEL]))
+    assert r.status_code == 200
+    assert [rec.json()["model"] for rec in provider.received] == [MODEL]
+
+
 def test_non_retryable_status_is_returned_as_is(edge, provider, player):
     provider.reply = Reply(status=400, chunks=[b'{"error":{"message":"bad"}}'])
     r = post(edge, player, rp.chat_body(3, models=["fake:rp-large"]))
@@ -447,8 +447,7 @@ def test_non_retryable_status_is_returned_as_is(edge, provider, player):
 def test_every_candidate_unreachable_is_502(start_edge):
     edge = start_edge(rp.edge_vars("http://127.0.0.1:9"))
     rp.set_model(edge, MODEL, WINDOW, 1000)
-    key, principal = rp.seed_principal(edge)
-    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    player = rp.new_player(edge)
     r = post(edge, player, rp.chat_body(3))
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
 
@@ -464,8 +463,7 @@ def test_storage_faults_are_503_before_dispatch(start_edge, provider_server, fau
         del vars["MEDIA_SIGNING_SECRET"]
     edge = start_edge(vars, unbind=["multillm_media"] if fault == "no_r2" else ())
     rp.set_model(edge, MODEL, WINDOW, 1000)
-    key, principal = rp.seed_principal(edge)
-    player = {"key": key, "principal": principal, "session": rp.open_session(edge, key)}
+    player = rp.new_player(edge)
     if fault == "no_table":
         edge.sql("DROP TABLE context_pages")
     if fault == "r2_put":
@@ -486,11 +484,11 @@ def test_logs_hold_no_content_keys_or_secrets(edge, provider, player):
     assert r.status_code == 200
     page = r.json()["context_pages"][0]
     edge.client.get(f"/v1/context/pages/{page['page_id']}",
-                    params={"roleplay_session_id": player["session"]},
-                    headers={"Authorization": f"Bearer {player['key']}"})
+                    params={"roleplay_session_id": player.session},
+                    headers={"Authorization": f"Bearer {player.key}"})
     out = edge.output()
     assert "LOGLEAK" not in out
-    for secret in (player["key"], rp.PROVIDER_KEY, rp.SIGNING_SECRET):
+    for secret in (player.key, rp.PROVIDER_KEY, rp.SIGNING_SECRET):
         assert secret not in out
     assert "Bearer" not in out
     gen = [rec for rec in edge.logs() if rec.get("route") == "generate"]

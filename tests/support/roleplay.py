@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from dataclasses import dataclass
 
 SIGNING_SECRET = "test-signing-secret-0123456789"
 PROVIDER_KEY = "sk-provider-SECRET-4f1a"
@@ -14,6 +15,8 @@ PROVIDER_KEY = "sk-provider-SECRET-4f1a"
 def edge_vars(provider_url: str, origin_url: str = "", **extra) -> dict:
     providers = {"fake": {"base_url": provider_url + "/v1",
                           "formats": ["chat", "responses", "messages"],
+                          "api_key_secret": "FAKE_API_KEY"},
+                 "dead": {"base_url": "http://127.0.0.1:9/v1", "formats": ["chat"],
                           "api_key_secret": "FAKE_API_KEY"},
                  "bare": {"base_url": provider_url + "/v1", "formats": ["chat", "responses", "messages"],
                           "api_key_secret": "FAKE_API_KEY", "model_name": "bare"}}
@@ -49,6 +52,22 @@ def open_session(edge, key: str) -> str:
     r = edge.client.post("/v1/roleplay/sessions", headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 201, r.text
     return r.json()["session_id"]
+
+
+@dataclass(frozen=True)
+class Player:
+    """A principal with a key and one open session."""
+    key: str
+    principal: str
+    session: str
+
+    def headers(self, **extra) -> dict:
+        return {"Authorization": f"Bearer {self.key}", "X-Roleplay-Session-ID": self.session, **extra}
+
+
+def new_player(edge, **policy) -> Player:
+    key, principal = seed_principal(edge, **policy)
+    return Player(key, principal, open_session(edge, key))
 
 
 def line(tag: str, i: int, size: int) -> str:

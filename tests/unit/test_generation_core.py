@@ -1,9 +1,52 @@
-"""How generation reports pages and compaction to the client (pure parts, CPython)."""
+"""The pure parts of generation (CPython): budgets per candidate, and how pages and
+compaction are reported to the client."""
 
 import json
 
-from multillm_edge.generation import Turn, annotate, info_headers
+import pytest
+
+from multillm_edge.config import Provider
+from multillm_edge.errors import EdgeError
+from multillm_edge.generation import Turn, annotate, candidates, info_headers
 from multillm_edge.paging import Page
+from multillm_edge.store import GenerationContext, ModelWindow, SessionState
+
+PROVIDERS = {"p": Provider("p", "http://127.0.0.1:1/v1", ("chat", "messages"), "K")}
+
+
+def context(**windows):
+    """Model windows by name; `q_a` stands for "q:a" (a provider PROVIDERS lacks)."""
+    return GenerationContext("alice", False, None, SessionState(True, True, False),
+                             {k.replace("_", ":") if k.startswith("q_") else f"p:{k}": ModelWindow(*v)
+                              for k, v in windows.items()}, frozenset(), 0)
+
+
+def test_budget_is_window_minus_the_requests_max_tokens_minus_safety():
+    body = {"model": "p:a", "max_tokens": 300, "messages": []}
+    (c,) = candidates("chat", body, ["p:a"], context(a=(8000, 1000)), PROVIDERS, 256)
+    assert c.budget == 8000 - 300 - 256
+
+
+def test_budget_falls_back_to_the_models_max_output():
+    body = {"model": "p:a", "messages": []}
+    a, b = candidates("chat", body, ["p:a", "p:b"], context(a=(8000, 1000), b=(4000, 500)), PROVIDERS, 100)
+    assert (a.budget, b.budget) == (8000 - 1000 - 100, 4000 - 500 - 100)
+
+
+def test_max_completion_tokens_wins_in_chat_and_max_tokens_in_messages():
+    body = {"model": "p:a", "max_tokens": 300, "max_completion_tokens": 700, "messages": []}
+    (c,) = candidates("chat", body, ["p:a"], context(a=(8000, 1000)), PROVIDERS, 0)
+    assert c.budget == 8000 - 700
+    (m,) = candidates("messages", {"model": "p:a", "max_tokens": 300}, ["p:a"],
+                      context(a=(8000, 1000)), PROVIDERS, 0)
+    assert m.budget == 8000 - 300
+
+
+@pytest.mark.parametrize("model,fmt", [("p:unknown", "chat"), ("q:a", "chat"), ("p:a", "responses")])
+def test_unknown_model_provider_or_format_is_400(model, fmt):
+    with pytest.raises(EdgeError) as e:
+        candidates(fmt, {"model": model}, [model], context(a=(8000, 1000), q_a=(8000, 1000)), PROVIDERS, 0)
+    assert (e.value.status, e.value.code) == (400, "unknown_model")
 
 
 def pages(n):
