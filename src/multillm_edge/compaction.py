@@ -17,12 +17,22 @@ count towards the size of whatever body is returned.
 from __future__ import annotations
 
 from .errors import EdgeError
-from .paging import _Prepared
+from .paging import _Prepared, per_budget
 
 
 def compact(fmt: str, body: dict, budget: int, *, strip_edge_fields: bool = False):
     """Return ``(body, dropped_count)``; raise EdgeError 413 if it cannot fit."""
-    prep = _Prepared(fmt, body, None, strip=strip_edge_fields)
+    return _compact(_Prepared(fmt, body, None, strip=strip_edge_fields), budget)
+
+
+def compact_candidates(fmt: str, body: dict, budgets: list) -> list:
+    """One ``(body, dropped_count)`` or 413 EdgeError per budget; grouping and sizing
+    are done once for all candidates."""
+    prep = _Prepared(fmt, body, None, strip=False)
+    return per_budget(lambda b: _compact(prep, b), budgets)
+
+
+def _compact(prep: _Prepared, budget: int):
     if prep.total <= budget:
         return prep.base, 0
     inner = prep.inner

@@ -161,19 +161,13 @@ def encode(body: dict) -> bytes:
 
 
 def plan_all(fmt: str, body: dict, cands: list[Candidate], turn: Turn, page_id_for):
-    """Fill each candidate's plan: a paging.Plan, or (bytes, dropped) for existing behaviour."""
+    """Fill each candidate's plan: a paging.Plan, or (body, dropped) for existing
+    behaviour; a candidate that cannot fit is skipped with its 413."""
+    budgets = [c.budget for c in cands]
     if turn.paging:
-        results = paging.plan_candidates(fmt, body, [c.budget for c in cands], page_id_for,
-                                         max_page_bytes=config.MAX_PAGE_BYTES)
+        results = paging.plan_candidates(fmt, body, budgets, page_id_for)
     else:
-        results = []
-        for c in cands:
-            try:
-                results.append(compaction.compact(fmt, body, c.budget))
-            except EdgeError as e:
-                if e.status != 413:
-                    raise
-                results.append(e)
+        results = compaction.compact_candidates(fmt, body, budgets)
     for c, result in zip(cands, results):
         if isinstance(result, EdgeError):
             c.skipped = result

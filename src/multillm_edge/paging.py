@@ -339,10 +339,16 @@ def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[
     the same content is the same Page object across the plans. A 400 (invalid
     ``context_protected_indices``) concerns the request, not a candidate: raised."""
     prep = _Prepared(fmt, body, page_id_for)
+    return per_budget(lambda b: _plan(prep, b, max_page_bytes), budgets)
+
+
+def per_budget(plan_one: Callable[[int], object], budgets: list) -> list:
+    """``plan_one(budget)`` for each budget. A 413 is that candidate's result (it does
+    not fit there); any other error concerns the request itself and is raised."""
     out = []
     for b in budgets:
         try:
-            out.append(_plan(prep, b, max_page_bytes))
+            out.append(plan_one(b))
         except EdgeError as e:
             if e.status != 413:
                 raise

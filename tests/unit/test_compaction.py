@@ -67,3 +67,15 @@ def test_compaction_property(sc):
         assert expected is None and e.code == "context_window_exceeded"
         return
     assert (n, dumps(out)) == (expected[0], dumps(expected[1]))
+
+
+def test_compact_candidates_prepares_once_and_reports_each_budget():
+    from multillm_edge.compaction import compact_candidates
+    body = {"model": "p:m", "messages": [
+        {"role": "user", "content": "u" * 100}, {"role": "assistant", "content": "a" * 100},
+        {"role": "user", "content": "latest"}]}
+    full = len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+    fits, dropped, too_small = compact_candidates("chat", body, [full, full - 10, 10])
+    assert fits == (body, 0)
+    assert dropped[1] == 1 and dropped[0]["messages"] == body["messages"][2:]
+    assert isinstance(too_small, EdgeError) and too_small.code == "context_window_exceeded"
