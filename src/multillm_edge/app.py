@@ -7,7 +7,7 @@ import time
 from . import store
 from .auth import SESSION_HEADER, paging_enabled
 from .config import signing_secrets
-from .errors import EdgeError
+from .errors import EdgeError, StorageError
 from .forward import forward
 from .generation import FORMAT_BY_PATH, generate
 from .retrieval import is_retrieval, retrieve_page
@@ -19,7 +19,7 @@ async def healthz(req: Incoming, platform) -> Outgoing:
     db = platform.db
     try:
         tables_ok = db is not None and not await store.missing_tables(db)
-    except Exception:
+    except StorageError:
         tables_ok = False
     checks = {
         "d1_tables": tables_ok,

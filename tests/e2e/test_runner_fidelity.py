@@ -4,8 +4,7 @@ import os
 
 
 def sql(edge, sql, params=(), run=False):
-    r = edge.client.post("/sql", json={"sql": sql, "params": list(params), "run": run})
-    return r
+    return edge.client.post("/sql", json={"sql": sql, "params": list(params), "run": run})
 
 
 def test_sql_null_binds_and_reads_back_as_none(fidelity_edge):
