@@ -194,6 +194,12 @@ const server = http.createServer(async (req, res) => {
   }
 });
 
+// Node closes idle keep-alive connections after 5 s, the same moment httpx-based clients
+// (the openai/anthropic SDKs, the tests) reuse them: a request sent into that race gets
+// ECONNRESET. Keep idle connections well past any client's expiry, as production edges do.
+server.keepAliveTimeout = 75_000;
+server.headersTimeout = 76_000;
+
 server.listen(Number(process.env.PORT ?? 8787), "127.0.0.1", () => {
   const { port } = server.address();
   log(JSON.stringify({ runner: "listening", url: `http://127.0.0.1:${port}`, port,

@@ -1,6 +1,9 @@
 """The runner presents real local D1 and R2 to real Pyodide the way workerd does."""
 
+import http.client
 import os
+import time
+from urllib.parse import urlsplit
 
 
 def sql(edge, sql, params=(), run=False):
@@ -58,3 +61,22 @@ def test_healthz_names_what_is_missing(start_edge):
                         "signing_configured": False, "paging_enabled": False}
     edge.sql("DROP TABLE models")
     assert edge.client.get("/healthz").json()["d1_tables"] is False
+
+
+def test_idle_keep_alive_connection_outlives_client_expiry(fidelity_edge):
+    """httpx (and so both SDKs) reuses idle connections for 5 s; Node's default server
+    closes them at 5 s, and a request sent into that moment is reset. The runner keeps
+    them open longer, so a connection idle past 5 s still serves the next request."""
+    conn = http.client.HTTPConnection(urlsplit(fidelity_edge.url).netloc, timeout=30)
+    try:
+        conn.request("GET", "/r2?key=never-written")
+        first = conn.getresponse()
+        first.read()
+        keep_alive = dict(p.strip().split("=") for p in first.getheader("keep-alive", "").split(",") if "=" in p)
+        assert int(keep_alive["timeout"]) > 60
+        time.sleep(5.5)
+        conn.request("GET", "/r2?key=never-written")     # same socket; RemoteDisconnected if closed
+        second = conn.getresponse()
+        assert second.status == 404 and second.read()
+    finally:
+        conn.close()
