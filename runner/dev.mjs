@@ -13,7 +13,6 @@ import { execFile } from "node:child_process";
 import { copyFileSync, readFileSync } from "node:fs";
 import http from "node:http";
 import { dirname, join, resolve } from "node:path";
-import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { getPlatformProxy } from "wrangler";
 import { counts, faults, presentEnv } from "./bindings.mjs";
@@ -87,12 +86,36 @@ function toWebRequest(req, base) {
     const name = req.rawHeaders[i].toLowerCase();
     if (!HOP_BY_HOP.has(name) && !named.has(name)) headers.append(name, req.rawHeaders[i + 1]);
   }
-  const hasBody = !["GET", "HEAD"].includes(req.method);
-  return new Request(new URL(req.url, base), {
-    method: req.method, headers,
-    body: hasBody ? Readable.toWeb(req) : undefined,
-    duplex: "half",
+  const body = ["GET", "HEAD"].includes(req.method) ? null : requestBody(req);
+  const request = new Request(new URL(req.url, base), {
+    method: req.method, headers, body: body?.stream, duplex: "half",
   });
+  return { request, discardBody: () => body?.discard() };
+}
+
+// The request body as a web stream, pulled with backpressure. Whatever the Worker leaves
+// unread (a body refused as too large, or never looked at) is discarded rather than the
+// socket destroyed, as Node and workerd do: the client finishes sending and reads the
+// response instead of stalling on a full socket or being reset.
+function requestBody(req) {
+  let discarding = false;
+  const discard = () => { discarding = true; req.resume(); };
+  const stream = new ReadableStream({
+    start(controller) {
+      req.on("data", (chunk) => {
+        if (discarding) return;
+        // A plain Uint8Array, as workerd yields (Pyodide cannot convert a Buffer).
+        controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+        if (controller.desiredSize <= 0) req.pause();
+      });
+      req.on("end", () => { if (!discarding) controller.close(); });
+      req.on("error", (err) => { if (!discarding) controller.error(err); });
+      req.pause();
+    },
+    pull() { req.resume(); },
+    cancel: discard,
+  }, { highWaterMark: 1 << 16, size: (chunk) => chunk.byteLength });
+  return { stream, discard };
 }
 
 function sendJson(res, status, doc) {
@@ -167,6 +190,7 @@ async function testControl(req, res, url) {
 }
 
 const server = http.createServer(async (req, res) => {
+  let discardBody = () => {};
   try {
     const base = `http://${req.headers.host ?? "localhost"}`;
     if (process.env.EDGE_TEST_CONTROL === "1" && req.url.startsWith("/__runner/")) {
@@ -175,15 +199,18 @@ const server = http.createServer(async (req, res) => {
     const waits = [];
     const ctx = { waitUntil: (p) => waits.push(p), passThroughOnException: () => {}, props: {} };
     const instance = Default(ctx, env);
+    const converted = toWebRequest(req, base);
+    discardBody = converted.discardBody;
     let result;
     try {
-      result = await instance.fetch(toWebRequest(req, base));
+      result = await instance.fetch(converted.request);
     } finally {
       instance.destroy?.();
     }
     const response = result?.js_object ?? result;
     if (typeof result?.destroy === "function") result.destroy();
     await sendWebResponse(res, response);
+    discardBody();
     await Promise.allSettled(waits);
   } catch (err) {
     // As workerd: an uncaught Worker exception is a 500, and the runner keeps serving.
@@ -191,6 +218,8 @@ const server = http.createServer(async (req, res) => {
     if (process.env.EDGE_RUNNER_DEBUG === "1") log(String(err?.stack ?? err));
     if (!res.headersSent) sendJson(res, 500, { error: { type: "server_error", code: "worker_exception", message: "The Worker raised an exception." } });
     else res.destroy();
+  } finally {
+    discardBody();
   }
 });
 

@@ -5,6 +5,7 @@ import hashlib
 import json
 import time
 
+import httpx
 import pytest
 
 from multillm_edge.pages import PageSigner
@@ -346,10 +347,17 @@ def test_bad_bodies_are_rejected_before_anything_happens(edge, provider, player,
     assert edge.stats()["r2_puts"] == stats0["r2_puts"]
 
 
-def test_body_over_the_request_cap_is_413(edge, provider, player):
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_body_over_the_request_cap_is_413(edge, provider, player, framing):
+    """Refused by its declared length, or while reading a chunked body: either way the
+    client finishes sending, reads the 413, and the connection serves the next request."""
     raw = b'{"model": "fake:rp-small", "messages": [{"role": "user", "content": "' + b"a" * (9 << 20) + b'"}]}'
-    r = edge.client.post("/v1/chat/completions", content=raw, headers=player.headers())
-    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    content = raw if framing == "content-length" else (raw[i:i + 65536] for i in range(0, len(raw), 65536))
+    client = httpx.Client(base_url=edge.url, timeout=httpx.Timeout(20))
+    with client:
+        r = client.post("/v1/chat/completions", content=content, headers=player.headers())
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        assert client.get("/healthz").status_code == 200
     assert provider.received == []
 
 
