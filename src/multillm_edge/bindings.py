@@ -108,6 +108,15 @@ class Upstream:
     async def read(self) -> bytes:
         return _py_bytes(await self._resp.arrayBuffer())
 
+    async def discard(self) -> None:
+        """Release an answer that will not be relayed (a fallback is tried instead), so
+        it does not hold one of the runtime's few concurrent connections."""
+        if self._resp.body is not None:
+            try:
+                await self._resp.body.cancel()
+            except JsException:
+                pass
+
 
 class WorkersPlatform:
     def __init__(self, env, request: Request):

@@ -258,7 +258,8 @@ async def load_context(platform, db, digest: str, session_id: str, models: list,
 
 async def dispatch(req: Incoming, platform, db, cands: list, raw: bytes, ctx, session_id: str,
                    sign, turn: Turn):
-    """Try each candidate in order, storing its pages first → (upstream, candidate)."""
+    """Try each candidate in order, storing its pages first → (upstream, candidate).
+    A retryable answer is relayed if no later candidate gives a better one."""
     stored: set = set()
     upstream = chosen = None
     for c in cands:
@@ -269,15 +270,16 @@ async def dispatch(req: Incoming, platform, db, cands: list, raw: bytes, ctx, se
                 await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
         headers = upstream_headers(req, turn.fmt, c.provider, platform)
         turn.attempts += 1
-        chosen = c
         try:
             with timed(turn, "upstream_ms"):
-                upstream = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers,
-                                                dispatch_body(c, raw, turn))
+                answer = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers,
+                                              dispatch_body(c, raw, turn))
         except OSError:
-            upstream = None
             continue
-        if upstream.status not in RETRY_STATUSES:
+        if upstream is not None:
+            await upstream.discard()
+        upstream, chosen = answer, c
+        if answer.status not in RETRY_STATUSES:
             break
     if upstream is None:
         raise _error("upstream_unreachable", "No provider could be reached.", 502)

@@ -89,8 +89,9 @@ def test_sse_response_streams_chunk_by_chunk(edge, origin):
             arrivals.append(time.monotonic() - started)
             received += chunk
     assert received == b"".join(events)
-    # The first event arrives long before the origin has finished (4 × 0.4 s of gaps).
-    assert arrivals[0] < 1.0 and arrivals[-1] > 1.4
+    # The first event arrives long before the origin has finished (4 × 0.4 s of gaps),
+    # measured between arrivals so a slow machine's request latency does not matter.
+    assert arrivals[-1] - arrivals[0] > 1.0
     assert len(arrivals) >= 3
 
 

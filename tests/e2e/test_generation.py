@@ -445,6 +445,18 @@ def test_network_error_tries_the_next_candidate(edge, provider, player):
     assert [rec.json()["model"] for rec in provider.received] == [MODEL]
 
 
+def test_retryable_answer_is_relayed_when_the_next_candidate_is_unreachable(edge, provider, player):
+    """A provider's own 503 is a better answer than a made-up 502, and the response's
+    pages are those of the plan that provider received."""
+    rp.set_model(edge, "dead:rp-small", WINDOW, 1000)
+    provider.reply = Reply(status=503, chunks=[b'{"error":{"message":"overloaded"}}'])
+    r = post(edge, player, rp.chat_body(30, tag="RU", models=["dead:rp-small"]))
+    assert r.status_code == 503 and r.json() == {"error": {"message": "overloaded"}}
+    assert len(provider.received) == 1
+    sent_ids = set(r.headers["x-multillm-context-pages"].split(","))
+    assert sent_ids and all(i in provider.received[0].body.decode() for i in sent_ids)
+
+
 def test_non_retryable_status_is_returned_as_is(edge, provider, player):
     provider.reply = Reply(status=400, chunks=[b'{"error":{"message":"bad"}}'])
     r = post(edge, player, rp.chat_body(3, models=["fake:rp-large"]))
