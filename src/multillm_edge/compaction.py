@@ -8,10 +8,9 @@ it are kept) until it fits; the caller reports the count to the client as
 ``context_compaction``. If dropping every droppable exchange still does not fit:
 413 ``context_window_exceeded``. Sizes are computed as in paging (linear).
 
-By default the body's edge-only fields (``capabilities``,
-``context_protected_indices``) are left as received (this path dispatches the request
-as the client sent it); pass ``strip_edge_fields=True`` to remove them. Their bytes
-count towards the size of whatever body is returned.
+By default every field is kept as received (this path dispatches the request as the
+client sent it); ``strip`` names top-level fields to remove first (the caller's choice:
+see ``generation.consumed_fields``). Kept fields count towards the size.
 """
 
 from __future__ import annotations
@@ -20,15 +19,15 @@ from .errors import EdgeError
 from .paging import _Prepared, per_budget
 
 
-def compact(fmt: str, body: dict, budget: int, *, strip_edge_fields: bool = False):
+def compact(fmt: str, body: dict, budget: int, *, strip: tuple = ()):
     """Return ``(body, dropped_count)``; raise EdgeError 413 if it cannot fit."""
-    return _compact(_Prepared(fmt, body, None, strip=strip_edge_fields), budget)
+    return _compact(_Prepared(fmt, body, None, strip=strip), budget)
 
 
-def compact_candidates(fmt: str, body: dict, budgets: list) -> list:
+def compact_candidates(fmt: str, body: dict, budgets: list, *, strip: tuple = ()) -> list:
     """One ``(body, dropped_count)`` or 413 EdgeError per budget; grouping and sizing
     are done once for all candidates."""
-    prep = _Prepared(fmt, body, None, strip=False)
+    prep = _Prepared(fmt, body, None, strip=strip)
     return per_budget(lambda b: _compact(prep, b), budgets)
 
 

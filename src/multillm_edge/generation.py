@@ -47,6 +47,8 @@ class Turn:
     paging: bool = False
     pages: list = field(default_factory=list)   # Page objects of the dispatched plan
     expires_at: int = 0
+    strip: tuple = ()                           # request fields the upstream body goes without
+    stripped: bool = False                      # ...and the request had one of them
     compacted: int = 0
     new_pages: int = 0
     attempts: int = 0
@@ -88,6 +90,14 @@ def wants_paging(body: dict) -> bool:
     if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
         raise _error("invalid_request", "`capabilities` must be an array of strings.")
     return CAPABILITY in caps
+
+
+def consumed_fields(flag_on: bool) -> tuple:
+    """Request fields the edge acts on itself, which providers reject as unknown
+    parameters: `models` always (the edge runs the fallbacks), and with the flag on
+    `capabilities` and `context_protected_indices` (DESIGN §5.10) — whether or not
+    this request is paged (no capability, zero retention)."""
+    return ("models",) + (paging.EDGE_FIELDS if flag_on else ())
 
 
 def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationContext,
@@ -165,9 +175,9 @@ def plan_all(fmt: str, body: dict, cands: list[Candidate], turn: Turn, page_id_f
     behaviour; a candidate that cannot fit is skipped with its 413."""
     budgets = [c.budget for c in cands]
     if turn.paging:
-        results = paging.plan_candidates(fmt, body, budgets, page_id_for)
+        results = paging.plan_candidates(fmt, body, budgets, page_id_for, strip=turn.strip)
     else:
-        results = compaction.compact_candidates(fmt, body, budgets)
+        results = compaction.compact_candidates(fmt, body, budgets, strip=turn.strip)
     for c, result in zip(cands, results):
         if isinstance(result, EdgeError):
             c.skipped = result
@@ -185,7 +195,7 @@ def dispatch_body(c: Candidate, raw: bytes, turn: Turn) -> bytes:
     else:
         body, dropped = c.plan
     model = c.provider.upstream_model(c.model)
-    if not turn.paging and dropped == 0 and body.get("model") == model:
+    if not turn.paging and not turn.stripped and dropped == 0 and body.get("model") == model:
         return raw
     return encode(body if body.get("model") == model else {**body, "model": model})
 
@@ -300,6 +310,8 @@ async def generate(req: Incoming, platform) -> Outgoing:
     cands = candidates(turn.fmt, body, models, ctx, config.parse_providers(platform.var("PROVIDERS")),
                        config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
     turn.paging = flag_on and asked and ctx.policy.retention != "zero"
+    turn.strip = consumed_fields(flag_on)
+    turn.stripped = any(k in body for k in turn.strip)
     sign = signer(platform) if turn.paging else None
 
     def page_id_for(sha):

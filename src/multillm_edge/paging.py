@@ -137,22 +137,22 @@ def protected_indices(body: dict) -> frozenset:
     return frozenset(v)
 
 
-def strip_edge_fields(body: dict) -> dict:
-    """``body`` without the edge-only fields (same object if it has none)."""
-    if any(k in body for k in EDGE_FIELDS):
-        return {k: v for k, v in body.items() if k not in EDGE_FIELDS}
+def strip_edge_fields(body: dict, fields: tuple = EDGE_FIELDS) -> dict:
+    """``body`` without ``fields`` (the same object if it has none of them)."""
+    if any(k in body for k in fields):
+        return {k: v for k, v in body.items() if k not in fields}
     return body
 
 
 class _Prepared:
     """Everything budget-independent: grouping, protection, sizes. Built once."""
 
-    def __init__(self, fmt: str, body: dict, page_id_for, *, strip: bool = True):
+    def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS):
         if not isinstance(body, dict):
             raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
         self.mod = mod = _formats.get(fmt)
         protected = protected_indices(body)
-        self.base = base = strip_edge_fields(body) if strip else body
+        self.base = base = strip_edge_fields(body, strip)
         self.page_id_for = page_id_for
         items = mod.items(base)
         self.items = items
@@ -334,11 +334,12 @@ def plan_paging(fmt: str, body: dict, budget: int, page_id_for: Callable[[str], 
 
 
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
-                    *, max_page_bytes: int = MAX_PAGE_BYTES) -> list:
+                    *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS) -> list:
     """One Plan or EdgeError per budget. Grouping and sizing are done once; a page with
     the same content is the same Page object across the plans. A 400 (invalid
-    ``context_protected_indices``) concerns the request, not a candidate: raised."""
-    prep = _Prepared(fmt, body, page_id_for)
+    ``context_protected_indices``) concerns the request, not a candidate: raised.
+    ``strip`` names the top-level fields the upstream body goes without."""
+    prep = _Prepared(fmt, body, page_id_for, strip=strip)
     return per_budget(lambda b: _plan(prep, b, max_page_bytes), budgets)
 
 

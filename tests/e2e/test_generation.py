@@ -240,13 +240,24 @@ def test_no_capability_overflow_is_compacted_loudly(edge, provider, player):
     assert rows(edge, player) == []
 
 
-def test_zero_retention_never_stores(edge, provider):
+@pytest.mark.parametrize("turns", [3, 30])
+def test_zero_retention_never_stores(edge, provider, turns):
+    """Not paged (compacted if it overflows), yet the flag is on, so the edge's own
+    fields are removed: a provider would reject them as unknown parameters."""
     player = rp.new_player(edge, retention="zero")
-    body = rp.chat_body(3, tag="ZR")
+    body = rp.chat_body(turns, tag="ZR", context_protected_indices=[1])
     stats0 = edge.stats()
     r = post(edge, player, body)
     assert r.status_code == 200
-    assert provider.received[0].json() == body
+    sent = provider.received[0].json()
+    assert "capabilities" not in sent and "context_protected_indices" not in sent
+    assert "tools" not in sent and "context_pages" not in r.json()
+    if turns == 3:
+        expected = {k: v for k, v in body.items() if k not in ("capabilities", "context_protected_indices")}
+        assert sent == expected
+    else:
+        assert r.json()["context_compaction"]["dropped_exchanges"] > 0
+        assert body["messages"][1] in sent["messages"]          # protected index kept
     assert rows(edge, player) == [] and edge.stats()["r2_puts"] == stats0["r2_puts"]
 
 
@@ -421,6 +432,8 @@ def test_retryable_upstream_status_tries_the_next_candidate(edge, provider, play
     assert r.status_code == 200
     first, second = (rec.json() for rec in provider.received)
     assert first["model"] == MODEL and second["model"] == "fake:rp-large"
+    # The edge runs the fallbacks itself: `models` is never passed on.
+    assert "models" not in first and "models" not in second
     # Each candidate has its own plan: the larger window needed no paging at all.
     assert "tools" in first and "tools" not in second
     assert "context_pages" not in r.json()

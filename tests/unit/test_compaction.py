@@ -29,7 +29,7 @@ def test_drops_oldest_and_counts(fmt, make):
     assert "multillm_context_retrieve" not in json.dumps(out.get("tools", []))
     assert not any(formats.marker_ids(m.get("content")) for m in out[key] if isinstance(m, dict))
     assert out["capabilities"] == body["capabilities"]  # left as received by default
-    out2, _ = compaction.compact(fmt, body, full - 600, strip_edge_fields=True)
+    out2, _ = compaction.compact(fmt, body, full - 600, strip=paging.EDGE_FIELDS)
     assert "capabilities" not in out2
 
 
@@ -62,7 +62,7 @@ def test_compaction_property(sc):
             expected = (k, ref)
             break
     try:
-        out, n = compaction.compact(fmt, body, budget, strip_edge_fields=True)
+        out, n = compaction.compact(fmt, body, budget, strip=paging.EDGE_FIELDS)
     except EdgeError as e:
         assert expected is None and e.code == "context_window_exceeded"
         return
