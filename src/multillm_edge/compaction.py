@@ -20,7 +20,8 @@ from .paging import _Prepared, per_budget
 
 
 def compact(fmt: str, body: dict, budget: int, *, strip: tuple = ()):
-    """Return ``(body, dropped_count)``; raise EdgeError 413 if it cannot fit."""
+    """Return ``(body, dropped_count)``; raise EdgeError 413 if it cannot fit. A body
+    that fits with nothing stripped is returned as the same object."""
     return _compact(_Prepared(fmt, body, None, strip=strip), budget)
 
 

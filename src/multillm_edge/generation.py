@@ -48,7 +48,6 @@ class Turn:
     pages: list = field(default_factory=list)   # Page objects of the dispatched plan
     expires_at: int = 0
     strip: tuple = ()                           # request fields the upstream body goes without
-    stripped: bool = False                      # ...and the request had one of them
     compacted: int = 0
     new_pages: int = 0
     attempts: int = 0
@@ -187,17 +186,16 @@ def plan_all(fmt: str, body: dict, cands: list[Candidate], turn: Turn, page_id_f
         raise cands[0].skipped
 
 
-def dispatch_body(c: Candidate, raw: bytes, turn: Turn) -> bytes:
-    """The bytes sent for candidate `c`: the request as received when nothing changed;
-    otherwise the plan's body, naming the candidate's model as its provider wants it."""
-    if turn.paging:
-        body = c.plan.body
-    else:
-        body, dropped = c.plan
+def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
+    """The bytes sent for candidate `c`: the request as received when its plan is the
+    received body itself (planning returns a new object whenever it removes a field,
+    drops or pages an exchange); otherwise the plan's body, naming the candidate's model
+    as its provider wants it."""
+    out = c.plan.body if turn.paging else c.plan[0]
     model = c.provider.upstream_model(c.model)
-    if not turn.paging and not turn.stripped and dropped == 0 and body.get("model") == model:
+    if out is body and body.get("model") == model:
         return raw
-    return encode(body if body.get("model") == model else {**body, "model": model})
+    return encode(out if out.get("model") == model else {**out, "model": model})
 
 
 def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
@@ -266,8 +264,8 @@ async def load_context(platform, db, digest: str, session_id: str, models: list,
     return ctx
 
 
-async def dispatch(req: Incoming, platform, db, cands: list, raw: bytes, ctx, session_id: str,
-                   sign, turn: Turn):
+async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: bytes, ctx,
+                   session_id: str, sign, turn: Turn):
     """Try each candidate in order, storing its pages first → (upstream, candidate).
     A retryable answer is relayed if no later candidate gives a better one."""
     stored: set = set()
@@ -283,7 +281,7 @@ async def dispatch(req: Incoming, platform, db, cands: list, raw: bytes, ctx, se
         try:
             with timed(turn, "upstream_ms"):
                 answer = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers,
-                                              dispatch_body(c, raw, turn))
+                                              dispatch_body(c, body, raw, turn))
         except OSError:
             continue
         if upstream is not None:
@@ -311,7 +309,6 @@ async def generate(req: Incoming, platform) -> Outgoing:
                        config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
     turn.paging = flag_on and asked and ctx.policy.retention != "zero"
     turn.strip = consumed_fields(flag_on)
-    turn.stripped = any(k in body for k in turn.strip)
     sign = signer(platform) if turn.paging else None
 
     def page_id_for(sha):
@@ -319,7 +316,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
 
     with timed(turn, "plan_ms"):
         plan_all(turn.fmt, body, cands, turn, page_id_for)
-    upstream, chosen = await dispatch(req, platform, db, cands, raw, ctx, session_id, sign, turn)
+    upstream, chosen = await dispatch(req, platform, db, cands, body, raw, ctx, session_id, sign, turn)
     if turn.paging:
         turn.pages = list(chosen.plan.pages)
     else:
