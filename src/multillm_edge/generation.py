@@ -273,10 +273,11 @@ async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: by
     for c in cands:
         if c.skipped:
             continue
+        # Its provider key first: a misconfigured provider (503) stores nothing.
+        headers = upstream_headers(req, turn.fmt, c.provider, platform)
         if turn.paging:
             with timed(turn, "store_ms"):
                 await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
-        headers = upstream_headers(req, turn.fmt, c.provider, platform)
         turn.attempts += 1
         try:
             with timed(turn, "upstream_ms"):

@@ -376,6 +376,7 @@ def test_body_over_the_request_cap_is_413(edge, provider, player, framing):
     ("nokey", 401, "invalid_api_key"), ("badkey", 401, "invalid_api_key"),
     ("nochat", 403, "chat_not_granted"), ("foreign", 404, "session_not_found"),
     ("ended", 404, "session_not_found"), ("unknown", 404, "session_not_found"),
+    ("revoked", 401, "invalid_api_key"),
 ])
 def test_auth_and_session_errors(edge, provider, player, who, status, code):
     h = player.headers()
@@ -393,6 +394,8 @@ def test_auth_and_session_errors(edge, provider, player, who, status, code):
                                   headers={"Authorization": h["Authorization"]}).status_code == 200
     elif who == "unknown":
         h["X-Roleplay-Session-ID"] = "rps_unknown"
+    elif who == "revoked":
+        edge.sql("UPDATE roleplay_keys SET revoked_at = 1 WHERE principal = ?1", player.principal)
     r = edge.client.post("/v1/chat/completions", json=rp.chat_body(3), headers=h)
     assert r.status_code == status and r.json()["error"]["code"] == code
     assert provider.received == []
@@ -485,15 +488,21 @@ def test_every_candidate_unreachable_is_502(start_edge):
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
 
 
-# --- storage faults: 503 and the provider never called ------------------------------
+# --- storage and configuration faults: 503 and the provider never called ------------
 
-@pytest.mark.parametrize("fault", ["no_table", "no_r2", "no_secret", "r2_put"])
-def test_storage_faults_are_503_before_dispatch(start_edge, provider_server, fault):
+@pytest.mark.parametrize("fault,code", [
+    ("no_table", "storage_failed"), ("no_r2", "storage_unavailable"),
+    ("no_secret", "signing_not_configured"), ("r2_put", "storage_failed"),
+    ("no_provider_key", "provider_key_missing"),
+])
+def test_faults_are_503_before_dispatch(start_edge, provider_server, fault, code):
     provider_server.clear()
     provider_server.reply = provider_reply
     vars = rp.edge_vars(provider_server.url)
     if fault == "no_secret":
         del vars["MEDIA_SIGNING_SECRET"]
+    if fault == "no_provider_key":
+        del vars["FAKE_API_KEY"]
     edge = start_edge(vars, unbind=["multillm_media"] if fault == "no_r2" else ())
     rp.set_model(edge, MODEL, WINDOW, 1000)
     player = rp.new_player(edge)
@@ -503,10 +512,12 @@ def test_storage_faults_are_503_before_dispatch(start_edge, provider_server, fau
         edge.inject(r2_put=True)
     r = post(edge, player, rp.chat_body(30))
     assert r.status_code == 503, r.text
-    assert r.json()["error"]["code"] in {"storage_failed", "storage_unavailable", "signing_not_configured"}
+    assert r.json()["error"]["code"] == code
     assert provider_server.received == []
     if fault != "no_table":
         assert edge.sql("SELECT COUNT(*) AS n FROM context_pages") == [{"n": 0}]
+    if fault == "no_provider_key":
+        assert edge.stats()["r2_puts"] == 0
 
 
 # --- logs ---------------------------------------------------------------------------
