@@ -147,17 +147,15 @@ def wire_reply(rec: Received) -> Reply:
 
 @pytest.fixture(scope="session")
 def wire_provider():
-    server = FakeServer(wire_reply)
-    yield server
-    server.close()
+    with FakeServer(wire_reply) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
 def edge(wire_provider, tmp_path_factory):
-    edge = Edge(tmp_path_factory.mktemp("clients"), vars=rp.edge_vars(wire_provider.url))
-    rp.set_model(edge, MODEL, WINDOW_TOKENS, MAX_OUTPUT)
-    yield edge
-    edge.stop()
+    with Edge(tmp_path_factory.mktemp("clients"), vars=rp.edge_vars(wire_provider.url)) as edge:
+        rp.set_model(edge, MODEL, WINDOW_TOKENS, MAX_OUTPUT)
+        yield edge
 
 
 @pytest.fixture

@@ -6,16 +6,14 @@ from tests.support.runner import ROOT, Edge
 
 @pytest.fixture
 def origin():
-    server = FakeServer()
-    yield server
-    server.close()
+    with FakeServer() as server:
+        yield server
 
 
 @pytest.fixture
 def provider():
-    server = FakeServer()
-    yield server
-    server.close()
+    with FakeServer() as server:
+        yield server
 
 
 @pytest.fixture
@@ -35,7 +33,6 @@ def start_edge(tmp_path):
 
 @pytest.fixture(scope="module")
 def fidelity_edge(tmp_path_factory):
-    edge = Edge(tmp_path_factory.mktemp("fidelity"),
-                extra_env={"EDGE_MAIN": str(ROOT / "tests/e2e/fidelity/fidelity_entry.py")})
-    yield edge
-    edge.stop()
+    with Edge(tmp_path_factory.mktemp("fidelity"),
+              extra_env={"EDGE_MAIN": str(ROOT / "tests/e2e/fidelity/fidelity_entry.py")}) as edge:
+        yield edge

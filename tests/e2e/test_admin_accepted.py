@@ -26,8 +26,7 @@ def test_cli_key_policy_session_and_model_work_in_the_worker(tmp_path, provider)
     session = admin(state, "--no-migrate", "session", "create", "--principal", "cli-user")["session_id"]
     admin(state, "--no-migrate", "model", "set", "fake:rp-small", "--input-tokens", "6000",
           "--max-output-tokens", "1000")
-    edge = Edge(state, vars=rp.edge_vars(provider.url))
-    try:
+    with Edge(state, vars=rp.edge_vars(provider.url)) as edge:
         r = edge.client.post("/v1/chat/completions", json=rp.chat_body(30),
                              headers={"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": session})
         assert r.status_code == 200, r.text
@@ -35,5 +34,3 @@ def test_cli_key_policy_session_and_model_work_in_the_worker(tmp_path, provider)
         assert len(provider.received) == 1
         # Only the key's digest is stored.
         assert key not in json.dumps(edge.sql("SELECT * FROM roleplay_keys"))
-    finally:
-        edge.stop()

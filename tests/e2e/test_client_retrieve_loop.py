@@ -58,17 +58,15 @@ class ScriptedModel:
 
 @pytest.fixture(scope="module")
 def provider():
-    server = FakeServer()
-    yield server
-    server.close()
+    with FakeServer() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def edge(provider, tmp_path_factory):
-    edge = Edge(tmp_path_factory.mktemp("retrieve_loop"), vars=rp.edge_vars(provider.url))
-    rp.set_model(edge, MODEL, 6000, 1000)
-    yield edge
-    edge.stop()
+    with Edge(tmp_path_factory.mktemp("retrieve_loop"), vars=rp.edge_vars(provider.url)) as edge:
+        rp.set_model(edge, MODEL, 6000, 1000)
+        yield edge
 
 
 @pytest.fixture

@@ -11,16 +11,14 @@ from tests.support.runner import Edge
 
 @pytest.fixture(scope="module")
 def module_origin():
-    server = FakeServer()
-    yield server
-    server.close()
+    with FakeServer() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def edge(module_origin, tmp_path_factory):
-    edge = Edge(tmp_path_factory.mktemp("forwarding"), vars={"FLASK_ORIGIN": module_origin.url})
-    yield edge
-    edge.stop()
+    with Edge(tmp_path_factory.mktemp("forwarding"), vars={"FLASK_ORIGIN": module_origin.url}) as edge:
+        yield edge
 
 
 @pytest.fixture

@@ -33,18 +33,16 @@ def provider_reply(rec):
 
 @pytest.fixture(scope="module")
 def provider_server():
-    server = FakeServer(provider_reply)
-    yield server
-    server.close()
+    with FakeServer(provider_reply) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def edge(provider_server, tmp_path_factory):
-    edge = Edge(tmp_path_factory.mktemp("generation"), vars=rp.edge_vars(provider_server.url))
-    rp.set_model(edge, MODEL, WINDOW, 1000)
-    rp.set_model(edge, "fake:tiny", 300, 100)
-    yield edge
-    edge.stop()
+    with Edge(tmp_path_factory.mktemp("generation"), vars=rp.edge_vars(provider_server.url)) as edge:
+        rp.set_model(edge, MODEL, WINDOW, 1000)
+        rp.set_model(edge, "fake:tiny", 300, 100)
+        yield edge
 
 
 @pytest.fixture

@@ -36,19 +36,16 @@ EXPECTED_404 = (b'{"error":{"type":"not_found_error","code":"context_page_not_fo
 
 @pytest.fixture(scope="module")
 def servers():
-    provider, origin = FakeServer(CHAT_REPLY), FakeServer()
-    yield provider, origin
-    provider.close()
-    origin.close()
+    with FakeServer(CHAT_REPLY) as provider, FakeServer() as origin:
+        yield provider, origin
 
 
 @pytest.fixture(scope="module")
 def edge(servers, tmp_path_factory):
     provider, origin = servers
-    edge = Edge(tmp_path_factory.mktemp("retrieval"), vars=rp.edge_vars(provider.url, origin.url))
-    rp.set_model(edge, MODEL, 6000, 1000)
-    yield edge
-    edge.stop()
+    with Edge(tmp_path_factory.mktemp("retrieval"), vars=rp.edge_vars(provider.url, origin.url)) as edge:
+        rp.set_model(edge, MODEL, 6000, 1000)
+        yield edge
 
 
 @pytest.fixture

@@ -98,6 +98,12 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def clear(self):
         with self._lock:
             self.received.clear()

@@ -102,6 +102,12 @@ class Edge:
         if self.log_file:
             self.log_file.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
     def wait_for_log(self, predicate, timeout=5.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

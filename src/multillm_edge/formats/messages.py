@@ -51,8 +51,6 @@ def classify(m):
     return OTHER, _NONE, _NONE
 
 
-
-
 def tool_schema() -> dict:
     return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
             "input_schema": tool_parameters()}
