@@ -115,7 +115,7 @@ def test_tool_call_is_executed_and_restored_messages_fed_back_exactly(edge, prov
     assert tool_msg["content"].encode("utf-8") == stored
     assert json.loads(tool_msg["content"]) == restored
     idx = second["messages"].index(tool_msg)
-    assert second["messages"][idx - 1] is calls[0] or second["messages"][idx - 1] == calls[0]
+    assert second["messages"][idx - 1] == calls[0]
     # The client's history grew by exactly those two messages.
     assert messages[:len(original)] == original
     assert messages[len(original):] == [calls[0], tool_msg]

@@ -486,6 +486,41 @@ def test_every_candidate_unreachable_is_502(start_edge):
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
 
 
+# --- sessions (DESIGN §2) -------------------------------------------------------------
+
+def test_session_create_and_end(edge, provider):
+    key, principal = rp.seed_principal(edge)
+    t0 = int(time.time())
+    r = edge.client.post("/v1/roleplay/sessions", headers={"x-api-key": key})
+    assert r.status_code == 201
+    doc = r.json()
+    assert set(doc) == {"session_id", "created_at"} and doc["session_id"].startswith("rps_")
+    assert t0 - 5 <= doc["created_at"] <= t0 + 5
+    sid = doc["session_id"]
+    sessions = "SELECT principal, ended_at FROM roleplay_sessions WHERE session_id = ?1"
+    assert edge.sql(sessions, sid) == [{"principal": principal, "ended_at": None}]
+
+    other_key, _ = rp.seed_principal(edge)       # another principal cannot end it
+    r = edge.client.delete(f"/v1/roleplay/sessions/{sid}", headers={"x-api-key": other_key})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
+    assert edge.sql(sessions, sid)[0]["ended_at"] is None
+
+    r = edge.client.delete(f"/v1/roleplay/sessions/{sid}", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200 and r.json() == {"session_id": sid, "ended": True}
+    assert edge.sql(sessions, sid)[0]["ended_at"] is not None
+    r = edge.client.delete(f"/v1/roleplay/sessions/{sid}", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
+    assert provider.received == []
+
+
+def test_session_create_needs_a_valid_key(edge):
+    before = edge.sql("SELECT COUNT(*) AS n FROM roleplay_sessions")
+    for headers in ({}, {"Authorization": "Bearer rpk_not-a-real-key"}):
+        r = edge.client.post("/v1/roleplay/sessions", headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert edge.sql("SELECT COUNT(*) AS n FROM roleplay_sessions") == before
+
+
 # --- storage and configuration faults: 503 and the provider never called ------------
 
 @pytest.mark.parametrize("fault,code", [
