@@ -169,14 +169,14 @@ def encode(body: dict) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def plan_all(fmt: str, body: dict, cands: list[Candidate], turn: Turn, page_id_for):
+def plan_all(body: dict, cands: list[Candidate], turn: Turn, page_id_for):
     """Fill each candidate's plan: a paging.Plan, or (body, dropped) for existing
     behaviour; a candidate that cannot fit is skipped with its 413."""
     budgets = [c.budget for c in cands]
     if turn.paging:
-        results = paging.plan_candidates(fmt, body, budgets, page_id_for, strip=turn.strip)
+        results = paging.plan_candidates(turn.fmt, body, budgets, page_id_for, strip=turn.strip)
     else:
-        results = compaction.compact_candidates(fmt, body, budgets, strip=turn.strip)
+        results = compaction.compact_candidates(turn.fmt, body, budgets, strip=turn.strip)
     for c, result in zip(cands, results):
         if isinstance(result, EdgeError):
             c.skipped = result
@@ -198,11 +198,11 @@ def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
     return encode(out if out.get("model") == model else {**out, "model": model})
 
 
-def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
+def annotate(payload: bytes, turn: Turn) -> bytes:
     """Add `context_pages` / `context_compaction` to a complete JSON response."""
     extra = {}
     if turn.pages:
-        schema = format_module(fmt).tool_schema()
+        schema = format_module(turn.fmt).tool_schema()
         extra["context_pages"] = [{"page_id": p.page_id, "sha256": p.sha256,
                                    "expires_at": turn.expires_at, "tool_schema": schema}
                                   for p in turn.pages]
@@ -232,12 +232,12 @@ def info_headers(turn: Turn) -> list:
     return headers
 
 
-async def respond(upstream, turn: Turn, fmt: str) -> Outgoing:
+async def respond(upstream, turn: Turn) -> Outgoing:
     headers = [(k, v) for k, v in upstream.headers
                if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
     ctype = dict(upstream.headers).get("content-type", "")
     if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
-        body = annotate(await upstream.read(), turn, fmt)
+        body = annotate(await upstream.read(), turn)
         return Outgoing(upstream.status, headers + info_headers(turn), body)
     return Outgoing(upstream.status, headers + info_headers(turn), stream=upstream.stream)
 
@@ -316,7 +316,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
         return sign.page_id(AUTHORITY, ctx.principal, session_id, ctx.policy.revision, sha)
 
     with timed(turn, "plan_ms"):
-        plan_all(turn.fmt, body, cands, turn, page_id_for)
+        plan_all(body, cands, turn, page_id_for)
     upstream, chosen = await dispatch(req, platform, db, cands, body, raw, ctx, session_id, sign, turn)
     if turn.paging:
         turn.pages = list(chosen.plan.pages)
@@ -328,4 +328,4 @@ async def generate(req: Incoming, platform) -> Outgoing:
     skipped = [c.skipped.code for c in cands if c.skipped]
     if skipped:
         req.notes["skipped"] = skipped
-    return await respond(upstream, turn, turn.fmt)
+    return await respond(upstream, turn)

@@ -66,13 +66,13 @@ def test_long_page_lists_are_left_to_the_body_and_the_count():
 
 def test_compaction_is_announced():
     assert dict(info_headers(Turn("chat", compacted=4))) == {"x-multillm-context-compaction": "4"}
-    body = annotate(b'{"id": "x"}', Turn("chat", compacted=4), "chat")
+    body = annotate(b'{"id": "x"}', Turn("chat", compacted=4))
     assert json.loads(body) == {"id": "x", "context_compaction": {"dropped_exchanges": 4}}
 
 
 def test_context_pages_carry_the_tool_schema_of_the_format():
     turn = Turn("messages", pages=pages(1), expires_at=123)
-    doc = json.loads(annotate(b'{"id": "msg"}', turn, "messages"))
+    doc = json.loads(annotate(b'{"id": "msg"}', turn))
     assert doc["context_pages"] == [{"page_id": turn.pages[0].page_id, "sha256": "ab" * 32,
                                      "expires_at": 123, "tool_schema": doc["context_pages"][0]["tool_schema"]}]
     assert doc["context_pages"][0]["tool_schema"]["name"] == "multillm_context_retrieve"
@@ -81,5 +81,5 @@ def test_context_pages_carry_the_tool_schema_of_the_format():
 
 def test_non_object_or_invalid_json_passes_unchanged():
     turn = Turn("chat", pages=pages(1))
-    assert annotate(b"[1,2]", turn, "chat") == b"[1,2]"
-    assert annotate(b"not json", turn, "chat") == b"not json"
+    assert annotate(b"[1,2]", turn) == b"[1,2]"
+    assert annotate(b"not json", turn) == b"not json"
