@@ -7,7 +7,7 @@ import time
 from . import store
 from .auth import SESSION_HEADER, paging_enabled
 from .config import signing_secrets
-from .errors import EdgeError, StorageError
+from .errors import EdgeError, InternalError, StorageError
 from .forward import forward
 from .generation import FORMAT_BY_PATH, generate
 from .retrieval import is_retrieval, retrieve_page
@@ -36,7 +36,9 @@ def route(req: Incoming):
     """The handler for a request, or None to forward it (DESIGN §2)."""
     if req.path == "/healthz" and req.method in ("GET", "HEAD"):
         return healthz
-    if req.method == "POST" and req.path in FORMAT_BY_PATH and req.header(SESSION_HEADER):
+    # Present at all (even empty) makes it roleplay traffic: an empty session id is a
+    # 400 at the edge, never a request (and roleplay key) forwarded to the origin.
+    if req.method == "POST" and req.path in FORMAT_BY_PATH and req.header(SESSION_HEADER) is not None:
         return generate
     if req.path == SESSIONS_PATH and req.method == "POST":
         return create_session
@@ -50,11 +52,15 @@ def route(req: Incoming):
 async def handle(req: Incoming, platform) -> Outgoing:
     started = time.monotonic()
     handler = route(req) or forward
+    anthropic = req.path == "/v1/messages"
     try:
         out = await handler(req, platform)
     except EdgeError as err:
         req.notes["error"] = err.code
-        out = error_response(err, anthropic=req.path == "/v1/messages")
+        out = error_response(err, anthropic=anthropic)
+    except Exception as exc:  # noqa: BLE001 — the Worker answers, in the route's envelope
+        req.notes.update(error=InternalError.code, exception=type(exc).__name__)
+        out = error_response(InternalError(), anthropic=anthropic)
     platform.log({"route": handler.__name__, "method": req.method, "status": out.status,
                   "ms": round((time.monotonic() - started) * 1000, 1), **req.notes})
     return out

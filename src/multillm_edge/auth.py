@@ -5,14 +5,11 @@ from __future__ import annotations
 import hashlib
 
 from . import config, store
-from .errors import EdgeError
+from .errors import ChatNotGranted, EdgeError, Unauthorized
 from .http import Incoming
 from .pages import PageSigner
 
 SESSION_HEADER = "x-roleplay-session-id"
-UNAUTHORIZED = EdgeError(401, "invalid_api_key", "A valid roleplay API key is required.")
-NO_CHAT_GRANT = EdgeError(403, "chat_not_granted", "This key's policy does not grant chat.")
-SESSION_NOT_FOUND = EdgeError(404, "session_not_found", "Roleplay session not found.")
 
 
 def key_digest(req: Incoming) -> str:
@@ -24,7 +21,7 @@ def key_digest(req: Incoming) -> str:
     if not key:
         key = (req.header("x-api-key") or "").strip()
     if not key:
-        raise UNAUTHORIZED
+        raise Unauthorized()
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -38,9 +35,9 @@ def database(platform):
 def check_principal(facts) -> store.Policy:
     """Key and chat grant; returns the current policy."""
     if facts is None or facts.key_revoked:
-        raise UNAUTHORIZED
+        raise Unauthorized()
     if facts.policy is None or not facts.policy.has_grant("chat"):
-        raise NO_CHAT_GRANT
+        raise ChatNotGranted()
     return facts.policy
 
 

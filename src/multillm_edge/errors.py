@@ -36,13 +36,27 @@ _ANTHROPIC_TYPES = {
 
 
 class EdgeError(Exception):
-    """An error the edge answers with a JSON body."""
+    """An error the edge answers with a JSON body.
 
-    def __init__(self, status: int, code: str, message: str, **details):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+    Either constructed with its status, code and message, or subclassed with them as
+    class attributes (``raise Unauthorized()``). Raise a new instance every time: a
+    module-level instance raised again and again accumulates tracebacks, and with them
+    the frames (and request bodies) of every request that raised it.
+    """
+
+    status = 500
+    code = "internal_error"
+    message = "The edge could not handle this request."
+
+    def __init__(self, status: int | None = None, code: str | None = None,
+                 message: str | None = None, **details):
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+        if message is not None:
+            self.message = message
+        super().__init__(self.message)
         self.details = details
 
     def body(self, anthropic: bool = False) -> bytes:
@@ -62,9 +76,29 @@ def bad_request(code: str, message: str, **details) -> EdgeError:
     return EdgeError(400, code, message, **details)
 
 
-def unavailable(code: str, message: str) -> EdgeError:
-    return EdgeError(503, code, message)
+def invalid_field(param: str, message: str) -> EdgeError:
+    """400 for a field of the wrong type; ``param`` is its path (``messages[3].role``),
+    as OpenAI's ``param``."""
+    return EdgeError(400, "invalid_request", f"`{param}` {message}.", param=param)
 
 
-# A single 404 for every retrieval miss: identical bytes whatever the cause (DESIGN §6).
-PAGE_NOT_FOUND = EdgeError(404, "context_page_not_found", "Context page not found.")
+class Unauthorized(EdgeError):
+    status, code, message = 401, "invalid_api_key", "A valid roleplay API key is required."
+
+
+class ChatNotGranted(EdgeError):
+    status, code, message = 403, "chat_not_granted", "This key's policy does not grant chat."
+
+
+class SessionNotFound(EdgeError):
+    status, code, message = 404, "session_not_found", "Roleplay session not found."
+
+
+class PageNotFound(EdgeError):
+    """Every retrieval miss: identical bytes whatever the cause (docs/design.md §6)."""
+    status, code, message = 404, "context_page_not_found", "Context page not found."
+
+
+class InternalError(EdgeError):
+    """An unexpected exception: the route's envelope, never its details."""
+    status, code, message = 500, "internal_error", "The edge could not handle this request."

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import compaction, config, paging, store
-from .auth import (SESSION_HEADER, SESSION_NOT_FOUND, check_principal, database, key_digest,
-                   paging_enabled, signer)
-from .errors import EdgeError, StorageError
+from .auth import (SESSION_HEADER, check_principal, database, key_digest, paging_enabled,
+                   signer)
+from .errors import EdgeError, SessionNotFound, StorageError
 from .formats import get as format_module
+from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
 from .http import Incoming, Outgoing
 from .pages import PageSigner, r2_key
 
@@ -58,37 +59,16 @@ def _error(code: str, message: str, status: int = 400) -> EdgeError:
     return EdgeError(status, code, message)
 
 
-def parse_body(raw: bytes) -> dict:
-    try:
-        body = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise _error("invalid_json", "Request body is not valid UTF-8.") from None
-    except ValueError:
-        raise _error("invalid_json", "Request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise _error("invalid_request", "Request body must be a JSON object.")
-    return body
-
-
 def requested_models(body: dict) -> list[str]:
-    models = [body.get("model")]
-    extra = body.get("models")
-    if extra is not None:
-        if not isinstance(extra, list) or not all(isinstance(m, str) for m in extra):
-            raise _error("invalid_request", "`models` must be an array of provider:model strings.")
-        models += [m for m in extra if m != body.get("model")]
+    """`model` then the explicit fallbacks of `models` (validated strings), each once."""
+    models = [body.get("model")] + (body.get("models") or [])
     for m in models:
         config.split_model(m)
     return list(dict.fromkeys(models))
 
 
 def wants_paging(body: dict) -> bool:
-    caps = body.get("capabilities")
-    if caps is None:
-        return False
-    if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
-        raise _error("invalid_request", "`capabilities` must be an array of strings.")
-    return CAPABILITY in caps
+    return CAPABILITY in (body.get("capabilities") or ())
 
 
 def consumed_fields(flag_on: bool) -> tuple:
@@ -193,7 +173,9 @@ def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
     as its provider wants it."""
     out = c.plan.body if turn.paging else c.plan[0]
     model = c.provider.upstream_model(c.model)
-    if out is body and body.get("model") == model:
+    # With a repeated key, providers disagree on which value wins: send the edge's
+    # serialization of the value it validated instead of the raw bytes.
+    if out is body and body.get("model") == model and not has_duplicate_keys(raw):
         return raw
     return encode(out if out.get("model") == model else {**out, "model": model})
 
@@ -260,7 +242,7 @@ async def load_context(platform, db, digest: str, session_id: str, models: list,
             raise _error("storage_failed", "Roleplay state could not be read.", 503) from None
     check_principal(ctx)
     if not ctx.session.open:
-        raise SESSION_NOT_FOUND
+        raise SessionNotFound()
     return ctx
 
 
@@ -298,9 +280,9 @@ async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: by
 async def generate(req: Incoming, platform) -> Outgoing:
     turn = Turn(FORMAT_BY_PATH[req.path])
     digest = key_digest(req)
-    session_id = req.header(SESSION_HEADER).strip()
+    session_id = valid_session_id(req.header(SESSION_HEADER))
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)
-    body = parse_body(raw)
+    body = parse_request(turn.fmt, raw)
     models = requested_models(body)
     asked = wants_paging(body)
     flag_on = paging_enabled(platform)

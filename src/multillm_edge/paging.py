@@ -32,7 +32,7 @@ from typing import Callable
 
 from . import formats as _formats
 from .config import MAX_PAGE_BYTES
-from .errors import EdgeError
+from .errors import EdgeError, invalid_field
 
 EDGE_FIELDS = ("capabilities", "context_protected_indices")
 
@@ -131,9 +131,8 @@ def protected_indices(body: dict) -> frozenset:
         return frozenset()
     if not isinstance(v, list) or not all(
             type(i) is int and i >= 0 for i in v):
-        raise EdgeError(400, "invalid_request",
-                        "`context_protected_indices` must be an array of "
-                        "non-negative integers.")
+        raise invalid_field("context_protected_indices",
+                            "must be an array of non-negative integers")
     return frozenset(v)
 
 
@@ -156,23 +155,27 @@ class _Prepared:
         self.page_id_for = page_id_for
         items = mod.items(base)
         self.items = items
+        self._pages: dict = {}     # group index -> Page
+        self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
+        self._fixed_tool = None
+        self._marker_base = None
+        self._sep = 0
         try:
             if items is None:
+                # No history list (a string or absent Responses `input`): one
+                # unpageable whole. It fits, or it is a 413; never paged.
+                self.skel = base
                 self.fixed = _blen(_dumps(base))
-                self.groups = []
-                self.raw = []
-                self.inner = []
-                self.total = self.fixed
-                self.pageable = []
-                return
-            skel = dict(base)
-            skel[mod.ITEMS_KEY] = []
-            self.skel = skel
-            self.fixed = _blen(_dumps(skel))
-            groups = _formats.group_items(items, mod.classify)
-            # each group serialized once, as a list: those bytes are its page body
-            raw = [_encode(items[g.start:g.end]).encode("utf-8") for g in groups]
-            inner = [len(b) - 2 for b in raw]
+                groups, raw, inner = [], [], []
+            else:
+                skel = dict(base)
+                skel[mod.ITEMS_KEY] = []
+                self.skel = skel
+                self.fixed = _blen(_dumps(skel))
+                groups = _formats.group_items(items, mod.classify)
+                # each group serialized once, as a list: those bytes are its page body
+                raw = [_encode(items[g.start:g.end]).encode("utf-8") for g in groups]
+                inner = [len(b) - 2 for b in raw]
         except UnicodeEncodeError as e:
             raise _surrogate_error() from e
         self.groups = groups
@@ -189,7 +192,7 @@ class _Prepared:
         else:
             last_user = 0  # no user turn at all: nothing is an older exchange
         prot_groups = set()
-        if protected:
+        if protected and groups:
             n = len(items)
             starts = [g.start for g in groups]
             for i in protected:
@@ -198,10 +201,6 @@ class _Prepared:
         self.pageable = [gi for gi in range(last_user)
                          if groups[gi].kind != _formats.STANDALONE
                          and groups[gi].complete and gi not in prot_groups]
-        self._pages: dict = {}     # group index -> Page
-        self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
-        self._fixed_tool = None
-        self._marker_base = None
 
     # -- paging-only helpers (lazy: only needed when something is paged) ---------
     def page(self, gi: int) -> Page:

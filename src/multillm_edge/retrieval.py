@@ -8,7 +8,7 @@ Order of the checks — nothing is read from R2 until every metadata check passe
 nothing leaves the edge until the body's length and SHA-256 match the signed row:
 
 1. no key at all                         → 401 (no storage touched)
-2. paging disabled (flag off / invalid)  → 404 PAGE_NOT_FOUND (no storage touched:
+2. paging disabled (flag off / invalid)  → 404 PageNotFound (no storage touched:
    with the feature off the route answers as if nothing existed, for every caller)
 3. configuration: signing secret, D1 binding, R2 binding missing → 503
 4. ONE D1 statement (store.load_page_for_retrieval): key, policy, session, page row
@@ -21,7 +21,7 @@ nothing leaves the edge until the body's length and SHA-256 match the signed row
    would let a principal without a grant learn "404 vs 403" = "page/session is
    wrong vs right"). A zero-retention principal gets 403 even for pages written
    before its retention changed: zero retention means nothing is served back.
-7. every page/session cause → the SAME 404 (PAGE_NOT_FOUND, identical bytes):
+7. every page/session cause → the SAME 404 (PageNotFound, identical bytes):
    malformed page id, unknown/foreign/ended session, absent/expired page, other
    authority (`managed`), foreign principal, other session, stale policy revision,
    page id that does not verify against the row's fields, row signature that does not
@@ -43,8 +43,8 @@ import json
 import time
 
 from . import store
-from .auth import NO_CHAT_GRANT, UNAUTHORIZED, database, key_digest, paging_enabled, signer
-from .errors import PAGE_NOT_FOUND, EdgeError, StorageError
+from .auth import database, key_digest, paging_enabled, signer
+from .errors import ChatNotGranted, EdgeError, PageNotFound, StorageError, Unauthorized
 from .http import Incoming, Outgoing
 from .pages import PageSigner, is_well_formed_page_id, r2_key, sha256_hex
 
@@ -52,10 +52,18 @@ PAGES_PATH = "/v1/context/pages/"
 SESSION_PARAM = "roleplay_session_id"
 AUTHORITY = "roleplay"
 
-ZERO_RETENTION = EdgeError(403, "retention_zero",
-                           "This key's policy has zero retention: no context pages are served.")
-CORRUPTED = EdgeError(503, "context_page_corrupted",
-                      "The stored context page failed its integrity check.")
+
+
+class ZeroRetention(EdgeError):
+    status, code = 403, "retention_zero"
+    message = "This key's policy has zero retention: no context pages are served."
+
+
+class Corrupted(EdgeError):
+    status, code = 503, "context_page_corrupted"
+    message = "The stored context page failed its integrity check."
+
+
 NO_CACHE = [("cache-control", "private, no-store")]
 
 # A syntactically valid id that no row can carry (HMAC output is never this), used
@@ -117,7 +125,7 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)                                   # 1. 401 without a key
     if not paging_enabled(platform):                           # 2. feature off → 404
         req.notes["miss"] = "paging_disabled"
-        raise PAGE_NOT_FOUND
+        raise PageNotFound()
     sign = signer(platform)                                    # 3. configuration → 503
     db = database(platform)
     bucket = platform.pages
@@ -141,17 +149,17 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
         req.notes["d1_ms"] = round((time.monotonic() - t0) * 1000, 1)
 
     if facts is None or facts.key_revoked:                     # 5. 401
-        raise UNAUTHORIZED
+        raise Unauthorized()
     policy = facts.policy                                      # 6. 403 (principal only)
     if policy is None or not policy.has_grant("chat"):
-        raise NO_CHAT_GRANT
+        raise ChatNotGranted()
     if policy.retention == "zero":
-        raise ZERO_RETENTION
+        raise ZeroRetention()
 
     misses = _page_misses(page_id, session_id, facts, policy, sign, now)
     if misses:                                                 # 7. one 404 for all
         req.notes["miss"] = ",".join(misses)   # reason codes only, for operators
-        raise PAGE_NOT_FOUND
+        raise PageNotFound()
 
     row = facts.page
     t1 = time.monotonic()
@@ -163,12 +171,12 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
         req.notes["r2_ms"] = round((time.monotonic() - t1) * 1000, 1)
     if body is None or len(body) != row["byte_length"] or sha256_hex(body) != row["sha256"]:
         req.notes["corrupted"] = "missing" if body is None else "mismatch"
-        raise CORRUPTED
+        raise Corrupted()
     try:
         messages = json.loads(body.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError is a ValueError
         req.notes["corrupted"] = "unparsable"
-        raise CORRUPTED from None
+        raise Corrupted() from None
 
     req.notes["page_bytes"] = len(body)                        # 9. 200
     doc = {"page_id": page_id, "sha256": row["sha256"], "expires_at": row["expires_at"],

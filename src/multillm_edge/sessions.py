@@ -5,8 +5,8 @@ from __future__ import annotations
 import secrets
 
 from . import store
-from .auth import SESSION_NOT_FOUND, check_principal, database, key_digest
-from .errors import EdgeError, StorageError
+from .auth import check_principal, database, key_digest
+from .errors import EdgeError, SessionNotFound, StorageError
 from .http import Incoming, Outgoing, json_response
 
 SESSIONS_PATH = "/v1/roleplay/sessions"
@@ -41,5 +41,5 @@ async def end_session(req: Incoming, platform) -> Outgoing:
     except StorageError:
         raise EdgeError(503, "storage_failed", "The session could not be ended.") from None
     if not ended:
-        raise SESSION_NOT_FOUND
+        raise SessionNotFound()
     return json_response(200, {"session_id": session_id, "ended": True})

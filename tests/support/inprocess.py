@@ -1,0 +1,223 @@
+"""The in-process platform: what `bindings.WorkersPlatform` gives the app, in CPython.
+
+D1 is sqlite3 with the real migrations (the same SQL as production, through
+`store.SqliteExecutor`), R2 an in-memory bucket with fault injection, the upstream a
+scripted function that records exactly what reached it. `app.handle` runs on it
+unchanged, so handler logic and hostile input are tested without Node or Pyodide;
+what depends on Pyodide, real local D1/R2, streaming or the SDKs is tested through the
+runner (tests/e2e, tests/clients).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from multillm_edge import app, store
+from multillm_edge.errors import EdgeError, StorageError
+from multillm_edge.http import Incoming
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def migrated_connection() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    for f in sorted((ROOT / "migrations").glob("*.sql")):
+        conn.executescript(f.read_text())
+    return conn
+
+
+class MemoryBucket:
+    """R2 page bodies in a dict; `faults` holds the operations that must fail."""
+
+    def __init__(self):
+        self.objects: dict[str, bytes] = {}
+        self.faults: set[str] = set()
+        self.ops = {"put": 0, "get": 0}
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.ops["put"] += 1
+        if "put" in self.faults:
+            raise StorageError("r2")
+        assert isinstance(data, bytes)
+        self.objects[key] = data
+
+    async def get(self, key: str) -> bytes | None:
+        self.ops["get"] += 1
+        if "get" in self.faults:
+            raise StorageError("r2")
+        return self.objects.get(key)
+
+
+class FaultyExecutor(store.SqliteExecutor):
+    """sqlite3 with the production SQL; every call fails while `failing` is set."""
+
+    failing = False
+
+    def _cursor(self, sql, params):
+        if self.failing:
+            raise StorageError("d1")
+        return super()._cursor(sql, params)
+
+
+@dataclass
+class Sent:
+    """One outbound request, as the platform's fetch received it."""
+    url: str
+    method: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Answer:
+    """A scripted upstream answer (the `Upstream` interface of bindings.py)."""
+    status: int = 200
+    headers: list[tuple[str, str]] = field(default_factory=lambda: [("content-type", "application/json")])
+    body: bytes = b'{"ok":true}'
+    discarded: bool = False
+
+    @property
+    def stream(self):
+        return [self.body]
+
+    async def read(self) -> bytes:
+        return self.body
+
+    async def discard(self) -> None:
+        self.discarded = True
+
+
+def _body_bytes(body) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    return b"".join(body)
+
+
+class InProcessPlatform:
+    """One request's platform: vars, storage, the body to read, scripted fetch."""
+
+    def __init__(self, edge: "LocalEdge", body: bytes, headers: list[tuple[str, str]]):
+        self._edge = edge
+        self._body = body
+        self._headers = headers
+
+    def var(self, name: str):
+        return self._edge.vars.get(name)
+
+    @property
+    def db(self):
+        return None if "INTELLIGENCE_DB" in self._edge.unbound else self._edge.executor
+
+    @property
+    def pages(self):
+        return None if "multillm_media" in self._edge.unbound else self._edge.bucket
+
+    def now(self) -> int:
+        return self._edge.clock
+
+    def log(self, record: dict) -> None:
+        self._edge.logs.append(json.loads(json.dumps(record)))
+
+    async def read_body(self, limit: int) -> bytes:
+        declared = dict(self._headers).get("content-length")
+        if (declared and declared.isdigit() and int(declared) > limit) or len(self._body) > limit:
+            raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
+        return self._body
+
+    async def fetch(self, url, method, headers, body=None):
+        sent = Sent(url, method, list(headers), _body_bytes(body))
+        self._edge.sent.append(sent)
+        answer = self._edge.upstream(sent)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+@dataclass
+class Response:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str):
+        return next((v for k, v in self.headers if k == name), None)
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def default_upstream(sent: Sent) -> Answer:
+    return Answer(body=json.dumps({"id": "x", "choices": [], "content": [], "output": []}).encode())
+
+
+class LocalEdge:
+    """The edge app on the in-process platform, with its own sqlite D1 and R2."""
+
+    def __init__(self, vars: dict[str, str], upstream: Callable = default_upstream,
+                 unbound: tuple = (), clock: int = 1_800_000_000):
+        self.vars = dict(vars)
+        self.upstream = upstream
+        self.unbound = set(unbound)
+        self.clock = clock
+        self.conn = migrated_connection()
+        self.executor = FaultyExecutor(self.conn)
+        self.bucket = MemoryBucket()
+        self.sent: list[Sent] = []
+        self.logs: list[dict] = []
+        self.loop = asyncio.new_event_loop()
+
+    def close(self):
+        self.loop.close()
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(self, method: str, path: str, headers=None, body: bytes | str | dict = b"") -> Response:
+        if isinstance(body, dict):
+            body = json.dumps(body).encode()
+        elif isinstance(body, str):
+            body = body.encode("utf-8", "surrogatepass")
+        pairs = [(k.lower(), v) for k, v in (headers.items() if isinstance(headers, dict) else headers or [])]
+        req = Incoming(method, "https://edge.test" + path, pairs, stream=body if body else None)
+        platform = InProcessPlatform(self, body, pairs)
+        out = self.loop.run_until_complete(app.handle(req, platform))
+        payload = out.body if out.stream is None else _body_bytes(out.stream)
+        return Response(out.status, out.headers, payload)
+
+    # -- seeding and inspection (the real SQL where the edge has it) -------------
+    def sql(self, sql: str, *params) -> list[dict]:
+        return self.loop.run_until_complete(self.executor.all(sql, list(params)))
+
+    def seed_player(self, principal: str, key: str, session: str, retention="standard",
+                    grants=("chat",), revision=1):
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        self.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at) VALUES (?1, ?2, 0)",
+                 digest, principal)
+        self.sql("INSERT INTO principal_policies (principal, revision, grants, retention, updated_at) "
+                 "VALUES (?1, ?2, ?3, ?4, 0)", principal, revision, json.dumps(list(grants)), retention)
+        self.sql("INSERT INTO roleplay_sessions (session_id, principal, created_at) VALUES (?1, ?2, 0)",
+                 session, principal)
+        self.conn.commit()
+
+    def set_model(self, model: str, input_tokens: int, max_output_tokens: int = 1000):
+        self.sql("INSERT OR REPLACE INTO models (model, input_tokens, max_output_tokens) "
+                 "VALUES (?1, ?2, ?3)", model, input_tokens, max_output_tokens)
+        self.conn.commit()
+
+    def page_rows(self) -> int:
+        return self.sql("SELECT COUNT(*) AS n FROM context_pages")[0]["n"]
