@@ -1,0 +1,38 @@
+"""What every hostile case must show, in-process or through the runner."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tests.hostile.generator import KEY, OTHER_KEY, Case
+
+
+@dataclass
+class Observed:
+    status: int
+    body: bytes
+    provider_requests: list      # (headers as text, body bytes) reaching the provider
+    origin_requests: int         # requests reaching the Flask origin
+    stored_before: tuple         # (rows, objects) before the case
+    stored_after: tuple
+
+
+def check(case: Case, seen: Observed) -> None:
+    """Raise AssertionError (with the case) if any invariant is broken."""
+    relayed = bool(seen.provider_requests) and seen.status == case.provider_status >= 500
+    where = case.describe()
+    assert seen.status < 500 or relayed, f"{seen.status} {seen.body[:300]!r}\n{where}"
+    for headers, body in seen.provider_requests:
+        for key in (KEY, OTHER_KEY):
+            assert key not in headers and key.encode() not in body, f"roleplay key reached a provider\n{where}"
+    if case.roleplay:
+        assert seen.origin_requests == 0, f"roleplay traffic reached the origin\n{where}"
+    if case.method != "HEAD" and (seen.status >= 400 and not relayed):
+        doc = json.loads(seen.body)
+        err = doc["error"]
+        assert isinstance(err["code"], str) and isinstance(err["message"], str), where
+        assert (doc.get("type") == "error") == case.anthropic, f"wrong envelope\n{where}"
+    if seen.status >= 400 and not relayed:
+        assert not seen.provider_requests, f"rejected but dispatched\n{where}"
+        assert seen.stored_after == seen.stored_before, f"rejected but stored\n{where}"

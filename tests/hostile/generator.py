@@ -1,0 +1,258 @@
+"""Seeded hostile requests over every route (the hostile tier, docs/design.md §9).
+
+`cases(seed, n)` yields `Case`s: mutations of valid generation bodies in the three wire
+formats (type swaps at every path, deletions, wrong containers, depth around the limit
+and far beyond it, huge and tiny numbers, NaN/Infinity, duplicate keys, lone
+surrogates, NUL, non-UTF-8 bytes), odd and empty headers, session and retrieval ids
+with traversal and SQL metacharacters, and forwarded requests. The same case runs
+in-process and through the runner. Every header value is printable ASCII (what an HTTP
+client can send); everything else is fair game.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from tests.support import roleplay as rp
+
+KEY = "rpk_hostile_KEY_7f3e"
+OTHER_KEY = "rpk_hostile_other_91ab"
+SESSION = "rps_hostile_session"
+MODEL = "fake:rp-small"
+WINDOW = 1500          # small: most valid bodies page
+GENERATION = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+MAX_DEPTH = 256
+
+
+@dataclass
+class Case:
+    n: int
+    kind: str
+    method: str
+    path: str
+    headers: dict
+    body: bytes = b""
+    provider_status: int = 200          # what the scripted provider answers
+    roleplay: bool = True               # the key must not reach the origin
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def anthropic(self) -> bool:
+        return self.path.split("?")[0] == "/v1/messages"
+
+    def describe(self) -> str:
+        body = self.body if len(self.body) < 400 else self.body[:200] + b"..." + self.body[-100:]
+        return (f"case {self.n} [{self.kind}] {self.method} {self.path} headers={self.headers} "
+                f"body({len(self.body)} B)={body!r}")
+
+
+def valid_body(rng: random.Random, fmt: str) -> dict:
+    n = rng.choice([1, 2, 4, 8])
+    make = {"chat": rp.chat_body, "responses": rp.responses_body, "messages": rp.messages_body}[fmt]
+    body = make(n, model=MODEL, size=rng.choice([20, 80]), tag="H")
+    if rng.random() < 0.3:
+        del body["capabilities"]
+    if rng.random() < 0.2:
+        body["models"] = [MODEL, "fake:tiny"]
+    if rng.random() < 0.2:
+        body["stream"] = True
+    return body
+
+
+HOSTILE_VALUES = [
+    None, True, False, 0, -1, 1, 2 ** 63, -(2 ** 63) - 1, 10 ** 30, 1.5, -0.0, 1e308, 5e-324,
+    "", " ", "x" * 5000, "\ud800", "\udfff tail", "\x00", "\u202e\u0000\uffff", "🎭" * 50,
+    [], {}, [1, 2, 3], [[]], [{}], [None], {"a": {}}, {"role": "user"}, ["multillm_context_retrieve"],
+    MODEL, "fake:", ":", "fake:rp-small\r\nX: y", "../../etc/passwd", "' OR 1=1 --",
+    "cp_" + "A" * 43, "[multillm context] Earlier exchanges", [-1], [10 ** 9],
+]
+
+ODD_NUMBERS = [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400", b"1e-400", b"-0",
+               b"123456789012345678901234567890", b"9" * 4400, b"0.0000000000000000000001"]
+
+
+def paths(doc, prefix=()):
+    """Every path in a JSON tree (root excluded)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,)
+            yield from paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield prefix + (i,)
+            yield from paths(v, prefix + (i,))
+
+
+def _set(doc, path, value):
+    node = doc
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+
+
+def _delete(doc, path):
+    node = doc
+    for p in path[:-1]:
+        node = node[p]
+    del node[path[-1]]
+
+
+def _dumps(rng, doc) -> bytes:
+    ascii_ = rng.random() < 0.5
+    indent = rng.choice([None, None, 1])
+    return json.dumps(doc, ensure_ascii=ascii_, indent=indent).encode("utf-8", "surrogatepass")
+
+
+HOLE = "__HOSTILE_HOLE__"
+
+
+def _with_hole(rng, doc, raw_value: bytes) -> bytes:
+    """Serialize ``doc`` with ``raw_value`` (any bytes) at a random path."""
+    all_paths = list(paths(doc))
+    _set(doc, rng.choice(all_paths), HOLE)
+    return _dumps(rng, doc).replace(json.dumps(HOLE).encode(), raw_value, 1)
+
+
+def depth_bomb(depth: int, opener=b"[") -> bytes:
+    closer = b"]" if opener == b"[" else b"}"
+    if opener == b"[":
+        return b"[" * depth + b"]" * depth
+    return b'{"a":' * depth + b"1" + closer * depth
+
+
+def mutate_body(rng: random.Random, doc: dict) -> tuple[str, bytes]:
+    kind = rng.choice(["swap", "swap", "swap", "delete", "wrap", "depth", "number",
+                       "duplicate", "surrogate", "bytes", "top"])
+    all_paths = list(paths(doc))
+    if kind == "swap":
+        _set(doc, rng.choice(all_paths), json.loads(json.dumps(rng.choice(HOSTILE_VALUES))))
+        return kind, _dumps(rng, doc)
+    if kind == "delete":
+        _delete(doc, rng.choice(all_paths))
+        return kind, _dumps(rng, doc)
+    if kind == "wrap":
+        path = rng.choice(all_paths)
+        node = doc
+        for p in path:
+            node = node[p]
+        _set(doc, path, rng.choice([[node], {"value": node}, json.dumps(node)]))
+        return kind, _dumps(rng, doc)
+    if kind == "depth":
+        depth = rng.choice([MAX_DEPTH - 8, MAX_DEPTH - 3, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 5,
+                            2 * MAX_DEPTH, 10 * MAX_DEPTH, 20_000, 100_000])
+        return kind, _with_hole(rng, doc, depth_bomb(depth, rng.choice([b"[", b"{"])))
+    if kind == "number":
+        return kind, _with_hole(rng, doc, rng.choice(ODD_NUMBERS))
+    if kind == "duplicate":
+        raw = _dumps(rng, doc)
+        key = rng.choice([b'"model"', b'"messages"', b'"input"', b'"max_tokens"', b'"capabilities"',
+                          b'"role"', b'"content"', b'"tool_call_id"'])
+        dup = key + b":" + rng.choice([b'"fake:tiny"', b"[]", b"1", b'"system"', b'"x"', b"null"]) + b","
+        at = raw.find(b"{", rng.randrange(len(raw)))
+        at = raw.find(b"{") if at < 0 else at
+        return kind, raw[:at + 1] + dup + raw[at + 1:]
+    if kind == "surrogate":
+        value = rng.choice([b'"\\ud800"', b'"a\\udc00b"', b'"\\ud83d"', b'{"\\udfff": 1}'])
+        return kind, _with_hole(rng, doc, value)
+    if kind == "bytes":
+        raw = _dumps(rng, doc)
+        at = rng.randrange(len(raw))
+        junk = rng.choice([b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\x00", b"\xef\xbb\xbf", b"\x80\x80",
+                           b'"', b"\\", b"\n"])
+        if rng.random() < 0.3:
+            return kind, raw[:at]                            # truncated
+        return kind, raw[:at] + junk + raw[at:]
+    # top: the whole body replaced
+    return kind, rng.choice([b"", b"null", b"[]", b"0", b'"x"', b"{}", b"[{}]", b"{" * 3,
+                             b"\xef\xbb\xbf{}", b"\x00" * 16, b"true", b'{"model":null}',
+                             json.dumps({"model": MODEL}).encode()])
+
+
+def roleplay_headers(rng: random.Random) -> tuple[str, dict]:
+    headers = {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION,
+               "Content-Type": "application/json"}
+    r = rng.random()
+    if r < 0.80:
+        return "valid", headers
+    variant = rng.choice(["empty_session", "blank_session", "long_session", "sql_session",
+                          "no_key", "bearer_only", "x_api_key", "wrong_key", "other_key",
+                          "content_type", "no_content_type", "lower_bearer"])
+    if variant == "empty_session":
+        headers["X-Roleplay-Session-ID"] = ""
+    elif variant == "blank_session":
+        headers["X-Roleplay-Session-ID"] = "   "
+    elif variant == "long_session":
+        headers["X-Roleplay-Session-ID"] = "rps_" + "a" * rng.choice([252, 253, 5000])
+    elif variant == "sql_session":
+        headers["X-Roleplay-Session-ID"] = rng.choice(["' OR '1'='1", "rps_x; DROP TABLE roleplay_keys", "../rps"])
+    elif variant == "no_key":
+        del headers["Authorization"]
+    elif variant == "bearer_only":
+        headers["Authorization"] = rng.choice(["Bearer", "Bearer ", "Basic abc", "bearer  "])
+    elif variant == "x_api_key":
+        del headers["Authorization"]
+        headers["x-api-key"] = KEY
+    elif variant == "wrong_key":
+        headers["Authorization"] = "Bearer rpk_nope"
+    elif variant == "other_key":
+        headers["Authorization"] = f"Bearer {OTHER_KEY}"
+    elif variant == "content_type":
+        headers["Content-Type"] = rng.choice(["text/plain", "multipart/form-data; boundary=x", "application/x-www-form-urlencoded"])
+    elif variant == "no_content_type":
+        del headers["Content-Type"]
+    else:
+        headers["Authorization"] = f"bearer {KEY}"
+    return variant, headers
+
+
+HOSTILE_IDS = [
+    "", "cp_", "cp_" + "A" * 43, "cp_" + "A" * 42 + "B", "cp_" + "A" * 44, "../../etc/passwd",
+    "..%2F..%2Fsecret", "%00", "cp_%00" + "A" * 40, "' OR 1=1 --", "cp_'; DROP TABLE context_pages; --",
+    "cp_" + "é" * 43, "cp_" + "A" * 5000, "rps_" + "x" * 300, "%E2%80%AE", "a/b/c", "cp_A*", "?x=1",
+]
+
+
+def other_route(rng: random.Random, n: int) -> Case:
+    kind = rng.choice(["session_create", "session_end", "retrieve", "retrieve", "forward", "healthz"])
+    _, headers = roleplay_headers(rng)
+    ident = quote(rng.choice(HOSTILE_IDS), safe="%/=")
+    if kind == "session_create":
+        body = rng.choice([b"", b"{}", b"[" * 5000, b"\xff"])
+        return Case(n, kind, "POST", "/v1/roleplay/sessions", headers, body)
+    if kind == "session_end":
+        return Case(n, kind, "DELETE", "/v1/roleplay/sessions/" + ident, headers)
+    if kind == "retrieve":
+        session = quote(rng.choice([SESSION, "", "' OR 1=1", "x" * 3000]), safe="")
+        query = rng.choice([f"roleplay_session_id={session}",
+                            f"roleplay_session_id={session}&roleplay_session_id=other",
+                            "roleplay_session_id", f"roleplay_session_id={session}&x=%ff"])
+        return Case(n, kind, "GET", f"/v1/context/pages/{ident}?{query}", headers)
+    if kind == "healthz":
+        return Case(n, kind, rng.choice(["GET", "HEAD"]), "/healthz", headers)
+    path = rng.choice(["/api/characters?id=7", "/v1/models", "/v1/chat/completions",
+                       "/v1/context/pages/" + ident, "/%2e%2e/admin", "/api/x?a=%ff&b"])
+    method = rng.choice(["GET", "POST", "PUT", "PATCH", "DELETE"])
+    headers = {k: v for k, v in headers.items() if k != "X-Roleplay-Session-ID"}
+    body = b"" if method == "GET" else rng.choice([b"", b"\x00\xff", b"[" * 3000, b'{"a":1}'])
+    return Case(n, "forward", method, path, headers, body, roleplay=False)
+
+
+def cases(seed: int, count: int):
+    rng = random.Random(seed)
+    for n in range(count):
+        if rng.random() < 0.2:
+            yield other_route(rng, n)
+            continue
+        fmt = rng.choice(list(GENERATION))
+        doc = valid_body(rng, fmt)
+        if rng.random() < 0.1:
+            kind, body = "valid", _dumps(rng, doc)
+        else:
+            kind, body = mutate_body(rng, doc)
+        variant, headers = roleplay_headers(rng)
+        status = 503 if rng.random() < 0.03 else 200
+        yield Case(n, f"{fmt}:{kind}:{variant}", "POST", GENERATION[fmt], headers, body,
+                   provider_status=status)

@@ -1,0 +1,199 @@
+"""The request boundary (validation.py) in CPython: depth before the parse, strict
+JSON, field types named by path, and the error objects raised fresh."""
+
+import json
+import sys
+
+import pytest
+
+from multillm_edge import validation
+from multillm_edge.errors import EdgeError, PageNotFound, Unauthorized
+from multillm_edge.validation import MAX_DEPTH, check_body, parse_json, too_deep
+
+
+def nested(depth: int, inner: bytes = b"") -> bytes:
+    return b"[" * depth + inner + b"]" * depth
+
+
+def code_of(fn, *args):
+    with pytest.raises(EdgeError) as ei:
+        fn(*args)
+    return ei.value.status, ei.value.code, ei.value.details.get("param")
+
+
+# --- depth -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("depth", [1, 200, MAX_DEPTH])
+def test_nesting_up_to_the_limit_parses(depth):
+    assert not too_deep(nested(depth))
+    assert parse_json(nested(depth)) is not None
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 10 * MAX_DEPTH, 100_000])
+def test_nesting_past_the_limit_is_rejected_before_the_parse(depth, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("json.loads must not see a too-deep body")
+    monkeypatch.setattr(validation.json, "loads", boom)
+    status, code, _ = code_of(parse_json, nested(depth))
+    assert (status, code) == (400, "invalid_json")
+
+
+def test_objects_and_arrays_count_alike_and_siblings_do_not_add_up():
+    mixed = b'{"a":' * 128 + b"[" * 128 + b"1" + b"]" * 128 + b"}" * 128
+    assert not too_deep(mixed)
+    assert too_deep(b'{"a":' + mixed + b"}")
+    siblings = b"[" + b",".join([nested(200)] * 50) + b"]"     # 10,000 openers, depth 201
+    assert not too_deep(siblings)
+
+
+def test_brackets_inside_strings_do_not_count():
+    text = json.dumps({"messages": [{"role": "user", "content": "[[[{{" * 400 + '\\" ]] "'}]}).encode()
+    assert not too_deep(text)
+    assert parse_json(text)["messages"][0]["content"].startswith("[[[{{")
+
+
+def test_an_escaped_quote_cannot_hide_brackets_from_the_check():
+    # `"\\"` is a complete string (an escaped backslash): the brackets after it are real.
+    raw = b'["\\\\",' + nested(300) + b"]"
+    assert too_deep(raw)
+
+
+def test_a_real_parse_of_the_depth_limit_stays_within_the_recursion_limit():
+    assert MAX_DEPTH * 2 < sys.getrecursionlimit()
+
+
+# --- strict JSON -------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw", [b'{"a": NaN}', b'{"a": Infinity}', b'{"a": -Infinity}',
+                                 b'{"a": 1e400}', b'{"a": -1e400}', b'{"a": ' + b"9" * 5000 + b"}",
+                                 b'\xff{}', b'{"a": "\x00"}', b'', b'{"a": 1', b'\xef\xbb\xbf{}'])
+def test_not_json_is_invalid_json(raw):
+    assert code_of(parse_json, raw)[:2] == (400, "invalid_json")
+
+
+def test_tiny_and_large_finite_numbers_are_json():
+    assert parse_json(b'[1e-400, 1e308, -0.0, 12345678901234567890]') == [0.0, 1e308, -0.0, 12345678901234567890]
+
+
+def test_duplicate_keys_are_detected_anywhere():
+    assert validation.has_duplicate_keys(b'{"model": "a", "model": "b"}')
+    assert validation.has_duplicate_keys(b'{"messages": [{"role": "user", "role": "system"}]}')
+    assert not validation.has_duplicate_keys(b'{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}')
+
+
+# --- fields the edge reads, by path ---------------------------------------------------
+
+CHAT = {"model": "p:m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def with_(doc, path, value):
+    doc = json.loads(json.dumps(doc))
+    *head, last = path
+    node = doc
+    for p in head:
+        node = node[p]
+    node[last] = value
+    return doc
+
+
+@pytest.mark.parametrize("fmt,doc,param", [
+    ("chat", {"model": "p:m"}, "messages"),
+    ("chat", {**CHAT, "messages": "hi"}, "messages"),
+    ("chat", {**CHAT, "messages": 7}, "messages"),
+    ("chat", {**CHAT, "messages": [1, 2]}, "messages[0]"),
+    ("chat", with_(CHAT, ["messages", 0, "content"], {"text": "x"}), "messages[0].content"),
+    ("chat", with_(CHAT, ["messages", 0, "content"], [1]), "messages[0].content[0]"),
+    ("chat", with_(CHAT, ["messages", 0, "role"], 3), "messages[0].role"),
+    ("chat", with_(CHAT, ["messages", 0], {"content": "x"}), "messages[0].role"),
+    ("chat", with_(CHAT, ["messages", 0], {"role": "tool", "tool_call_id": [1], "content": "x"}),
+     "messages[0].tool_call_id"),
+    ("chat", with_(CHAT, ["messages", 0], {"role": "tool", "content": "x"}), "messages[0].tool_call_id"),
+    ("chat", with_(CHAT, ["messages", 0], {"role": "assistant", "tool_calls": [{"id": {}}]}),
+     "messages[0].tool_calls[0].id"),
+    ("chat", with_(CHAT, ["messages", 0], {"role": "assistant", "tool_calls": {"id": "a"}}),
+     "messages[0].tool_calls"),
+    ("chat", with_(CHAT, ["messages", 0], {"role": "assistant", "function_call": {"name": 1}}),
+     "messages[0].function_call.name"),
+    ("chat", {**CHAT, "max_tokens": -5}, "max_tokens"),
+    ("chat", {**CHAT, "max_tokens": 0}, "max_tokens"),
+    ("chat", {**CHAT, "max_tokens": True}, "max_tokens"),
+    ("chat", {**CHAT, "max_completion_tokens": 1.5}, "max_completion_tokens"),
+    ("chat", {**CHAT, "models": "p:m"}, "models"),
+    ("chat", {**CHAT, "models": ["p:m", 1]}, "models"),
+    ("chat", {**CHAT, "models": ["p:m"] * 17}, "models"),
+    ("chat", {**CHAT, "capabilities": "multillm_context_retrieve"}, "capabilities"),
+    ("chat", {**CHAT, "tools": {}}, "tools"),
+    ("responses", {"model": "p:m", "input": 5}, "input"),
+    ("responses", {"model": "p:m", "input": [[]]}, "input[0]"),
+    ("responses", {"model": "p:m", "input": [{"type": "function_call", "call_id": [1]}]}, "input[0].call_id"),
+    ("responses", {"model": "p:m", "input": [{"type": "mcp_approval_response",
+                                              "approval_request_id": {}}]}, "input[0].approval_request_id"),
+    ("responses", {"model": "p:m", "input": [{"type": "mcp_approval_request", "id": 1}]}, "input[0].id"),
+    ("responses", {"model": "p:m", "input": [{"role": "user", "content": {}}]}, "input[0].content"),
+    ("responses", {"model": "p:m", "input": [{"type": 3}]}, "input[0].type"),
+    ("responses", {"model": "p:m", "input": "x", "max_output_tokens": -1}, "max_output_tokens"),
+    ("messages", {"model": "p:m", "messages": {}}, "messages"),
+    ("messages", {"model": "p:m", "messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+    ("messages", {"model": "p:m", "messages": [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": [1], "name": "x", "input": {}}]}]}, "messages[0].content[0].id"),
+    ("messages", {"model": "p:m", "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": None}]}]}, "messages[0].content[0].tool_use_id"),
+    ("messages", {"model": "p:m", "messages": [], "system": 3}, "system"),
+    ("messages", {"model": "p:m", "messages": [], "system": ["x"]}, "system[0]"),
+])
+def test_a_wrong_type_is_a_400_naming_the_field(fmt, doc, param):
+    status, code, got = code_of(check_body, fmt, doc)
+    assert (status, code, got) == (400, "invalid_request", param)
+
+
+@pytest.mark.parametrize("fmt,doc", [
+    ("chat", {**CHAT, "max_tokens": None, "unknown": {"deep": [1, {"x": None}]}, "tools": None}),
+    ("chat", with_(CHAT, ["messages", 0], {"role": "assistant", "content": None,
+                                           "tool_calls": [{"id": "c", "type": "function"}]})),
+    ("responses", {"model": "p:m", "input": "a long string input"}),
+    ("responses", {"model": "p:m"}),
+    ("responses", {"model": "p:m", "input": [{"type": "reasoning", "summary": []},
+                                             {"type": "message", "role": "user", "content": [{"type": "input_text"}]}]}),
+    ("messages", {"model": "p:m", "system": [{"type": "text", "text": "s"}],
+                  "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}),
+])
+def test_valid_shapes_pass_untouched(fmt, doc):
+    before = json.dumps(doc)
+    assert check_body(fmt, doc) is doc and json.dumps(doc) == before
+
+
+@pytest.mark.parametrize("value", [None, "", "   ", "\t"])
+def test_a_blank_session_header_is_a_400(value):
+    assert code_of(validation.session_id, value)[:2] == (400, "invalid_request")
+
+
+def test_session_header_is_trimmed_and_bounded():
+    assert validation.session_id("  rps_abc ") == "rps_abc"
+    assert code_of(validation.session_id, "r" * 257)[:2] == (400, "invalid_request")
+
+
+# --- errors are fresh objects --------------------------------------------------------
+
+def test_fixed_errors_are_classes_and_each_raise_is_a_new_object():
+    seen = []
+    for _ in range(3):
+        try:
+            raise PageNotFound()
+        except EdgeError as e:
+            seen.append(e)
+    assert len({id(e) for e in seen}) == 3
+    assert all(e.__traceback__.tb_next is None for e in seen)   # no accumulated frames
+    assert seen[0].body() == seen[1].body() == PageNotFound().body()
+    assert Unauthorized().status == 401 and json.loads(Unauthorized().body(anthropic=True))["type"] == "error"
+
+
+def test_no_module_level_exception_instance_is_left_in_src():
+    import importlib
+    import pkgutil
+    import multillm_edge
+    for info in pkgutil.walk_packages(multillm_edge.__path__, "multillm_edge."):
+        if info.name.endswith("bindings"):
+            continue          # needs the Workers runtime
+        mod = importlib.import_module(info.name)
+        shared = [n for n, v in vars(mod).items() if isinstance(v, BaseException)]
+        assert not shared, (info.name, shared)
