@@ -7,7 +7,7 @@
 //   EDGE_VARS_FILE    dotenv file overlaid on [vars], replacing .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
 //   EDGE_TEST_CONTROL=1 enables /__runner/* (tests only): clock offset, operation
-//                     counts, and direct access to the same local D1 and R2
+//                     counts, memory, and direct access to the same local D1 and R2
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 import { execFile } from "node:child_process";
 import { copyFileSync, readFileSync } from "node:fs";
@@ -68,7 +68,7 @@ const overrides = process.env.EDGE_VARS_FILE ? parseDotenv(readFileSync(process.
 for (const name of (process.env.EDGE_UNBIND ?? "").split(",").filter(Boolean)) overrides[name] = null;
 const env = presentEnv(proxy.env, declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8")), overrides);
 
-const { main } = await worker;
+const { main, pyodide } = await worker;
 const Default = main.Default;
 
 // Test clock: shifts Date.now, which Pyodide's time.time() reads.
@@ -159,6 +159,10 @@ async function testControl(req, res, url) {
     return sendJson(res, 200, { offset: clockOffsetMs / 1000 });
   }
   if (route === "GET /__runner/stats") return sendJson(res, 200, counts);
+  if (route === "GET /__runner/memory") {
+    // The Worker's whole Python heap lives in Pyodide's wasm memory (it grows, never shrinks).
+    return sendJson(res, 200, { wasm_bytes: pyodide._module.HEAPU8.byteLength, rss_bytes: process.memoryUsage().rss });
+  }
   if (route === "POST /__runner/faults") {
     Object.assign(faults, await readJson(req));
     return sendJson(res, 200, faults);

@@ -1,0 +1,120 @@
+"""The hostile cases through the runner: real Pyodide, real local D1 and R2.
+
+A sample of the in-process generator's cases (≥ 200, the depth bombs among them) is
+each answered, under 500, storing and dispatching nothing when rejected; the runner
+still answers /healthz after them. Then memory: rejected 8 MiB requests leave the
+Worker's heap where it was (errors are raised fresh, so no traceback pins a body).
+"""
+
+import hashlib
+import json
+import os
+import random
+import time
+
+import httpx
+import pytest
+
+from tests.hostile import generator as gen
+from tests.hostile.checks import Observed, check
+from tests.support import roleplay as rp
+from tests.support.fakes import FakeServer, Reply
+from tests.support.runner import Edge
+
+SAMPLE = int(os.environ.get("HOSTILE_RUNNER_CASES", "220"))
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def servers():
+    script = {"status": 200}
+
+    def provider_reply(rec):
+        return Reply(status=script["status"], chunks=[b'{"id":"x","choices":[]}'])
+
+    with FakeServer(provider_reply) as provider, FakeServer() as origin:
+        yield provider, origin, script
+
+
+@pytest.fixture(scope="module")
+def edge(servers, tmp_path_factory):
+    provider, origin, _ = servers
+    with Edge(tmp_path_factory.mktemp("hostile"), vars=rp.edge_vars(provider.url, origin.url)) as edge:
+        for principal, key, session in (("p_hostile", gen.KEY, gen.SESSION), ("p_other", gen.OTHER_KEY, "rps_other")):
+            edge.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at) VALUES (?1, ?2, 0)",
+                     hashlib.sha256(key.encode()).hexdigest(), principal)
+            rp.set_policy(edge, principal)
+            edge.sql("INSERT INTO roleplay_sessions (session_id, principal, created_at) VALUES (?1, ?2, 0)",
+                     session, principal)
+        rp.set_model(edge, gen.MODEL, gen.WINDOW, 1000)
+        rp.set_model(edge, "fake:tiny", 300, 100)
+        yield edge
+
+
+def stored(edge) -> tuple:
+    return edge.sql("SELECT COUNT(*) AS n FROM context_pages")[0]["n"], edge.stats()["r2_puts"]
+
+
+def send(edge, servers, case) -> Observed:
+    provider, origin, script = servers
+    script["status"] = case.provider_status
+    p0, o0, before = len(provider.received), len(origin.received), stored(edge)
+    # On the wire a header value has no surrounding whitespace (servers strip it; h11 refuses to send it).
+    headers = {k: v.strip() for k, v in case.headers.items()}
+    r = edge.client.request(case.method, case.path, headers=headers, content=case.body or None)
+    reached = provider.received[p0:]
+    return Observed(r.status_code, r.content, [(repr(x.raw_headers), x.body) for x in reached],
+                    len(origin.received) - o0, before, stored(edge))
+
+
+def bombs():
+    for n, depth in enumerate([100_000, 10 * gen.MAX_DEPTH, gen.MAX_DEPTH + 1]):
+        body = b'{"model":"fake:rp-small","messages":' + gen.depth_bomb(depth) + b"}"
+        headers = {"Authorization": f"Bearer {gen.KEY}", "X-Roleplay-Session-ID": gen.SESSION}
+        yield gen.Case(-1 - n, f"depth {depth}", "POST", "/v1/chat/completions", headers, body)
+
+
+def test_hostile_sample_through_the_runner(edge, servers):
+    seed = int(os.environ.get("HOSTILE_SEED", random.randrange(2 ** 32)))
+    print(f"\nhostile seed {seed}: {SAMPLE} cases + 3 depth bombs through the runner")
+    started = time.monotonic()
+    cases = list(bombs()) + list(gen.cases(seed, SAMPLE))
+    for case in cases:
+        try:
+            seen = send(edge, servers, case)
+            check(case, seen)
+        except Exception as e:
+            raise AssertionError(f"hostile seed {seed}, {case.describe()}") from e
+    assert edge.client.get("/healthz").status_code == 200
+    assert not [r for r in edge.logs() if r.get("error") == "internal_error" or r.get("runner") == "worker_exception"]
+    print(f"hostile (runner): {len(cases)} cases in {time.monotonic() - started:.1f} s")
+
+
+def big_body(tail: bytes = b"}") -> bytes:
+    head = b'{"model":"fake:rp-small","messages":[{"role":"user","content":"'
+    filler = b"x" * (8 * MiB - len(head) - 3 - len(tail) - 1024)
+    return head + filler + b'"}]' + tail
+
+
+def test_rejected_8_mib_requests_do_not_grow_the_heap(edge):
+    client = httpx.Client(base_url=edge.url, timeout=60)
+    good = {"Authorization": f"Bearer {gen.KEY}"}
+    kinds = [({**good, "X-Roleplay-Session-ID": "rps_unknown"}, big_body(), 404),   # read, parsed, then refused
+             ({"Authorization": "Bearer rpk_wrong", "X-Roleplay-Session-ID": gen.SESSION}, big_body(), 401),
+             ({**good, "X-Roleplay-Session-ID": gen.SESSION}, big_body(b"]"), 400)]  # read, bad JSON
+
+    def burst(n):
+        for i in range(n):
+            headers, body, status = kinds[i % 3]
+            r = client.post("/v1/chat/completions", content=body, headers=headers)
+            assert r.status_code == status, r.text
+
+    with client:
+        burst(6)                                   # the heap reaches its working size
+        before = client.get("/__runner/memory").json()
+        burst(50)
+        after = client.get("/__runner/memory").json()
+    grown = (after["wasm_bytes"] - before["wasm_bytes"]) / MiB
+    print(f"\nwasm heap {before['wasm_bytes'] / MiB:.0f} → {after['wasm_bytes'] / MiB:.0f} MiB after 50 rejected 8 MiB requests; "
+          f"runner RSS {before['rss_bytes'] / MiB:.0f} → {after['rss_bytes'] / MiB:.0f} MiB")
+    assert grown <= 32
