@@ -197,3 +197,51 @@ def test_no_module_level_exception_instance_is_left_in_src():
         mod = importlib.import_module(info.name)
         shared = [n for n, v in vars(mod).items() if isinstance(v, BaseException)]
         assert not shared, (info.name, shared)
+
+
+# --- the depth check agrees with a reference scanner --------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+def reference_depth(raw: bytes) -> int:
+    """Byte-by-byte JSON scanner: the deepest array/object nesting outside strings."""
+    depth = best = 0
+    in_string = escaped = False
+    for b in raw:
+        c = chr(b)
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif c in "]}":
+            depth -= 1
+    return best
+
+
+tricky_text = st.text(alphabet='[]{}"\\ab\u00e9', max_size=12)
+json_values = st.recursive(
+    st.none() | st.integers() | tricky_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(tricky_text, inner, max_size=3),
+    max_leaves=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.integers(min_value=0, max_value=12), st.booleans())
+def test_too_deep_matches_a_reference_scanner(value, limit, ascii_only):
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert too_deep(raw, limit) == (reference_depth(raw) > limit)
+
+
+@pytest.mark.parametrize("hider", [b'"]]]]]]]]]]"', b'"\\"]]]]]]]]]]"', b'"\\\\\\"]]]]]]]]]]"'])
+def test_closers_inside_strings_cannot_offset_real_openers(hider):
+    raw = b"[" + hider + b"," + nested(300) + b"]"
+    assert reference_depth(raw) == 301 and too_deep(raw)

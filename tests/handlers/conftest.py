@@ -1,0 +1,21 @@
+import pytest
+
+from tests.support import roleplay as rp
+from tests.support.inprocess import LocalEdge
+
+KEY, SESSION = "rpk_handler_key", "rps_handler_session"
+MODEL = "fake:rp-small"
+WINDOW = 6000
+
+
+@pytest.fixture
+def edge():
+    with LocalEdge(rp.edge_vars("http://provider.test", "http://origin.test")) as edge:
+        edge.seed_player("p_handlers", KEY, SESSION)
+        edge.set_model(MODEL, WINDOW, 1000)
+        yield edge
+
+
+@pytest.fixture
+def headers():
+    return {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION}
