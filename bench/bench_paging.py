@@ -5,7 +5,8 @@ What is measured, per history size (100, 500, 1,000 and 5,000 roleplay exchanges
 * floor  = one ``json.loads`` of the raw request body + one compact ``json.dumps`` of
            it + one SHA-256 of those UTF-8 bytes: the least any edge that parses,
            re-serializes and hashes the body pays.
-* plan   = what the edge does per request: ``json.loads`` of the raw body +
+* plan   = what the edge does per request: the request boundary
+           (``validation.parse_request``: depth check, strict parse, field types) +
            ``paging.plan_paging`` with a budget of 40 % of the body size (so most of the
            history is paged: grouping, sizing, page bytes, SHA-256 and an HMAC page id
            for every page, the marker and the upstream body). The upstream body is not
@@ -34,7 +35,7 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 if os.path.isdir(SRC) and SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from multillm_edge import paging  # noqa: E402
+from multillm_edge import paging, validation  # noqa: E402
 
 SIZES = (100, 500, 1000, 5000)
 KEY = b"bench-signing-key"
@@ -95,7 +96,7 @@ def run(sizes=SIZES, reps: int | None = None) -> list[dict]:
                            .encode("utf-8")).hexdigest()
 
         def plan():
-            return paging.plan_paging("chat", json.loads(raw), budget, page_id_for)
+            return paging.plan_paging("chat", validation.parse_request("chat", raw), budget, page_id_for)
 
         p = plan()
         assert p.size <= budget and p.pages
