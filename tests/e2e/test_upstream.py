@@ -208,7 +208,7 @@ def test_paged_stream_leads_with_the_whole_page_list(edge, servers, player):
     good.reply = Reply(headers=[("content-type", "text/event-stream")], chunks=events)
     body = rp.chat_body(260, size=400, model="fake:rp-large", tag="LIST", stream=True)
     # Storing 200+ new pages takes seconds on a busy machine (one R2 put per page today).
-    r = edge.client.post("/v1/chat/completions", json=body, headers=player.headers(), timeout=180)
+    r = edge.client.post("/v1/chat/completions", json=body, headers=player.headers(), timeout=600)
     assert r.status_code == 200
     first, rest = r.content.split(b"\n\n", 1)
     assert first.startswith(PAGE_LIST) and rest == b"".join(events)
