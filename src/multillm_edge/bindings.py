@@ -115,8 +115,25 @@ class Upstream:
             return _js_bytes(prefix) if prefix else None
         return _Relay(self._resp.body, prefix, idle, idle_tail, self._abort).stream
 
-    async def read(self) -> bytes:
-        return _py_bytes(await self._resp.arrayBuffer())
+    async def read(self, idle: float | None = None) -> bytes:
+        """The whole body; a silence over `idle` seconds between chunks → TimeoutError
+        (the request is aborted)."""
+        if self._resp.body is None:
+            return b""
+        reader, chunks = self._resp.body.getReader(), []
+        while True:
+            try:
+                part = await asyncio.wait_for(reader.read(), idle)
+            except TimeoutError:
+                try:
+                    await reader.cancel()
+                except JsException:
+                    pass
+                self._abort()
+                raise
+            if part.done:
+                return b"".join(chunks)
+            chunks.append(part.value.to_bytes())
 
     async def discard(self) -> None:
         """Release an answer that will not be relayed (a fallback is tried instead), so

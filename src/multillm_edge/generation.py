@@ -267,7 +267,10 @@ async def respond(upstream, turn: Turn) -> Outgoing:
                if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
     ctype = dict(upstream.headers).get("content-type", "")
     if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
-        body = annotate(await upstream.read(), turn)
+        try:
+            body = annotate(await upstream.read(turn.idle), turn)
+        except TimeoutError:
+            raise _error("upstream_timeout", "The provider stopped sending its response.", 504) from None
         return Outgoing(upstream.status, headers + info_headers(turn), body)
     sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
     prefix = page_list_comment(turn) if sse and 200 <= upstream.status < 300 else b""

@@ -58,6 +58,9 @@ def edge(hung, good, tmp_path_factory):
     with Edge(tmp_path_factory.mktemp("upstream"), vars=vars) as edge:
         for model in (MODEL, "fake:rp-large", "hung:rp-small", "nokey:rp-small", "ghost:rp-small"):
             rp.set_model(edge, model, 50000 if model == "fake:rp-large" else WINDOW, 1000)
+        # One paged turn first, so timings below measure the edge, not a cold isolate.
+        warm = rp.new_player(edge)
+        edge.client.post("/v1/chat/completions", json=rp.chat_body(12, tag="WARM"), headers=warm.headers())
         yield edge
 
 
@@ -95,18 +98,18 @@ def wait_until(predicate, timeout: float) -> bool:
 def test_hung_provider_with_a_fallback_answers_within_the_timeout(edge, servers, player):
     hung, good = servers
     since = len(edge.logs())
-    body = rp.chat_body(30, model="hung:rp-small", tag="HUNG", models=["fake:rp-large"])
+    body = rp.chat_body(12, model="hung:rp-small", tag="HUNG", models=["fake:rp-large"])
     started = time.monotonic()
     r = edge.client.post("/v1/chat/completions", json=body, headers=player.headers())
     elapsed = time.monotonic() - started
     assert r.status_code == 200, r.text
-    assert TIMEOUT_S <= elapsed < TIMEOUT_S + 5, elapsed
+    log = generate_log(edge, since)
+    assert TIMEOUT_S <= elapsed < TIMEOUT_S + 5, (elapsed, log)
     assert len(hung.received) == 1 and len(good.received) == 1
     # The fallback went with its own plan: its larger window needed no paging.
     assert "tools" in hung.received[0].json() and "tools" not in good.received[0].json()
     # The hung request was aborted, not left open on the provider.
     assert wait_until(lambda: hung.sent and hung.sent[0].closed_at, 3)
-    log = generate_log(edge, since)
     first, second = log["attempts"]
     assert (first["model_index"], first["status"]) == (0, "timeout")
     assert TIMEOUT_S * 1000 <= first["ms"] < (TIMEOUT_S + 2) * 1000
@@ -253,3 +256,17 @@ def test_only_misconfigured_candidates_fail_with_the_first_reason(edge, servers,
     r = edge.client.post("/v1/chat/completions", json=body, headers=player.headers())
     assert r.status_code == 503 and r.json()["error"]["code"] == "provider_key_missing"
     assert good.received == []
+
+
+def test_json_answer_that_stalls_is_504_and_released(edge, servers, player):
+    """A paged JSON answer is read whole to add `context_pages`: a provider that stops
+    sending mid-body gets the idle limit too, and its connection is released."""
+    _, good = servers
+    answer = b'{"id":"chatcmpl-1","object":"chat.completion","choices":[]}'
+    good.reply = Reply(chunks=[answer[:20], answer[20:]], stall_after=1, stall=300)
+    started = time.monotonic()
+    r = edge.client.post("/v1/chat/completions", json=rp.chat_body(30, tag="STALL"),
+                         headers=player.headers())
+    assert IDLE_S <= time.monotonic() - started < IDLE_S + 4
+    assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_timeout"
+    assert wait_until(lambda: good.sent and good.sent[0].closed_at, 3)
