@@ -87,10 +87,10 @@ async function probeProxy() {
   if (probing || !db) return;
   probing = true;
   try {
-    await within(db.prepare("SELECT 1").first(), 10_000);
+    await within(db.prepare("SELECT 1").first(), 30_000);
     failures = 0;
   } catch (err) {
-    // Twice in a row: one slow answer on a loaded machine is not a lost proxy.
+    // Twice in a row (or no answer in 30 s): one failed call on a loaded machine is not a lost proxy.
     if (++failures < 2) return;
     failures = 0;
     log(JSON.stringify({ runner: "platform_proxy_lost", error: String(err?.name ?? "Error") }));
