@@ -63,23 +63,96 @@ if (process.env.EDGE_VARS_FILE) {
   configPath = join(stateDir, "wrangler.toml");
   copyFileSync(join(root, "wrangler.toml"), configPath);
 }
-const proxy = await getPlatformProxy({ configPath, persist: { path: join(stateDir, "v3") } });
+const startProxy = () => getPlatformProxy({ configPath, persist: { path: join(stateDir, "v3") } });
 const overrides = process.env.EDGE_VARS_FILE ? parseDotenv(readFileSync(process.env.EDGE_VARS_FILE, "utf8")) : {};
 for (const name of (process.env.EDGE_UNBIND ?? "").split(",").filter(Boolean)) overrides[name] = null;
-const env = presentEnv(proxy.env, declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8")), overrides);
+const declared = declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8"));
+let proxy = await startProxy();
+let env = presentEnv(proxy.env, declared, overrides);
 
 const { main, pyodide } = await worker;
 const Default = main.Default;
+
+// The platform proxy runs in a child workerd. If it dies, every binding call fails
+// for the rest of the run: a watchdog probes it, logs the loss and starts a new one
+// (exiting non-zero, for a supervisor, if that fails too).
+const PROBE_MS = Number(process.env.EDGE_PROXY_PROBE_MS ?? 2000);
+const within = (promise, ms) => Promise.race([promise,
+  new Promise((_, fail) => setTimeout(() => fail(new Error("probe timed out")), ms).unref())]);
+let probing = false;
+let failures = 0;
+
+async function probeProxy() {
+  const db = proxy.env[declared.d1[0]];
+  if (probing || !db) return;
+  probing = true;
+  try {
+    await within(db.prepare("SELECT 1").first(), 30_000);
+    failures = 0;
+  } catch (err) {
+    // Twice in a row (or no answer in 30 s): one failed call on a loaded machine is not a lost proxy.
+    if (++failures < 2) return;
+    failures = 0;
+    log(JSON.stringify({ runner: "platform_proxy_lost", error: String(err?.name ?? "Error") }));
+    await within(proxy.dispose(), 5000).catch(() => {});
+    try {
+      proxy = await startProxy();
+      env = presentEnv(proxy.env, declared, overrides);
+      log(JSON.stringify({ runner: "platform_proxy_restarted" }));
+    } catch (restartErr) {
+      log(JSON.stringify({ runner: "platform_proxy_restart_failed", error: String(restartErr?.name ?? "Error") }));
+      process.exit(1);
+    }
+  } finally {
+    probing = false;
+  }
+}
+setInterval(probeProxy, PROBE_MS).unref();
 
 // Test clock: shifts Date.now, which Pyodide's time.time() reads.
 const realNow = Date.now.bind(Date);
 let clockOffsetMs = 0;
 Date.now = () => realNow() + clockOffsetMs;
 
+// Node's fetch (undici) adds request headers of its own — accept, accept-language,
+// accept-encoding, sec-fetch-mode, user-agent — that workerd's fetch does not. The
+// Worker's fetch sends exactly the headers it was given (plus the transport's host and
+// framing): a dispatcher drops every other name before the request is written.
+await fetch("data:,");                              // creates undici's global dispatcher
+const undiciAgent = globalThis[Symbol.for("undici.globalDispatcher.1")];
+if (typeof undiciAgent?.dispatch !== "function") throw new Error("runner: undici dispatcher not found");
+const nodeFetch = globalThis.fetch;
+const TRANSPORT = new Set(["host", "content-length", "transfer-encoding"]);
+
+function exactDispatcher(given) {
+  const keep = (name) => given.has(name.toLowerCase()) || TRANSPORT.has(name.toLowerCase());
+  return {
+    dispatch(opts, handler) {
+      let headers = opts.headers;
+      if (Array.isArray(headers)) {
+        const flat = [];
+        for (let i = 0; i < headers.length; i += 2) if (keep(headers[i])) flat.push(headers[i], headers[i + 1]);
+        headers = flat;
+      } else if (headers) {
+        headers = Object.fromEntries(Object.entries(headers).filter(([k]) => keep(k)));
+      }
+      return undiciAgent.dispatch({ ...opts, headers }, handler);
+    },
+  };
+}
+
+globalThis.fetch = (input, init = {}) => {
+  const source = init.headers ?? (input instanceof Request ? input.headers : undefined);
+  const given = new Set(new Headers(source).keys());
+  return nodeFetch(input, { ...init, dispatcher: exactDispatcher(given) });
+};
+
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade"]);
 
 // As Cloudflare's front line does, connection-level headers never reach the Worker.
-function toWebRequest(req, base) {
+// The client going away aborts the request's signal, as workerd does for a disconnect
+// (the Worker joins it to its upstream fetches).
+function toWebRequest(req, base, signal) {
   const named = new Set((req.headers.connection ?? "").split(",").map((t) => t.trim().toLowerCase()));
   const headers = new Headers();
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
@@ -88,7 +161,7 @@ function toWebRequest(req, base) {
   }
   const body = ["GET", "HEAD"].includes(req.method) ? null : requestBody(req);
   const request = new Request(new URL(req.url, base), {
-    method: req.method, headers, body: body?.stream, duplex: "half",
+    method: req.method, headers, body: body?.stream, duplex: "half", signal,
   });
   return { request, discardBody: () => body?.discard() };
 }
@@ -135,13 +208,25 @@ async function sendWebResponse(res, response) {
   const length = response.headers.get("content-length");
   if (length !== null && !response.headers.get("content-encoding")) headers["content-length"] = length;
   res.writeHead(response.status, headers);
-  if (response.body) {
-    // Chunk by chunk: a streamed upstream reaches the client as it arrives.
-    for await (const chunk of response.body) {
-      if (!res.write(chunk)) await new Promise((r) => res.once("drain", r));
+  if (response.body) await pipeBody(res, response.body);
+  if (!res.destroyed) res.end();
+}
+
+// Chunk by chunk: a streamed upstream reaches the client as it arrives. A client that
+// closes its socket cancels the Worker's response stream, as workerd does, so the
+// Worker can abort its upstream request instead of reading it for nobody.
+async function pipeBody(res, body) {
+  const reader = body.getReader();
+  const gone = () => reader.cancel(new Error("client disconnected")).catch(() => {});
+  res.on("close", () => { if (!res.writableFinished) gone(); });
+  if (res.destroyed) gone();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done || res.destroyed) return;
+    if (!res.write(value)) {
+      await new Promise((r) => { res.once("drain", r); res.once("close", r); });
     }
   }
-  res.end();
 }
 
 async function readJson(req) {
@@ -203,7 +288,9 @@ const server = http.createServer(async (req, res) => {
     const waits = [];
     const ctx = { waitUntil: (p) => waits.push(p), passThroughOnException: () => {}, props: {} };
     const instance = Default(ctx, env);
-    const converted = toWebRequest(req, base);
+    const client = new AbortController();
+    res.on("close", () => { if (!res.writableFinished) client.abort(); });
+    const converted = toWebRequest(req, base, client.signal);
     discardBody = converted.discardBody;
     let result;
     try {

@@ -7,11 +7,12 @@ Bytes crossing into JS are converted explicitly (Uint8Array), as workerd require
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import js
-from pyodide.ffi import JsException, to_js
+from pyodide.ffi import JsException, create_proxy, to_js
 from workers import Request, Response
 
 from .errors import EdgeError, StorageError
@@ -96,8 +97,9 @@ class R2PageStore:
 
 
 class Upstream:
-    def __init__(self, js_response):
+    def __init__(self, js_response, abort=None):
         self._resp = js_response
+        self._abort = abort or (lambda: None)     # aborts the request this answers
         self.status = int(js_response.status)
         self.headers = _headers(js_response.headers)
 
@@ -105,8 +107,33 @@ class Upstream:
     def stream(self):
         return self._resp.body
 
-    async def read(self) -> bytes:
-        return _py_bytes(await self._resp.arrayBuffer())
+    def relay(self, prefix: bytes = b"", idle: float | None = None, idle_tail: bytes | None = None):
+        """The body as a new stream: `prefix`, then the upstream's chunks as they come.
+        A silence over `idle` seconds ends it (after `idle_tail`, else as an error);
+        a reader that cancels (the client went away) aborts the upstream request."""
+        if self._resp.body is None:
+            return _js_bytes(prefix) if prefix else None
+        return _Relay(self._resp.body, prefix, idle, idle_tail, self._abort).stream
+
+    async def read(self, idle: float | None = None) -> bytes:
+        """The whole body; a silence over `idle` seconds between chunks → TimeoutError
+        (the request is aborted)."""
+        if self._resp.body is None:
+            return b""
+        reader, chunks = self._resp.body.getReader(), []
+        while True:
+            try:
+                part = await asyncio.wait_for(reader.read(), idle)
+            except TimeoutError:
+                try:
+                    await reader.cancel()
+                except JsException:
+                    pass
+                self._abort()
+                raise
+            if part.done:
+                return b"".join(chunks)
+            chunks.append(part.value.to_bytes())
 
     async def discard(self) -> None:
         """Release an answer that will not be relayed (a fallback is tried instead), so
@@ -116,6 +143,65 @@ class Upstream:
                 await self._resp.body.cancel()
             except JsException:
                 pass
+        self._abort()
+
+
+class _Relay:
+    """A pull-driven ReadableStream over an upstream body: one chunk per pull, so
+    backpressure reaches the provider and nothing is buffered whole."""
+
+    def __init__(self, body, prefix: bytes, idle, idle_tail, abort):
+        self._reader = body.getReader()
+        self._prefix, self._idle, self._tail, self._abort = prefix, idle, idle_tail, abort
+        self._pull, self._cancel = create_proxy(self.pull), create_proxy(self.cancel)
+        source = js.Object.new()
+        source.pull, source.cancel = self._pull, self._cancel
+        self.stream = js.ReadableStream.new(source)
+
+    async def pull(self, controller):
+        if self._prefix:
+            controller.enqueue(_js_bytes(self._prefix))
+            self._prefix = b""
+            return
+        try:
+            part = await asyncio.wait_for(self._reader.read(), self._idle)
+        except TimeoutError:
+            await self._end_idle(controller)
+            return
+        except JsException as e:
+            if self._pull is not None:
+                self._release()
+                controller.error(e)
+            return
+        if self._pull is None:            # cancelled while waiting: the stream is gone
+            return
+        if part.done:
+            self._release()
+            controller.close()
+        else:
+            controller.enqueue(part.value)
+
+    async def _end_idle(self, controller):
+        await self.cancel(None)
+        if self._tail is None:
+            controller.error(js.Error.new("upstream idle timeout"))
+        else:
+            controller.enqueue(_js_bytes(self._tail))
+            controller.close()
+
+    async def cancel(self, reason):
+        try:
+            await self._reader.cancel()
+        except JsException:
+            pass
+        self._abort()
+        self._release()
+
+    def _release(self):
+        for proxy in (self._pull, self._cancel):
+            if proxy is not None:
+                proxy.destroy()
+        self._pull = self._cancel = None
 
 
 class WorkersPlatform:
@@ -167,19 +253,47 @@ class WorkersPlatform:
                 raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
             chunks.append(chunk)
 
-    async def fetch(self, url: str, method: str, headers: list[tuple[str, str]], body=None) -> Upstream:
-        """Outbound HTTP; `body` is bytes or a runtime stream. Network failure → OSError."""
-        init = {"method": method, "headers": _js_headers(headers), "redirect": "manual"}
+    async def fetch(self, url: str, method: str, headers: list[tuple[str, str]], body=None,
+                    timeout: float | None = None) -> Upstream:
+        """Outbound HTTP; `body` is bytes or a runtime stream. No response headers within
+        `timeout` seconds → TimeoutError; network failure → OSError; the client gone →
+        EdgeError 499. The request is aborted with the client's, and by `Upstream`."""
+        controller = js.AbortController.new()
+        init = {"method": method, "headers": _js_headers(headers), "redirect": "manual",
+                "signal": self._signal(controller)}
         if isinstance(body, bytes):
             init["body"] = _js_bytes(body)
         elif body is not None:
             init["body"] = body
             init["duplex"] = "half"   # required by the fetch spec for streams; workerd ignores it
+        expired = []
+        on_timeout = create_proxy(lambda: (expired.append(True), controller.abort()))
+        timer = js.setTimeout(on_timeout, int(timeout * 1000)) if timeout else None
         try:
             resp = await js.fetch(url, to_js(init, dict_converter=js.Object.fromEntries))
         except JsException as e:
+            if self.client_gone():
+                raise EdgeError(499, "client_closed_request", "The client closed the request.") from None
+            if expired:
+                raise TimeoutError("upstream header timeout") from None
             raise OSError("fetch failed") from e
-        return Upstream(resp)
+        finally:
+            if timer is not None:
+                js.clearTimeout(timer)
+            on_timeout.destroy()
+        return Upstream(resp, lambda: controller.abort())
+
+    def _signal(self, controller):
+        """The request's own abort signal joined to the client's: workerd aborts the
+        incoming request's signal when the client disconnects, and so does the runner."""
+        client = getattr(self.request.js_object, "signal", None)
+        if client is None or not hasattr(js.AbortSignal, "any"):
+            return controller.signal
+        return js.AbortSignal.any(to_js([controller.signal, client]))
+
+    def client_gone(self) -> bool:
+        client = getattr(self.request.js_object, "signal", None)
+        return bool(client is not None and client.aborted)
 
 
 def incoming(request: Request) -> Incoming:

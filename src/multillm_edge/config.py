@@ -108,6 +108,29 @@ def safety_tokens(value: Optional[str]) -> int:
 
 
 # ---------------------------------------------------------------------------
+# UPSTREAM_TIMEOUT_SECONDS, UPSTREAM_IDLE_SECONDS
+# ---------------------------------------------------------------------------
+
+#: Wait for a provider's response headers before trying the next candidate (504 if none).
+DEFAULT_UPSTREAM_TIMEOUT_SECONDS = 120.0
+#: Longest silence between two chunks of a provider's stream before the edge ends it.
+DEFAULT_UPSTREAM_IDLE_SECONDS = 60.0
+#: Upper bound for both (a Worker's request lives no longer than this is useful).
+MAX_UPSTREAM_SECONDS = 3600.0
+
+_SECONDS = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?\Z")
+
+
+def seconds(value: Optional[str], default: float) -> float:
+    """A positive decimal number of seconds (e.g. "120", "2.5"); unset, empty, zero,
+    malformed or above MAX_UPSTREAM_SECONDS -> `default`."""
+    if not isinstance(value, str) or not _SECONDS.match(value.strip()):
+        return default
+    n = float(value.strip())
+    return n if 0 < n <= MAX_UPSTREAM_SECONDS else default
+
+
+# ---------------------------------------------------------------------------
 # PROVIDERS
 # ---------------------------------------------------------------------------
 

@@ -51,8 +51,10 @@ class Turn:
     strip: tuple = ()                           # request fields the upstream body goes without
     compacted: int = 0
     new_pages: int = 0
-    attempts: int = 0
+    attempts: list = field(default_factory=list)   # {model_index, status, ms} per provider call
     timings: dict = field(default_factory=dict)
+    timeout: float = config.DEFAULT_UPSTREAM_TIMEOUT_SECONDS
+    idle: float = config.DEFAULT_UPSTREAM_IDLE_SECONDS
 
 
 def _error(code: str, message: str, status: int = 400) -> EdgeError:
@@ -81,6 +83,8 @@ def consumed_fields(flag_on: bool) -> tuple:
 
 def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationContext,
                providers: dict, safety: int) -> list[Candidate]:
+    """One candidate per model. A model no configured provider serves in this format is
+    kept as skipped (a later one may serve), and is the error only when all are."""
     reserve = paging.output_reservation(fmt, body)
     out = []
     for name in models:
@@ -88,10 +92,13 @@ def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationCon
         if window is None:
             raise _error("unknown_model", f"Unknown model: {name}.")
         provider = providers.get(config.split_model(name)[0])
-        if provider is None or not provider.serves(fmt):
-            raise _error("unknown_model", f"No provider serves {name} in this format.")
         reservation = reserve if reserve is not None else window.max_output_tokens
-        out.append(Candidate(name, provider, window, window.input_tokens - reservation - safety))
+        c = Candidate(name, provider, window, window.input_tokens - reservation - safety)
+        if provider is None or not provider.serves(fmt):
+            c.skipped = _error("unknown_model", f"No provider serves {name} in this format.")
+        out.append(c)
+    if all(c.skipped for c in out):
+        raise out[0].skipped
     return out
 
 
@@ -152,12 +159,13 @@ def encode(body: dict) -> bytes:
 def plan_all(body: dict, cands: list[Candidate], turn: Turn, page_id_for):
     """Fill each candidate's plan: a paging.Plan, or (body, dropped) for existing
     behaviour; a candidate that cannot fit is skipped with its 413."""
-    budgets = [c.budget for c in cands]
+    live = [c for c in cands if not c.skipped]
+    budgets = [c.budget for c in live]
     if turn.paging:
         results = paging.plan_candidates(turn.fmt, body, budgets, page_id_for, strip=turn.strip)
     else:
         results = compaction.compact_candidates(turn.fmt, body, budgets, strip=turn.strip)
-    for c, result in zip(cands, results):
+    for c, result in zip(live, results):
         if isinstance(result, EdgeError):
             c.skipped = result
         else:
@@ -214,14 +222,42 @@ def info_headers(turn: Turn) -> list:
     return headers
 
 
+PAGE_LIST_COMMENT = b": multillm-context-pages "
+
+
+def page_list_comment(turn: Turn) -> bytes:
+    """The SSE comment line that leads a paged stream: every page id, however many
+    (the header is capped, SSE parsers skip comment lines)."""
+    if not turn.pages:
+        return b""
+    return PAGE_LIST_COMMENT + ",".join(p.page_id for p in turn.pages).encode() + b"\n\n"
+
+
+def idle_event(fmt: str, idle: float) -> bytes:
+    """The SSE event that ends a stream the provider left silent, in its own shape:
+    the OpenAI SDKs raise on a `data: {"error": …}` line, Anthropic's on `event: error`."""
+    message = f"The provider sent nothing for {idle:g} seconds; the stream was ended."
+    if fmt == "messages":
+        doc = {"type": "error", "error": {"type": "timeout_error", "message": message}}
+        return b"event: error\ndata: " + encode(doc) + b"\n\n"
+    doc = {"error": {"type": "server_error", "code": "upstream_idle_timeout", "message": message}}
+    return b"data: " + encode(doc) + b"\n\n"
+
+
 async def respond(upstream, turn: Turn) -> Outgoing:
     headers = [(k, v) for k, v in upstream.headers
                if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
     ctype = dict(upstream.headers).get("content-type", "")
     if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
-        body = annotate(await upstream.read(), turn)
+        try:
+            body = annotate(await upstream.read(turn.idle), turn)
+        except TimeoutError:
+            raise _error("upstream_timeout", "The provider stopped sending its response.", 504) from None
         return Outgoing(upstream.status, headers + info_headers(turn), body)
-    return Outgoing(upstream.status, headers + info_headers(turn), stream=upstream.stream)
+    sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
+    prefix = page_list_comment(turn) if sse and 200 <= upstream.status < 300 else b""
+    stream = upstream.relay(prefix, turn.idle, idle_event(turn.fmt, turn.idle) if sse else None)
+    return Outgoing(upstream.status, headers + info_headers(turn), stream=stream)
 
 
 @contextmanager
@@ -229,8 +265,9 @@ def timed(turn: Turn, name: str):
     started = time.monotonic()
     try:
         yield
-    finally:
-        turn.timings[name] = round((time.monotonic() - started) * 1000, 1)
+    finally:  # summed: a fallback's store adds to the first one's
+        spent = (time.monotonic() - started) * 1000
+        turn.timings[name] = round(turn.timings.get(name, 0) + spent, 1)
 
 
 async def load_context(platform, db, digest: str, session_id: str, models: list, turn: Turn):
@@ -246,26 +283,54 @@ async def load_context(platform, db, digest: str, session_id: str, models: list,
     return ctx
 
 
+async def attempt(platform, c: Candidate, index: int, headers: list, payload: bytes, turn: Turn):
+    """One provider call, recorded in `turn.attempts` → its answer, or None if it gave none
+    (network error, or no response headers within UPSTREAM_TIMEOUT_SECONDS)."""
+    started, status = time.monotonic(), "client_closed"
+    try:
+        answer = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers, payload,
+                                      timeout=turn.timeout)
+        status = answer.status
+        return answer
+    except TimeoutError:
+        status = "timeout"
+        return None
+    except OSError:
+        status = "network_error"
+        return None
+    finally:
+        turn.attempts.append({"model_index": index, "status": status,
+                              "ms": round((time.monotonic() - started) * 1000, 1)})
+
+
+def no_answer(turn: Turn, cands: list) -> EdgeError:
+    if not turn.attempts:                       # every candidate was skipped
+        return next(c.skipped for c in cands if c.skipped)
+    if any(a["status"] == "timeout" for a in turn.attempts):
+        return _error("upstream_timeout", "No provider answered in time.", 504)
+    return _error("upstream_unreachable", "No provider could be reached.", 502)
+
+
 async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: bytes, ctx,
                    session_id: str, sign, turn: Turn):
     """Try each candidate in order, storing its pages first → (upstream, candidate).
-    A retryable answer is relayed if no later candidate gives a better one."""
+    A retryable answer is relayed if no later candidate gives a better one; a candidate
+    whose provider is misconfigured is skipped like one that cannot fit."""
     stored: set = set()
     upstream = chosen = None
-    for c in cands:
+    for index, c in enumerate(cands):
         if c.skipped:
             continue
-        # Its provider key first: a misconfigured provider (503) stores nothing.
-        headers = upstream_headers(req, turn.fmt, c.provider, platform)
+        try:  # its provider key first: a misconfigured provider stores nothing
+            headers = upstream_headers(req, turn.fmt, c.provider, platform)
+        except EdgeError as err:
+            c.skipped = err
+            continue
         if turn.paging:
             with timed(turn, "store_ms"):
                 await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
-        turn.attempts += 1
-        try:
-            with timed(turn, "upstream_ms"):
-                answer = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers,
-                                              dispatch_body(c, body, raw, turn))
-        except OSError:
+        answer = await attempt(platform, c, index, headers, dispatch_body(c, body, raw, turn), turn)
+        if answer is None:
             continue
         if upstream is not None:
             await upstream.discard()
@@ -273,7 +338,7 @@ async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: by
         if answer.status not in RETRY_STATUSES:
             break
     if upstream is None:
-        raise _error("upstream_unreachable", "No provider could be reached.", 502)
+        raise no_answer(turn, cands)
     return upstream, chosen
 
 
@@ -292,6 +357,9 @@ async def generate(req: Incoming, platform) -> Outgoing:
                        config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
     turn.paging = flag_on and asked and ctx.policy.retention != "zero"
     turn.strip = consumed_fields(flag_on)
+    turn.timeout = config.seconds(platform.var("UPSTREAM_TIMEOUT_SECONDS"),
+                                  config.DEFAULT_UPSTREAM_TIMEOUT_SECONDS)
+    turn.idle = config.seconds(platform.var("UPSTREAM_IDLE_SECONDS"), config.DEFAULT_UPSTREAM_IDLE_SECONDS)
     sign = signer(platform) if turn.paging else None
 
     def page_id_for(sha):
@@ -299,15 +367,22 @@ async def generate(req: Incoming, platform) -> Outgoing:
 
     with timed(turn, "plan_ms"):
         plan_all(body, cands, turn, page_id_for)
-    upstream, chosen = await dispatch(req, platform, db, cands, body, raw, ctx, session_id, sign, turn)
+    try:
+        upstream, chosen = await dispatch(req, platform, db, cands, body, raw, ctx, session_id,
+                                          sign, turn)
+    finally:  # the log line keeps every attempt, answered or not
+        note(req, turn, cands)
     if turn.paging:
         turn.pages = list(chosen.plan.pages)
     else:
         turn.compacted = chosen.plan[1]
-    req.notes.update(paging=turn.paging, pages=len(turn.pages), new_pages=turn.new_pages,
-                     compacted=turn.compacted, attempts=turn.attempts,
-                     model_index=cands.index(chosen), **turn.timings)
+    req.notes.update(pages=len(turn.pages), compacted=turn.compacted, model_index=cands.index(chosen))
+    return await respond(upstream, turn)
+
+
+def note(req: Incoming, turn: Turn, cands: list) -> None:
+    req.notes.update(paging=turn.paging, new_pages=turn.new_pages, attempts=turn.attempts,
+                     **turn.timings)
     skipped = [c.skipped.code for c in cands if c.skipped]
     if skipped:
         req.notes["skipped"] = skipped
-    return await respond(upstream, turn)

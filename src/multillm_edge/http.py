@@ -15,10 +15,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from .errors import EdgeError
 
-# RFC 9110 §7.6.1 connection-specific headers, plus proxy-only ones: never forwarded.
+# RFC 9110 §7.6.1 connection-specific headers (plus every proxy-* one): never forwarded.
+# Content-Length is end to end — a WSGI origin may need it to read the body — and stays;
+# Host names the edge, and the runtime sets the origin's own.
 HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-    "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
+    "connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "host",
 })
 
 
@@ -66,4 +67,5 @@ def error_response(err: EdgeError, anthropic: bool = False) -> Outgoing:
 def forwardable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Headers minus hop-by-hop ones, including any named by `Connection`."""
     named = {t.strip().lower() for k, v in headers if k == "connection" for t in v.split(",")}
-    return [(k, v) for k, v in headers if k not in HOP_BY_HOP and k not in named]
+    return [(k, v) for k, v in headers
+            if k not in HOP_BY_HOP and k not in named and not k.startswith("proxy-")]

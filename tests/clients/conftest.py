@@ -24,6 +24,11 @@ WINDOW_TOKENS, MAX_OUTPUT = 6000, 1000
 EXCHANGES = 30
 PAGE_ID = re.compile(r"cp_[A-Za-z0-9_-]{43}\Z")
 CHUNK_DELAY = 0.02
+#: A wider window, and a history long enough that it pages over 200 exchanges: the
+#: page list outgrows its 4 KiB header and travels only in the stream's comment line.
+WIDE_MODEL = "fake:rp-wide"
+MANY_EXCHANGES, MANY_SIZE = 260, 400
+PAGE_LIST = b": multillm-context-pages "
 
 #: The provider's reply, split into deltas; traceable and with non-ASCII text.
 DELTAS = ["Aurore lifts ", "the lantern — ", "夜の森 is quiet; ", "she steps ", "forward. 🌙"]
@@ -155,6 +160,7 @@ def wire_provider():
 def edge(wire_provider, tmp_path_factory):
     with Edge(tmp_path_factory.mktemp("clients"), vars=rp.edge_vars(wire_provider.url)) as edge:
         rp.set_model(edge, MODEL, WINDOW_TOKENS, MAX_OUTPUT)
+        rp.set_model(edge, WIDE_MODEL, 50000, MAX_OUTPUT)
         yield edge
 
 
@@ -235,3 +241,46 @@ def check_upstream(rec: Received, fmt: str, *, model: str, max_tokens_field: str
     assert rec.path == {"chat": "/v1/chat/completions", "responses": "/v1/responses",
                         "messages": "/v1/messages"}[fmt]
     return body
+
+
+def tee_http_client(mod):
+    """A `mod.Client` (httpx for openai, httpx2 for anthropic) that keeps a copy of every
+    response byte the SDK reads → (client, the bytes so far)."""
+    raw = bytearray()
+    inner = mod.HTTPTransport()
+
+    class Copy(mod.SyncByteStream):
+        def __init__(self, stream):
+            self.stream = stream
+
+        def __iter__(self):
+            for chunk in self.stream:
+                raw.extend(chunk)
+                yield chunk
+
+        def close(self):
+            self.stream.close()
+
+    class Tee(mod.BaseTransport):
+        def handle_request(self, request):
+            resp = inner.handle_request(request)
+            return mod.Response(resp.status_code, headers=resp.headers, stream=Copy(resp.stream),
+                                extensions=resp.extensions, request=request)
+
+        def close(self):
+            inner.close()
+
+    # Storing 200+ new pages takes seconds, more on a busy machine (one R2 put per page today).
+    return mod.Client(transport=Tee(), timeout=600), raw
+
+
+def stream_page_ids(raw: bytes, headers) -> list[str]:
+    """The page list of a paged stream: its leading SSE comment line, whole; the header
+    only counts them (the list is over the header cap)."""
+    assert raw.startswith(PAGE_LIST), raw[:120]
+    ids = raw[len(PAGE_LIST):raw.index(b"\n")].decode().split(",")
+    assert all(PAGE_ID.match(i) for i in ids)
+    assert len(ids) >= 200 and len(set(ids)) == len(ids)
+    assert headers["x-multillm-context-page-count"] == str(len(ids))
+    assert "x-multillm-context-pages" not in headers
+    return ids

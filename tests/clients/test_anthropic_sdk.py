@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import anthropic
+import httpx2
 import pytest
 
-from tests.clients.conftest import (CAPS, EXCHANGES, MAX_TOKENS, MODEL, REPLY_TEXT, check_context_pages,
-                                    check_upstream, header_page_ids)
+from tests.clients.conftest import (CAPS, EXCHANGES, MANY_EXCHANGES, MANY_SIZE, MAX_TOKENS, MODEL,
+                                    REPLY_TEXT, WIDE_MODEL, check_context_pages,
+                                    check_upstream, header_page_ids, stream_page_ids, tee_http_client)
 from tests.support import roleplay as rp
 
 pytestmark = pytest.mark.slow
@@ -118,3 +120,24 @@ def test_wrong_roleplay_key_is_an_authentication_error(edge, roleplayer, provide
     assert caught.value.body["type"] == "error"
     assert caught.value.body["error"]["type"] == "authentication_error"
     assert provider.received == []
+
+
+# --- A paged stream of 200+ pages: the page list rides in a leading SSE comment -------
+
+def test_message_stream_with_over_200_pages_parses_and_lists_every_page(edge, provider, roleplayer):
+    http_client, raw = tee_http_client(httpx2)
+    client = anthropic.Anthropic(api_key=roleplayer.key, base_url=edge.url, max_retries=0,
+                                 http_client=http_client,
+                                 default_headers={"X-Roleplay-Session-ID": roleplayer.session})
+    body = rp.messages_body(MANY_EXCHANGES, size=MANY_SIZE, tag="AM")
+    with client.messages.stream(model=WIDE_MODEL, system=body["system"], messages=body["messages"],
+                                max_tokens=MAX_TOKENS, extra_body=CAPS) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+        headers = stream.response.headers
+    client.close()
+    assert text == REPLY_TEXT and final.stop_reason == "end_turn"
+    ids = stream_page_ids(bytes(raw), headers)
+    check_upstream(upstream(provider), "messages", model=WIDE_MODEL, max_tokens_field="max_tokens",
+                   max_tokens=MAX_TOKENS, roleplay_key=roleplayer.key, marker_texts=markers,
+                   tools=tools, page_ids=ids, stream=True)

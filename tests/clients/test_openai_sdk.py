@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
-from tests.clients.conftest import (CAPS, EXCHANGES, MAX_TOKENS, MODEL, REPLY_TEXT, check_context_pages,
-                                    check_upstream, header_page_ids)
+from tests.clients.conftest import (CAPS, EXCHANGES, MANY_EXCHANGES, MANY_SIZE, MAX_TOKENS, MODEL,
+                                    REPLY_TEXT, WIDE_MODEL, check_context_pages,
+                                    check_upstream, header_page_ids, stream_page_ids, tee_http_client)
 from tests.support import roleplay as rp
 
 pytestmark = pytest.mark.slow
@@ -164,3 +166,42 @@ def test_wrong_roleplay_key_is_an_authentication_error(edge, roleplayer, provide
     assert caught.value.status_code == 401
     assert isinstance(caught.value.body, dict) and caught.value.code
     assert provider.received == []
+
+
+# --- Paged streams of 200+ pages: the page list rides in a leading SSE comment -------
+
+@pytest.fixture
+def tee_client(edge, roleplayer):
+    http_client, raw = tee_http_client(httpx)
+    c = openai.OpenAI(api_key=roleplayer.key, base_url=edge.url + "/v1", max_retries=0,
+                      http_client=http_client,
+                      default_headers={"X-Roleplay-Session-ID": roleplayer.session})
+    yield c, raw
+    c.close()
+
+
+def test_chat_stream_with_over_200_pages_parses_and_lists_every_page(tee_client, provider, roleplayer):
+    client, raw = tee_client
+    messages = rp.chat_body(MANY_EXCHANGES, size=MANY_SIZE, tag="OM")["messages"]
+    stream = client.chat.completions.create(model=WIDE_MODEL, messages=messages, max_tokens=MAX_TOKENS,
+                                            stream=True, extra_body=CAPS)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == REPLY_TEXT
+    ids = stream_page_ids(bytes(raw), stream.response.headers)
+    check_upstream(upstream(provider), "chat", model=WIDE_MODEL, max_tokens_field="max_tokens",
+                   max_tokens=MAX_TOKENS, roleplay_key=roleplayer.key, marker_texts=chat_markers,
+                   tools=chat_tools, page_ids=ids, stream=True)
+
+
+def test_responses_stream_with_over_200_pages_parses_and_lists_every_page(tee_client, provider, roleplayer):
+    client, raw = tee_client
+    body = rp.responses_body(MANY_EXCHANGES, size=MANY_SIZE, tag="OW")
+    stream = client.responses.create(model=WIDE_MODEL, input=body["input"], instructions=body["instructions"],
+                                     max_output_tokens=MAX_TOKENS, stream=True, extra_body=CAPS)
+    events = list(stream)
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert events[-1].response.output_text == REPLY_TEXT
+    ids = stream_page_ids(bytes(raw), stream.response.headers)
+    check_upstream(upstream(provider), "responses", model=WIDE_MODEL, max_tokens_field="max_output_tokens",
+                   max_tokens=MAX_TOKENS, roleplay_key=roleplayer.key, marker_texts=responses_markers,
+                   tools=responses_tools, page_ids=ids, stream=True)

@@ -1,7 +1,9 @@
 """Everything the edge does not handle reaches FLASK_ORIGIN unchanged, streamed both ways."""
 
+import http.client
 import os
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -105,3 +107,57 @@ def test_origin_unset_is_503_json(start_edge):
     r = edge.client.post("/v1/chat/completions", json={"model": "x"})   # no roleplay header
     assert r.status_code == 503
     assert r.json()["error"]["code"] == "origin_not_configured"
+
+
+def raw_request(edge, method: str, target: str, headers: list[tuple[str, str]], body: bytes):
+    """A request with exactly these headers (http.client adds none when told not to)."""
+    conn = http.client.HTTPConnection(urlsplit(edge.url).netloc, timeout=30)
+    conn.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+    for k, v in headers:
+        conn.putheader(k, v)
+    conn.endheaders(body)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp, data
+
+
+#: Added by the transport on the way to the origin, in workerd as in the runner.
+TRANSPORT = {"host", "connection"}
+
+
+def test_forwarding_is_byte_exact_with_content_length_both_ways(edge, origin):
+    """A WSGI origin that needs Content-Length (Werkzeug's dev server) must get it: the
+    body arrives with the client's length, never re-framed as chunked."""
+    body = os.urandom(2048)
+    answer = b'{"id":7,"name":"Aurore \xe5\xa4\x9c"}' * 40
+    origin.reply = Reply(headers=[("content-type", "application/json"), ("x-origin", "1"),
+                                  ("set-cookie", "a=1"), ("cache-control", "no-cache")],
+                         chunks=[answer], length=True)
+    sent = [("Host", "edge.example"), ("Content-Type", "application/octet-stream"),
+            ("Content-Length", str(len(body))), ("Authorization", "Bearer managed-key"),
+            ("X-Custom", "v 1"), ("Accept", "application/json"), ("User-Agent", "rp-client/1.0"),
+            ("Cookie", "s=2"), ("X-Empty", "")]
+    resp, data = raw_request(edge, "POST", "/api/characters?id=7&x=%20a", sent, body)
+    assert resp.status == 200 and data == answer
+    assert resp.getheader("content-length") == str(len(answer))
+    assert resp.getheader("transfer-encoding") is None
+    assert (resp.getheader("x-origin"), resp.getheader("set-cookie")) == ("1", "a=1")
+    got = origin.received[0]
+    assert (got.method, got.path, got.body) == ("POST", "/api/characters?id=7&x=%20a", body)
+    assert "transfer-encoding" not in got.headers
+    received = sorted((k, v) for k, v in got.raw_headers if k not in TRANSPORT)
+    assert received == sorted((k.lower(), v) for k, v in sent if k != "Host")
+
+
+def test_only_true_hop_by_hop_headers_are_removed(edge, origin):
+    sent = [("Host", "edge.example"), ("Connection", "keep-alive, X-Named"), ("X-Named", "1"),
+            ("Keep-Alive", "timeout=5"), ("TE", "trailers"), ("Trailer", "X-T"),
+            ("Upgrade", "h2c"), ("Proxy-Authorization", "Basic eA=="), ("Proxy-Foo", "1"),
+            ("X-Kept", "yes"), ("Content-Length", "3")]
+    resp, _ = raw_request(edge, "PUT", "/hop", sent, b"abc")
+    assert resp.status == 200
+    got = origin.received[0]
+    assert got.body == b"abc"
+    names = {k for k, _ in got.raw_headers} - TRANSPORT
+    assert names == {"x-kept", "content-length"}

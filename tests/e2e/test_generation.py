@@ -206,7 +206,8 @@ def test_stream_passes_through_with_the_page_list_header(edge, provider, player)
         for chunk in r.iter_raw():
             arrivals.append(time.monotonic() - t0)
             got += chunk
-    assert got == b"".join(events)
+    # The provider's events unchanged, after one SSE comment line with the page list.
+    assert got == b": multillm-context-pages " + ",".join(ids).encode() + b"\n\n" + b"".join(events)
     assert arrivals[-1] - arrivals[0] > 0.4          # chunks arrived over time, not at once
     assert {row["page_id"] for row in rows(edge, player)} == set(ids)
 

@@ -5,6 +5,10 @@ import os
 import time
 from urllib.parse import urlsplit
 
+import pytest
+
+from tests.support.fakes import FakeServer
+
 
 def sql(edge, sql, params=(), run=False):
     return edge.client.post("/sql", json={"sql": sql, "params": list(params), "run": run})
@@ -80,3 +84,64 @@ def test_idle_keep_alive_connection_outlives_client_expiry(fidelity_edge):
         assert second.status == 404 and second.read()
     finally:
         conn.close()
+
+
+# --- outbound fetch: what the Worker set, nothing more ------------------------------
+
+#: What the transport itself adds to any request, in workerd as in Node: not the Worker's.
+TRANSPORT = {"host", "content-length", "transfer-encoding", "connection"}
+
+
+@pytest.mark.parametrize("body", [None, "{\"a\":1}"])
+def test_outbound_fetch_sends_exactly_the_headers_the_worker_set(fidelity_edge, body):
+    """Node's fetch adds accept, accept-language, accept-encoding, sec-fetch-mode and
+    user-agent; workerd's does not. The recording server must see the Worker's set."""
+    given = [["content-type", "application/json"], ["authorization", "Bearer sk-test"],
+             ["x-trace", "t-1"], ["anthropic-version", "2023-06-01"]]
+    with FakeServer() as recorder:
+        doc = {"url": recorder.url + "/v1/chat/completions", "headers": given}
+        if body is not None:
+            doc["body"] = body
+        r = fidelity_edge.client.post("/fetch", json=doc)
+        assert r.status_code == 200 and r.json() == {"status": 200, "body": '{"ok":true}'}
+        (got,) = recorder.received
+    received = [(k, v) for k, v in got.raw_headers if k not in TRANSPORT]
+    assert sorted(received) == sorted(tuple(h) for h in given)
+    if body is not None:
+        assert got.body == body.encode() and got.headers["content-length"] == str(len(body))
+
+
+# --- the platform proxy: lost, noticed, restarted -------------------------------------
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every process below `pid`, from /proc."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            parents[int(entry)] = (int(stat[stat.rindex(")") + 2:].split()[1]), name)
+    out, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [(p, name) for p, (pp, name) in parents.items() if pp == parent]
+        out += kids
+        frontier += [p for p, _ in kids]
+    return out
+
+
+def test_lost_platform_proxy_is_logged_and_restarted(start_edge):
+    edge = start_edge({}, extra_env={"EDGE_PROXY_PROBE_MS": "250"})
+    assert edge.client.get("/healthz").json()["d1_tables"] is True
+    workerd = [pid for pid, name in descendants(edge.proc.pid) if "workerd" in name]
+    assert workerd, descendants(edge.proc.pid)
+    for pid in workerd:
+        os.kill(pid, 9)
+    restarted = edge.wait_for_log(lambda r: r.get("runner") == "platform_proxy_restarted", timeout=30)
+    assert restarted, edge.output()[-2000:]
+    assert edge.wait_for_log(lambda r: r.get("runner") == "platform_proxy_lost")
+    assert edge.client.get("/healthz").json()["d1_tables"] is True   # D1 answers again
+    assert edge.proc.poll() is None

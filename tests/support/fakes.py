@@ -1,13 +1,16 @@
 """Real local HTTP servers standing in for an upstream provider and the Flask origin.
 
 Each records exactly what it received (method, path, headers, body bytes) and answers
-with a scripted reply: a status, headers and a list of body chunks, optionally spaced
-in time so streaming can be observed at the client.
+with a scripted reply: a status, headers and body chunks, optionally spaced in time so
+streaming can be observed at the client — or a provider that hangs before its headers,
+stalls mid-stream, or streams on and on. It notes the moment a client goes away.
 """
 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,8 +33,20 @@ class Received:
 class Reply:
     status: int = 200
     headers: list[tuple[str, str]] = field(default_factory=lambda: [("content-type", "application/json")])
-    chunks: list[bytes] = field(default_factory=lambda: [b'{"ok":true}'])
+    chunks: list[bytes] = field(default_factory=lambda: [b'{"ok":true}'])   # or any iterable
     delay: float = 0.0               # seconds between chunks
+    head_delay: float = 0.0          # seconds before the status line (a hung provider)
+    stall_after: int | None = None   # after this many chunks, go silent for `stall` seconds
+    stall: float = 0.0
+    length: bool = False             # Content-Length framing instead of chunked
+
+
+@dataclass
+class Sent:
+    """What the server managed to send for one request, and when its client left."""
+    chunks: int = 0
+    closed_at: float | None = None   # time.monotonic() when the client was seen gone
+    done: bool = False
 
 
 class FakeServer:
@@ -39,8 +54,10 @@ class FakeServer:
 
     def __init__(self, reply=None):
         self.received: list[Received] = []
+        self.sent: list[Sent] = []
         self.reply = reply or Reply()
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,18 +80,59 @@ class FakeServer:
                 with server._lock:
                     server.received.append(rec)
                 reply = server.reply(rec) if callable(server.reply) else server.reply
+                sent = Sent()
+                with server._lock:
+                    server.sent.append(sent)
+                try:
+                    self._answer(reply, sent)
+                except (BrokenPipeError, ConnectionResetError):
+                    sent.closed_at = sent.closed_at or time.monotonic()
+                    self.close_connection = True
+
+            def _wait(self, seconds: float, sent: Sent) -> None:
+                """Sleep, but notice a client that closes its connection meanwhile."""
+                deadline = time.monotonic() + seconds
+                while not server._closing.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    if self._client_gone(min(left, 0.05)):
+                        sent.closed_at = time.monotonic()
+                        raise ConnectionResetError("client went away")
+
+            def _client_gone(self, timeout: float) -> bool:
+                readable, _, _ = select.select([self.connection], [], [], timeout)
+                if not readable:
+                    return False
+                try:
+                    return self.connection.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
+
+            def _answer(self, reply: Reply, sent: Sent) -> None:
+                self._wait(reply.head_delay, sent)
+                chunks = reply.chunks
                 self.send_response(reply.status)
                 for k, v in reply.headers:
                     self.send_header(k, v)
-                self.send_header("transfer-encoding", "chunked")
+                if reply.length:
+                    chunks = list(chunks)
+                    self.send_header("content-length", str(sum(map(len, chunks))))
+                else:
+                    self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
-                for i, chunk in enumerate(reply.chunks):
+                for i, chunk in enumerate(chunks):
                     if i and reply.delay:
-                        time.sleep(reply.delay)
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self._wait(reply.delay, sent)
+                    if reply.stall_after is not None and i == reply.stall_after:
+                        self._wait(reply.stall, sent)
+                    self.wfile.write(chunk if reply.length else b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                    sent.chunks += 1
+                if not reply.length:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                sent.done = True
 
             def _read_chunked(self) -> bytes:
                 out = bytearray()
@@ -95,6 +153,7 @@ class FakeServer:
         self._thread.start()
 
     def close(self):
+        self._closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -107,3 +166,4 @@ class FakeServer:
     def clear(self):
         with self._lock:
             self.received.clear()
+            self.sent.clear()

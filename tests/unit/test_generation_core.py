@@ -7,7 +7,7 @@ import pytest
 
 from multillm_edge.config import Provider
 from multillm_edge.errors import EdgeError
-from multillm_edge.generation import Turn, annotate, candidates, info_headers
+from multillm_edge.generation import Turn, annotate, candidates, idle_event, info_headers, page_list_comment
 from multillm_edge.paging import Page
 from multillm_edge.store import GenerationContext, ModelWindow, SessionState
 
@@ -83,3 +83,36 @@ def test_non_object_or_invalid_json_passes_unchanged():
     turn = Turn("chat", pages=pages(1))
     assert annotate(b"[1,2]", turn) == b"[1,2]"
     assert annotate(b"not json", turn) == b"not json"
+
+
+def test_a_candidate_no_provider_serves_is_skipped_when_another_can_be_tried():
+    body = {"model": "q:a", "messages": []}
+    skipped, served = candidates("chat", body, ["q:a", "p:a"], context(a=(8000, 1000), q_a=(8000, 1000)),
+                                 PROVIDERS, 0)
+    assert (skipped.skipped.status, skipped.skipped.code) == (400, "unknown_model")
+    assert served.skipped is None and served.model == "p:a"
+
+
+def test_a_paged_stream_leads_with_one_comment_line_listing_every_page():
+    turn = Turn("chat", pages=pages(200))
+    line = page_list_comment(turn)
+    assert line.startswith(b": multillm-context-pages ") and line.endswith(b"\n\n")
+    assert line.count(b"\n") == 2           # one comment line, then the blank line ending it
+    assert line[len(b": multillm-context-pages "):-2].decode().split(",") == [p.page_id for p in turn.pages]
+    assert page_list_comment(Turn("chat")) == b""
+
+
+@pytest.mark.parametrize("fmt", ["chat", "responses", "messages"])
+def test_idle_event_is_one_sse_event_in_the_providers_error_shape(fmt):
+    event = idle_event(fmt, 60)
+    assert event.endswith(b"\n\n") and event.count(b"\n\n") == 1
+    lines = event[:-2].split(b"\n")
+    if fmt == "messages":
+        assert lines[0] == b"event: error"
+        doc = json.loads(lines[1][len(b"data: "):])
+        assert doc["type"] == "error" and doc["error"]["type"] == "timeout_error"
+    else:
+        assert len(lines) == 1
+        doc = json.loads(lines[0][len(b"data: "):])
+        assert doc["error"]["code"] == "upstream_idle_timeout"
+    assert "60 seconds" in json.dumps(doc)

@@ -40,4 +40,10 @@ class Default(WorkerEntrypoint):
             if data is None:
                 return _json({"missing": True}, 404)
             return Response(data, headers={"content-type": "application/octet-stream"})
+        if url.path == "/fetch":  # an outbound fetch with exactly these headers
+            doc = json.loads(await platform.read_body(1 << 20))
+            answer = await platform.fetch(doc["url"], doc.get("method", "POST"),
+                                          [tuple(h) for h in doc["headers"]],
+                                          doc["body"].encode() if "body" in doc else None)
+            return _json({"status": answer.status, "body": (await answer.read()).decode()})
         return _json({"unknown": url.path}, 404)
