@@ -89,7 +89,10 @@ class Answer:
     def stream(self):
         return [self.body]
 
-    async def read(self) -> bytes:
+    def relay(self, prefix: bytes = b"", idle=None, idle_tail=None):
+        return [prefix, self.body] if prefix else [self.body]
+
+    async def read(self, idle=None) -> bytes:
         return self.body
 
     async def discard(self) -> None:
@@ -135,7 +138,7 @@ class InProcessPlatform:
             raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
         return self._body
 
-    async def fetch(self, url, method, headers, body=None):
+    async def fetch(self, url, method, headers, body=None, timeout=None):
         sent = Sent(url, method, list(headers), _body_bytes(body))
         self._edge.sent.append(sent)
         answer = self._edge.upstream(sent)
