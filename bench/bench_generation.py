@@ -1,10 +1,10 @@
 """Generation through the local runner: storage cost per turn, first paging, leaks, latency.
 
-    .venv/bin/python bench/bench_generation.py [--exchanges 200] [--turns 20] [--writers 35]
-                                               [--repeat 30] [--json out.json]
+    .venv/bin/python bench/bench_generation.py [--exchanges 200] [--size 450] [--window 32000]
+                           [--turns 20] [--writers 35] [--repeat 30] [--json out.json]
 
-1. Steady turns: a roleplay session of N exchanges grows by one exchange per turn against
-   a model window that pages about half of it. The first turn is the first paging of an
+1. Steady turns: a roleplay session of N exchanges (~0.27 MB at the defaults) grows by
+   one exchange per turn against a 32k-token window, so most of it is paged. The first turn is the first paging of an
    existing long chat (R2 puts); each later turn reports D1 statements, D1 rows changed
    (meta.changes of the writes: rows inserted or rewritten) and meta.rows_written (index
    entries included), R2 puts, new pages, wall time and the edge's store_ms. After the
@@ -67,14 +67,14 @@ def turn(edge: Edge, body: dict, headers: dict) -> dict:
             "new": log.get("new_pages", 0), "wall_ms": wall, "store_ms": log.get("store_ms", 0.0)}
 
 
-def grow(msgs: list, i: int) -> list:
-    return msgs + [{"role": "assistant", "content": rp.line("B-a", 10_000 + i, 300)},
-                   {"role": "user", "content": rp.line("B-u", 10_000 + i, 300)}]
+def grow(msgs: list, i: int, size: int) -> list:
+    return msgs + [{"role": "assistant", "content": rp.line("B-a", 10_000 + i, size)},
+                   {"role": "user", "content": rp.line("B-u", 10_000 + i, size)}]
 
 
 def steady(edge: Edge, args, out: dict) -> tuple[dict, dict]:
-    body = rp.chat_body(args.exchanges, size=300, tag="B")
-    window = len(json.dumps(body).encode()) // 2        # about half the history is paged
+    body = rp.chat_body(args.exchanges, size=args.size, tag="B")
+    window = args.window
     rp.set_model(edge, "fake:rp-small", window, 1000)
     h = rp.new_player(edge).headers()
     print(f"== steady turns: {args.exchanges} exchanges ({len(json.dumps(body)) / 1e6:.2f} MB), "
@@ -88,11 +88,11 @@ def steady(edge: Edge, args, out: dict) -> tuple[dict, dict]:
         rows.append(row)
         print(f"{i + 1:>6} {row['d1']:>8} {row['changed']:>8} {row['written']:>7} {row['puts']:>7} "
               f"{row['pages']:>5} {row['new']:>4} {row['wall_ms']:>8.1f} {row['store_ms']:>8.1f}")
-        msgs = grow(msgs, i)
+        msgs = grow(msgs, i, args.size)
     edge.set_clock(1900)
     try:
         refresh = turn(edge, {**body, "messages": msgs}, h)
-        again = turn(edge, {**body, "messages": grow(msgs, 999)}, h)
+        again = turn(edge, {**body, "messages": grow(msgs, 999, args.size)}, h)
     finally:
         edge.set_clock(0)
     for name, row in (("+1900s", refresh), ("next", again)):
@@ -210,10 +210,12 @@ def summary(out: dict):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--exchanges", type=int, default=200)
+    ap.add_argument("--size", type=int, default=450)
+    ap.add_argument("--window", type=int, default=32000)
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--writers", type=int, default=35)
     ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--ladder", default="300,550,600,800,1000,1150,1300")
+    ap.add_argument("--ladder", default="300,500,550,600,800,1000,1150,1300")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     out = {"exchanges": args.exchanges, "writers": args.writers}
