@@ -164,16 +164,18 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
         raise session_limit()
     turn.rows.update(w.reused)
     if not w.empty:
-        await write_pages(bucket, db, w, ctx, session_id, sign, turn, now, horizon)
+        await write_pages(bucket, db, w, ctx, session_id, sign, turn, now, horizon, known)
     stored.update(p.page_id for p in w.bodies)
 
 
 async def write_pages(bucket, db, w: page_writes.Writes, ctx, session_id: str, sign: PageSigner,
-                      turn: Turn, now: int, horizon: int) -> None:
+                      turn: Turn, now: int, horizon: int, known) -> None:
     """ONE R2 put of the bodies to write, then ONE D1 upsert of the new and due rows.
-    Refused or failed after the put: the object is deleted (no orphan)."""
+    Refused or failed after the put: the object is deleted (no orphan) unless rows
+    already point into it (the same pages rewritten: same content, same key)."""
     key, data, rows = page_writes.rows(w, sign, AUTHORITY, ctx.principal, session_id,
                                        ctx.policy.revision, now, config.PAGE_TTL_SECONDS)
+    ours = key is not None and all(a.r2_key != key for a in known.values())
     try:
         if key is not None:
             await bucket.put(key, data)
@@ -181,15 +183,15 @@ async def write_pages(bucket, db, w: page_writes.Writes, ctx, session_id: str, s
         done = await store.upsert_pages(db, rows, ctx.principal, session_id, now,
                                         config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
     except StorageError:
-        if key is not None:
+        if ours:
             await discard_object(bucket, key, turn)
         raise storage_failed() from None
     if not done:
-        if key is not None:
+        if ours:
             await discard_object(bucket, key, turn)
         raise session_limit()
     # A concurrent request may have written every page of the object first (its rows won).
-    if key is not None and all(r.r2_key != key for r in done.rows.values()):
+    if ours and all(r.r2_key != key for r in done.rows.values()):
         await discard_object(bucket, key, turn)
     turn.rows.update(done.rows)
     turn.new_bytes += w.new_bytes
