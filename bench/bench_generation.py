@@ -89,13 +89,14 @@ def steady(edge: Edge, args, out: dict) -> tuple[dict, dict]:
         print(f"{i + 1:>6} {row['d1']:>8} {row['changed']:>8} {row['written']:>7} {row['puts']:>7} "
               f"{row['pages']:>5} {row['new']:>4} {row['wall_ms']:>8.1f} {row['store_ms']:>8.1f}")
         msgs = grow(msgs, i, args.size)
+    same = turn(edge, {**body, "messages": msgs}, h)      # nothing new: the history resent
     edge.set_clock(1900)
     try:
         refresh = turn(edge, {**body, "messages": msgs}, h)
         again = turn(edge, {**body, "messages": grow(msgs, 999, args.size)}, h)
     finally:
         edge.set_clock(0)
-    for name, row in (("+1900s", refresh), ("next", again)):
+    for name, row in (("same", same), ("+1900s", refresh), ("next", again)):
         print(f"{name:>6} {row['d1']:>8} {row['changed']:>8} {row['written']:>7} {row['puts']:>7} "
               f"{row['pages']:>5} {row['new']:>4} {row['wall_ms']:>8.1f} {row['store_ms']:>8.1f}")
     first, rest = rows[0], rows[1:]
@@ -105,6 +106,7 @@ def steady(edge: Edge, args, out: dict) -> tuple[dict, dict]:
                      for k in ("d1", "changed", "written", "puts", "new", "wall_ms", "store_ms")}
     out["steady"]["max_changed"] = max(r["changed"] for r in rest)
     out["steady"]["max_changed_minus_new"] = max(r["changed"] - r["new"] for r in rest)
+    out["same_turn"] = same
     out["refresh_turn"] = refresh
     return body, {**body, "messages": msgs}
 
@@ -200,7 +202,8 @@ def summary(out: dict):
     print(f"| largest first paging accepted | {acc.get('pages')} pages, "
           f"{(acc.get('bytes') or 0) / 1048576:.2f} MiB, {acc.get('r2_puts')} R2 puts "
           f"(next: {ref.get('status')} {ref.get('code')}) |")
-    print(f"| D1 statements per steady turn (median) | {s['d1']:g} |")
+    print(f"| D1 statements per steady turn (median, one new page; nothing new) | {s['d1']:g}; "
+          f"{out['same_turn']['d1']} |")
     print(f"| orphan R2 objects after {out['writers']} concurrent writers | {cw['orphan_objects']} "
           f"(rows without object: {cw['rows_without_object']}) |")
     print(f"| median steady-turn wall / store_ms | {s['wall_ms']:.1f} ms / {s['store_ms']:.1f} ms |")
