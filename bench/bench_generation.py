@@ -218,7 +218,7 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--writers", type=int, default=35)
     ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--ladder", default="300,500,550,600,800,1000,1150,1300")
+    ap.add_argument("--ladder", default="300,500,550,600,800,900,1000")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     out = {"exchanges": args.exchanges, "writers": args.writers}
