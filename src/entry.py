@@ -14,5 +14,6 @@ class Default(WorkerEntrypoint):
         platform = WorkersPlatform(self.env, request)
         return to_response(await handle(incoming(request), platform))
 
-    async def scheduled(self, controller, env, ctx):
+    async def scheduled(self, controller, env=None, ctx=None):
+        # A Cron Trigger (wrangler.toml [triggers]); self.env is the SDK-wrapped env.
         await scheduled_cleanup(WorkersPlatform(self.env, None))
