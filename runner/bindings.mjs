@@ -5,26 +5,48 @@
 // every call still reaches Miniflare's real local D1 and R2.
 
 // Operation counts, read by tests and benchmarks (GET /__runner/stats).
-export const counts = { d1_statements: 0, d1_batches: 0, r2_puts: 0, r2_gets: 0, r2_heads: 0, r2_deletes: 0 };
+// d1_rows_changed sums meta.changes of statements that changed the database (rows
+// inserted, updated or deleted); d1_rows_written sums meta.rows_written (index entries too).
+export const counts = { d1_statements: 0, d1_batches: 0, d1_rows_changed: 0, d1_rows_written: 0,
+  r2_puts: 0, r2_gets: 0, r2_heads: 0, r2_deletes: 0 };
 
 // Faults a test may inject where no real local failure can be provoked (POST /__runner/faults).
-export const faults = { r2_put: false, r2_get: false };
+// d1_sql: a statement whose SQL contains this text fails (e.g. a write after the R2 put).
+export const faults = { r2_put: false, r2_get: false, r2_delete: false, d1_sql: "" };
+
+function metered(promise) {
+  return promise.then((res) => {
+    const meta = res?.meta;
+    if (meta) {
+      counts.d1_rows_written += meta.rows_written ?? 0;
+      if (meta.changed_db) counts.d1_rows_changed += meta.changes ?? 0;
+    }
+    return res;
+  });
+}
 
 class D1PreparedStatement {
   #stmt;
-  constructor(stmt) { this.#stmt = stmt; }
-  bind(...values) { return new D1PreparedStatement(this.#stmt.bind(...values)); }
-  first(column) { counts.d1_statements++; return column === undefined ? this.#stmt.first() : this.#stmt.first(column); }
-  all() { counts.d1_statements++; return this.#stmt.all(); }
-  run() { counts.d1_statements++; return this.#stmt.run(); }
-  raw(options) { counts.d1_statements++; return this.#stmt.raw(options); }
+  #sql;
+  constructor(stmt, sql) { this.#stmt = stmt; this.#sql = sql; }
+  #fault() {
+    return faults.d1_sql && this.#sql.includes(faults.d1_sql) ? Promise.reject(new Error("injected D1 fault")) : null;
+  }
+  bind(...values) { return new D1PreparedStatement(this.#stmt.bind(...values), this.#sql); }
+  first(column) {
+    counts.d1_statements++;
+    return this.#fault() ?? (column === undefined ? this.#stmt.first() : this.#stmt.first(column));
+  }
+  all() { counts.d1_statements++; return this.#fault() ?? metered(this.#stmt.all()); }
+  run() { counts.d1_statements++; return this.#fault() ?? metered(this.#stmt.run()); }
+  raw(options) { counts.d1_statements++; return this.#fault() ?? this.#stmt.raw(options); }
   get inner() { return this.#stmt; }
 }
 
 export class D1Database {
   #db;
   constructor(db) { this.#db = db; }
-  prepare(sql) { return new D1PreparedStatement(this.#db.prepare(sql)); }
+  prepare(sql) { return new D1PreparedStatement(this.#db.prepare(sql), sql); }
   batch(statements) { counts.d1_batches++; return this.#db.batch(statements.map((s) => s.inner)); }
   exec(sql) { return this.#db.exec(sql); }
   dump() { return this.#db.dump(); }
@@ -74,7 +96,11 @@ export class R2Bucket {
     const o = await (options === undefined ? this.#bucket.put(key, value) : this.#bucket.put(key, value, options));
     return o && new R2Object(o);
   }
-  delete(keys) { counts.r2_deletes++; return this.#bucket.delete(keys); }
+  async delete(keys) {
+    counts.r2_deletes++;
+    if (faults.r2_delete) throw new Error("injected R2 delete fault");
+    return this.#bucket.delete(keys);
+  }
   list(options) { return this.#bucket.list(options); }
 }
 

@@ -7,7 +7,9 @@
 //   EDGE_VARS_FILE    dotenv file overlaid on [vars], replacing .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
 //   EDGE_TEST_CONTROL=1 enables /__runner/* (tests only): clock offset, operation
-//                     counts, memory, and direct access to the same local D1 and R2
+//                     counts, memory, faults, and direct access to the same local D1 and
+//                     R2; and GET /cdn-cgi/handler/scheduled, which fires the Worker's
+//                     `scheduled` handler as `wrangler dev --test-scheduled` does
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 import { execFile } from "node:child_process";
 import { copyFileSync, readFileSync } from "node:fs";
@@ -257,6 +259,16 @@ async function testControl(req, res, url) {
     const { results, meta } = await db.prepare(sql).bind(...params).all();
     return sendJson(res, 200, { results, changes: meta.changes });
   }
+  if (route === "GET /__runner/r2/list") {
+    const keys = [];
+    let cursor;
+    do {
+      const page = await bucket.list({ prefix: url.searchParams.get("prefix") ?? "", cursor });
+      keys.push(...page.objects.map((o) => ({ key: o.key, size: o.size })));
+      cursor = page.truncated ? page.cursor : undefined;
+    } while (cursor);
+    return sendJson(res, 200, { objects: keys });
+  }
   const key = url.searchParams.get("key");
   if (route === "GET /__runner/r2") {
     const obj = await bucket.get(key);
@@ -278,6 +290,19 @@ async function testControl(req, res, url) {
   return sendJson(res, 404, { unknown: route });
 }
 
+// A Cron Trigger's invocation, as wrangler's --test-scheduled route makes it.
+async function runScheduled(instance, url, ctx, waits, res) {
+  const controller = { scheduledTime: Date.now(), cron: url.searchParams.get("cron") ?? "", noRetry() {} };
+  try {
+    await instance.scheduled(controller, env, ctx);
+    await Promise.allSettled(waits);
+  } finally {
+    instance.destroy?.();
+  }
+  res.writeHead(200, { "content-type": "text/plain" });
+  res.end("Ran scheduled event");
+}
+
 const server = http.createServer(async (req, res) => {
   let discardBody = () => {};
   try {
@@ -288,6 +313,10 @@ const server = http.createServer(async (req, res) => {
     const waits = [];
     const ctx = { waitUntil: (p) => waits.push(p), passThroughOnException: () => {}, props: {} };
     const instance = Default(ctx, env);
+    if (process.env.EDGE_TEST_CONTROL === "1" && req.method === "GET"
+        && req.url.split("?")[0] === "/cdn-cgi/handler/scheduled") {
+      return await runScheduled(instance, new URL(req.url, base), ctx, waits, res);
+    }
     const client = new AbortController();
     res.on("close", () => { if (!res.writableFinished) client.abort(); });
     const converted = toWebRequest(req, base, client.signal);

@@ -1,9 +1,10 @@
-"""Worker entry point: hand every request to the edge app."""
+"""Worker entry point: hand every request to the edge app, and Cron Triggers to the cleanup."""
 
 from workers import Request, WorkerEntrypoint
 
 from multillm_edge.app import handle
 from multillm_edge.bindings import WorkersPlatform, incoming, to_response
+from multillm_edge.cleanup import scheduled_cleanup
 
 
 class Default(WorkerEntrypoint):
@@ -12,3 +13,7 @@ class Default(WorkerEntrypoint):
             request = Request(request)
         platform = WorkersPlatform(self.env, request)
         return to_response(await handle(incoming(request), platform))
+
+    async def scheduled(self, controller, env=None, ctx=None):
+        # A Cron Trigger (wrangler.toml [triggers]); self.env is the SDK-wrapped env.
+        await scheduled_cleanup(WorkersPlatform(self.env, None))

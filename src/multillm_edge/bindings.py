@@ -86,12 +86,23 @@ class R2PageStore:
         except JsException as e:
             raise StorageError("r2") from e
 
-    async def get(self, key: str) -> bytes | None:
+    async def get(self, key: str, offset: int | None = None, length: int | None = None) -> bytes | None:
+        """The object's bytes, or with offset and length only that range (one ranged
+        read; fewer bytes if the object ends early). None if the object is absent."""
         try:
-            obj = await self._bucket.get(key)
+            if offset is None:
+                obj = await self._bucket.get(key)
+            else:
+                obj = await self._bucket.get(key, {"range": {"offset": offset, "length": length}})
             if obj is None:
                 return None
             return _py_bytes(await obj.arrayBuffer())
+        except JsException as e:
+            raise StorageError("r2") from e
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self._bucket.delete(key)
         except JsException as e:
             raise StorageError("r2") from e
 

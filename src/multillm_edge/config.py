@@ -25,13 +25,27 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_PAGE_BYTES = 65536
 #: Active (unexpired) page bytes allowed per (principal, session).
 SESSION_ALLOWANCE_BYTES = 1024 * 1024
-#: New pages (R2 puts) one request may write. A Worker invocation may make at most
-#: 1,000 calls to Cloudflare services; this leaves room for the D1 statements.
-MAX_NEW_PAGES_PER_REQUEST = 500
+#: Active pages per (principal, session). Not a policy: D1 caps a string value at 2 MB,
+#: and a turn reads every active page's location in one value (~150 bytes a page) and
+#: writes its rows in one parameter (~200 bytes a row). At the 1 MiB allowance this binds
+#: only when pages average under 175 bytes; one R2 object per request makes the page
+#: count free of any per-request operation limit.
+MAX_SESSION_PAGES = 6000
 #: The page-id list header is sent only while it stays this small (proxies cap headers).
 MAX_PAGE_LIST_HEADER = 4096
-#: Every page write sets expires_at = now + PAGE_TTL_SECONDS.
+#: Every page write sets expires_at = now + PAGE_TTL_SECONDS. A reused page's row is
+#: rewritten only when less than half of it remains (lazy refresh).
 PAGE_TTL_SECONDS = 3600
+#: PAGE_REWRITE_AFTER_SECONDS default: a reused page whose body is older is written again
+#: (the R2 lifecycle rule on context-pages/ must be older than this plus the TTL).
+DEFAULT_PAGE_REWRITE_AFTER_SECONDS = 86400
+#: EXPIRED_ROW_RETENTION_SECONDS default: the scheduled cleanup deletes roleplay rows
+#: expired for longer than this.
+DEFAULT_EXPIRED_ROW_RETENTION_SECONDS = 7 * 86400
+#: The scheduled cleanup deletes at most CLEANUP_BATCH_ROWS rows per statement and runs
+#: at most CLEANUP_MAX_BATCHES statements per invocation (what is left waits an hour).
+CLEANUP_BATCH_ROWS = 1000
+CLEANUP_MAX_BATCHES = 10
 #: Default for CONTEXT_SAFETY_TOKENS when unset or invalid; matches wrangler.toml [vars].
 DEFAULT_SAFETY_TOKENS = 256
 #: Upper bound for CONTEXT_SAFETY_TOKENS (larger values fall back to the default).
@@ -128,6 +142,33 @@ def seconds(value: Optional[str], default: float) -> float:
         return default
     n = float(value.strip())
     return n if 0 < n <= MAX_UPSTREAM_SECONDS else default
+
+
+# ---------------------------------------------------------------------------
+# PAGE_REWRITE_AFTER_SECONDS, EXPIRED_ROW_RETENTION_SECONDS
+# ---------------------------------------------------------------------------
+
+_MAX_SECONDS = 10 * 365 * 86400
+
+
+def _whole_seconds(value: Optional[str], default: int) -> int:
+    """A duration setting: a positive decimal number of seconds (at most ten years);
+    unset, empty or anything else -> default."""
+    if not isinstance(value, str):
+        return default
+    v = value.strip()
+    if not _DIGITS.match(v) or len(v) > 10:
+        return default
+    n = int(v)
+    return n if 0 < n <= _MAX_SECONDS else default
+
+
+def rewrite_after(value: Optional[str]) -> int:
+    return _whole_seconds(value, DEFAULT_PAGE_REWRITE_AFTER_SECONDS)
+
+
+def expired_row_retention(value: Optional[str]) -> int:
+    return _whole_seconds(value, DEFAULT_EXPIRED_ROW_RETENTION_SECONDS)
 
 
 # ---------------------------------------------------------------------------

@@ -1,27 +1,28 @@
 """Roleplay generation at the edge (DESIGN §5): auth, plan, store before dispatch, fallbacks.
 
 The order is the contract: validate → one D1 read (key, policy, session, models,
-active pages) → plan every candidate → for the candidate being tried, put its new
-pages in R2 and upsert all its rows in one D1 statement → dispatch. Any storage fault
-is a 503 before the provider is called; nothing is ever truncated to make it fit.
+active pages) → plan every candidate → for the candidate being tried, put the bodies it
+must write in ONE R2 object and upsert its new and due rows in one D1 statement (nothing
+at all when nothing is new or due) → dispatch. Any storage fault is a 503 before the
+provider is called, and leaves no object behind; nothing is ever truncated to make it fit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
+from collections import ChainMap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from . import compaction, config, paging, store
+from . import compaction, config, page_writes, paging, store
 from .auth import (SESSION_HEADER, check_principal, database, key_digest, paging_enabled,
                    signer)
 from .errors import EdgeError, SessionNotFound, StorageError
 from .formats import get as format_module
 from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
 from .http import Incoming, Outgoing
-from .pages import PageSigner, r2_key
+from .pages import PageSigner
 
 CAPABILITY = "multillm_context_retrieve"
 AUTHORITY = "roleplay"
@@ -47,7 +48,9 @@ class Turn:
     fmt: str
     paging: bool = False
     pages: list = field(default_factory=list)   # Page objects of the dispatched plan
-    expires_at: int = 0
+    rows: dict = field(default_factory=dict)    # page_id -> store.ActivePage, as stored now
+    new_bytes: int = 0                          # page bytes this request added to the session
+    notes: dict = field(default_factory=dict)   # storage counts for the request's log line
     strip: tuple = ()                           # request fields the upstream body goes without
     compacted: int = 0
     new_pages: int = 0
@@ -109,38 +112,80 @@ def session_limit() -> EdgeError:
                      allowance_bytes=config.SESSION_ALLOWANCE_BYTES)
 
 
+def storage_failed() -> EdgeError:
+    return _error("storage_failed", "Context pages could not be stored.", 503)
+
+
+def _count(turn: Turn, name: str, n: int = 1) -> None:
+    if n:
+        turn.notes[name] = turn.notes.get(name, 0) + n
+
+
+async def discard_object(bucket, key: str, turn: Turn) -> None:
+    """Delete an object no row points to. Best effort: a failure is counted in the log
+    line (never the key) and the bucket's lifecycle rule removes the object later."""
+    try:
+        await bucket.delete(key)
+        _count(turn, "r2_objects_deleted")
+    except StorageError:
+        _count(turn, "r2_delete_failed")
+
+
 async def store_pages(platform, db, pages, ctx: store.GenerationContext, session_id: str,
                       sign: PageSigner, turn: Turn, stored: set) -> None:
-    """R2 bodies for pages not already active, then one D1 upsert of every row."""
+    """Store what this candidate's pages need (page_writes): nothing when nothing is
+    new or due. `stored` collects the ids of the pages whose bodies this request wrote."""
     if not pages:
         return
     bucket = platform.pages
     if bucket is None:
         raise _error("storage_unavailable", "The R2 binding is not configured.", 503)
     now = platform.now()
-    fresh = [p for p in pages if p.page_id not in ctx.active_page_ids and p.page_id not in stored]
-    # The D1 upsert enforces the allowance atomically; checking the figure read with the
-    # context first avoids writing R2 bodies that could never get a row.
-    if ctx.active_bytes + sum(len(p.body) for p in fresh) > config.SESSION_ALLOWANCE_BYTES:
+    horizon = config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS"))
+    known = ChainMap(turn.rows, ctx.active_pages)      # an earlier candidate's rows first
+    w = page_writes.classify(pages, known, now, config.PAGE_TTL_SECONDS, horizon)
+    # The D1 upsert enforces the allowance atomically; checking the figures read with the
+    # context first avoids writing an object that could never get a row.
+    if ctx.active_bytes + turn.new_bytes + w.new_bytes > config.SESSION_ALLOWANCE_BYTES \
+            or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
         raise session_limit()
-    if len(fresh) > config.MAX_NEW_PAGES_PER_REQUEST:
-        raise EdgeError(413, "context_session_limit_exceeded",
-                        "The context window was exceeded and storing it would take more than "
-                        f"{config.MAX_NEW_PAGES_PER_REQUEST} new context pages in one request.",
-                        new_pages=len(fresh), max_new_pages=config.MAX_NEW_PAGES_PER_REQUEST)
+    turn.rows.update(w.reused)
+    if not w.empty:
+        await write_pages(bucket, db, w, ctx, session_id, sign, turn, now, horizon, known)
+    stored.update(p.page_id for p in w.bodies)
+
+
+async def write_pages(bucket, db, w: page_writes.Writes, ctx, session_id: str, sign: PageSigner,
+                      turn: Turn, now: int, horizon: int, known) -> None:
+    """ONE R2 put of the bodies to write, then ONE D1 upsert of the new and due rows.
+    Refused or failed after the put: the object is deleted (no orphan) unless rows
+    already point into it (the same pages rewritten: same content, same key)."""
+    key, data, rows = page_writes.rows(w, sign, AUTHORITY, ctx.principal, session_id,
+                                       ctx.policy.revision, now, config.PAGE_TTL_SECONDS)
+    ours = key is not None and all(a.r2_key != key for a in known.values())
     try:
-        await asyncio.gather(*(bucket.put(r2_key(p.page_id), p.body) for p in fresh))
-        stored.update(p.page_id for p in fresh)
-        turn.new_pages += len(fresh)
-        rows = [sign.make_row(AUTHORITY, ctx.principal, session_id, ctx.policy.revision,
-                              p.sha256, len(p.body), now, config.PAGE_TTL_SECONDS) for p in pages]
-        ok = await store.upsert_pages(db, rows, ctx.principal, session_id, now,
-                                      config.SESSION_ALLOWANCE_BYTES)
+        if key is not None:
+            await bucket.put(key, data)
+            _count(turn, "r2_puts")
+        done = await store.upsert_pages(db, rows, ctx.principal, session_id, now,
+                                        config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
     except StorageError:
-        raise _error("storage_failed", "Context pages could not be stored.", 503) from None
-    if not ok:
+        if ours:
+            await discard_object(bucket, key, turn)
+        raise storage_failed() from None
+    if not done:
+        if ours:
+            await discard_object(bucket, key, turn)
         raise session_limit()
-    turn.expires_at = now + config.PAGE_TTL_SECONDS
+    # A concurrent request may have written every page of the object first (its rows won).
+    if ours and all(r.r2_key != key for r in done.rows.values()):
+        await discard_object(bucket, key, turn)
+    turn.rows.update(done.rows)
+    turn.new_bytes += w.new_bytes
+    turn.new_pages += w.new_pages
+    _count(turn, "rows_written", len(done.rows))
+    _count(turn, "pages_rewritten", len(w.bodies) - w.new_pages)
+    _count(turn, "rows_refreshed", len(w.refresh))
 
 
 def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platform) -> list:
@@ -188,13 +233,19 @@ def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
     return encode(out if out.get("model") == model else {**out, "model": model})
 
 
+def _expires_at(turn: Turn, page_id: str):
+    """The page row's real expiry (every page of the dispatched plan has been stored)."""
+    row = turn.rows.get(page_id)
+    return row.expires_at if row is not None else None
+
+
 def annotate(payload: bytes, turn: Turn) -> bytes:
     """Add `context_pages` / `context_compaction` to a complete JSON response."""
     extra = {}
     if turn.pages:
         schema = format_module(turn.fmt).tool_schema()
         extra["context_pages"] = [{"page_id": p.page_id, "sha256": p.sha256,
-                                   "expires_at": turn.expires_at, "tool_schema": schema}
+                                   "expires_at": _expires_at(turn, p.page_id), "tool_schema": schema}
                                   for p in turn.pages]
     if turn.compacted:
         extra["context_compaction"] = {"dropped_exchanges": turn.compacted}
@@ -343,7 +394,7 @@ async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: by
 
 
 async def generate(req: Incoming, platform) -> Outgoing:
-    turn = Turn(FORMAT_BY_PATH[req.path])
+    turn = Turn(FORMAT_BY_PATH[req.path], notes=req.notes)
     digest = key_digest(req)
     session_id = valid_session_id(req.header(SESSION_HEADER))
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)

@@ -12,12 +12,20 @@ boundary can be shifted by a value containing a separator, and the authority
 as a managed one.
 
     page_id  = "cp_" + b64url_nopad(HMAC(K_id,  ["v1", authority, principal, session_id, revision, sha256]))
-    signature =        b64url_nopad(HMAC(K_row, ["v1", page_id, authority, principal, session_id,
-                                                 policy_revision, sha256, byte_length, r2_key, expires_at]))
+    signature =        b64url_nopad(HMAC(K_row, ["v2", page_id, authority, principal, session_id,
+                                                 policy_revision, sha256, byte_length, r2_key,
+                                                 r2_offset, expires_at]))
+
+A page is a byte range of its request's R2 object (DESIGN §5.9): the signature covers
+the object key, the offset and the length. Rows written before shared objects (one
+object per page, ``context-pages/<page_id>``, offset 0) carry the "v1" signature, which
+has no offset: a row in that legacy location is verified as v1, any other as v2, so an
+old row keeps verifying and a new row can never pass as an old one (the location is
+part of what decides the version, and both versions sign the key).
 
 ``expires_at`` is signed: a database write alone cannot extend a page's life (the
-upsert rewrites the signature on every refresh). ``created_at`` is not signed: it is
-informational only.
+upsert rewrites the signature on every refresh). ``created_at`` and ``body_written_at``
+are not signed: they are informational and drive rewrites, never what is served.
 
 Ids and signatures are always made with the current secret; verification accepts the
 current or the previous secret (rotation), in constant time.
@@ -44,16 +52,24 @@ _SIGNATURE_RE = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]\Z")
 
 SALT_PAGE_ID = b"multillm.context-page.id"
 SALT_ROW = b"multillm.context-page.row"
+SALT_OBJECT = b"multillm.context-page.object"
 _FORMAT_VERSION = "v1"
 
 AUTHORITIES = ("roleplay", "managed")
 
-ROW_SIGNED_FIELDS = (
+# v1: rows in a per-page object (legacy); v2: rows in a request's shared object.
+ROW_SIGNED_FIELDS_V1 = (
     "page_id", "authority", "principal", "session_id", "policy_revision",
     "sha256", "byte_length", "r2_key", "expires_at",
 )
-_INT_FIELDS = frozenset({"policy_revision", "byte_length", "expires_at"})
+ROW_SIGNED_FIELDS = (
+    "page_id", "authority", "principal", "session_id", "policy_revision",
+    "sha256", "byte_length", "r2_key", "r2_offset", "expires_at",
+)
+_INT_FIELDS = frozenset({"policy_revision", "byte_length", "r2_offset", "expires_at"})
 _SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
+OBJECT_KEY_PREFIX = "context-pages/obj_"
+_OBJECT_KEY_RE = re.compile(r"context-pages/obj_[A-Za-z0-9_-]{43}\Z")
 
 
 def canonical_bytes(items: Any) -> bytes:
@@ -66,7 +82,45 @@ def sha256_hex(b: bytes) -> str:
 
 
 def r2_key(page_id: str) -> str:
+    """The legacy per-page object key (rows written before shared objects)."""
     return R2_PREFIX + page_id
+
+
+def object_key(page_ids: list[str]) -> str:
+    """The key of the one object holding these pages' bodies, in this order. Page ids
+    bind (authority, principal, session, revision, sha256), so the key is derived from
+    the object's content and owner: a retry writes the same object, and two sessions
+    never share one (deleting one request's object never strands another's rows)."""
+    h = hashlib.sha256(SALT_OBJECT)
+    for pid in page_ids:
+        h.update(pid.encode("ascii"))   # fixed-length ids: no separator needed
+    return OBJECT_KEY_PREFIX + _b64(h.digest())
+
+
+def pack(pages) -> tuple[str, bytes, dict[str, int]]:
+    """One object for pages (objects with .page_id and .body, distinct ids):
+    (key, concatenated bodies, page_id -> offset)."""
+    offsets, at = {}, 0
+    for p in pages:
+        offsets[p.page_id] = at
+        at += len(p.body)
+    return object_key(list(offsets)), b"".join(p.body for p in pages), offsets
+
+
+def is_legacy_location(row: Mapping[str, Any]) -> bool:
+    """A row whose body is a whole per-page object (written before shared objects)."""
+    pid = row.get("page_id")
+    return isinstance(pid, str) and row.get("r2_key") == r2_key(pid) and row.get("r2_offset", 0) == 0
+
+
+def is_valid_location(row: Mapping[str, Any]) -> bool:
+    """The row's body location is one the edge writes: its legacy per-page object, or
+    a byte range (offset >= 0) of a shared object under context-pages/."""
+    offset = row.get("r2_offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        return False
+    key = row.get("r2_key")
+    return is_legacy_location(row) or (isinstance(key, str) and _OBJECT_KEY_RE.match(key) is not None)
 
 
 def is_well_formed_page_id(s: Any) -> bool:
@@ -103,9 +157,9 @@ def _str(v: Any) -> str:
     return v
 
 
-def _encode(fields: list) -> bytes:
+def _encode(fields: list, version: str = _FORMAT_VERSION) -> bytes:
     # ensure_ascii: unambiguous bytes for any str, lone surrogates included.
-    return json.dumps([_FORMAT_VERSION, *fields], ensure_ascii=True,
+    return json.dumps([version, *fields], ensure_ascii=True,
                       separators=(",", ":")).encode("ascii")
 
 
@@ -171,26 +225,35 @@ class PageSigner:
 
     @staticmethod
     def _row_data(row: Mapping[str, Any]) -> bytes:
+        # A row without r2_offset predates the column: offset 0.
+        row = {"r2_offset": 0, **row}
+        legacy = is_legacy_location(row)
         fields = []
-        for name in ROW_SIGNED_FIELDS:
+        for name in ROW_SIGNED_FIELDS_V1 if legacy else ROW_SIGNED_FIELDS:
             v = row[name]
             fields.append(_int(v) if name in _INT_FIELDS else _str(v))
         if fields[1] not in AUTHORITIES:
             raise ValueError("unknown authority")
-        return _encode(fields)
+        return _encode(fields, "v1" if legacy else "v2")
 
     def row_signature(self, row: Mapping[str, Any]) -> str:
-        """Signature over ROW_SIGNED_FIELDS of a context_pages row (a mapping)."""
+        """Signature of a context_pages row (a mapping): over ROW_SIGNED_FIELDS ("v2"),
+        or ROW_SIGNED_FIELDS_V1 ("v1") for a row in its legacy per-page object."""
         return self._mac(self._row_keys[0], self._row_data(row))
 
     def make_row(self, authority: str, principal: str, session_id: str, revision: int,
-                 sha256: str, byte_length: int, now: int, ttl: int) -> dict:
-        """A complete, signed context_pages row (all columns) for a page written at
-        ``now``: expires_at = now + ttl, r2_key = context-pages/<page_id>."""
+                 sha256: str, byte_length: int, now: int, ttl: int,
+                 location: tuple[str, int] | None = None,
+                 body_written_at: int | None = None) -> dict:
+        """A complete, signed context_pages row (all columns) written at ``now``:
+        expires_at = now + ttl; the body at ``location`` = (object key, offset), by
+        default the legacy per-page object; body_written_at defaults to ``now``."""
         pid = self.page_id(authority, principal, session_id, revision, sha256)
+        key, offset = location if location is not None else (r2_key(pid), 0)
         row = {"page_id": pid, "authority": authority, "principal": principal,
                "session_id": session_id, "policy_revision": _int(revision), "sha256": sha256,
-               "byte_length": _int(byte_length), "r2_key": r2_key(pid),
+               "byte_length": _int(byte_length), "r2_key": _str(key), "r2_offset": _int(offset),
+               "body_written_at": _int(now if body_written_at is None else body_written_at),
                "created_at": _int(now), "expires_at": _int(now) + _int(ttl)}
         row["signature"] = self.row_signature(row)
         return row

@@ -25,10 +25,14 @@ nothing leaves the edge until the body's length and SHA-256 match the signed row
    malformed page id, unknown/foreign/ended session, absent/expired page, other
    authority (`managed`), foreign principal, other session, stale policy revision,
    page id that does not verify against the row's fields, row signature that does not
-   verify, r2_key that is not `context-pages/<page_id>`. All checks are evaluated
-   (no early exit) so the work done does not depend on which one failed.
-8. ONE R2 get; missing body, byte length or SHA-256 mismatch, unparsable body → 503
-   `context_page_corrupted` (never the bytes); R2 failure → 503 `storage_failed`.
+   verify, a body location the edge never writes (neither the legacy per-page object
+   `context-pages/<page_id>` at offset 0 nor a range of a shared object under
+   `context-pages/`). All checks are evaluated (no early exit) so the work done does
+   not depend on which one failed.
+8. ONE R2 get: the page's byte range of its request's object (a whole legacy per-page
+   object is read whole, so an object grown or shrunk is caught); missing body, byte
+   length or SHA-256 mismatch, unparsable body → 503 `context_page_corrupted` (never the
+   bytes); R2 failure → 503 `storage_failed`.
 9. 200 `{page_id, sha256, expires_at, messages, body_base64}`, `Cache-Control:
    private, no-store`. Retrieval never calls a provider.
 
@@ -46,7 +50,7 @@ from . import store
 from .auth import database, key_digest, paging_enabled, signer
 from .errors import ChatNotGranted, EdgeError, PageNotFound, StorageError, Unauthorized
 from .http import Incoming, Outgoing
-from .pages import PageSigner, is_well_formed_page_id, r2_key, sha256_hex
+from .pages import PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
 
 PAGES_PATH = "/v1/context/pages/"
 SESSION_PARAM = "roleplay_session_id"
@@ -106,7 +110,7 @@ def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
         misses.append("other_session")
     if row.get("policy_revision") != policy.revision:
         misses.append("stale_revision")
-    if row.get("r2_key") != r2_key(page_id):
+    if not is_valid_location(row):
         misses.append("r2_key")
     # The id must be the HMAC of (authority, principal, session, CURRENT revision,
     # sha256) — computed from the caller's facts, not only the row's — and the row
@@ -164,7 +168,10 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
     row = facts.page
     t1 = time.monotonic()
     try:                                                       # 8. one R2 get
-        body = await bucket.get(row["r2_key"])
+        if is_legacy_location(row):
+            body = await bucket.get(row["r2_key"])
+        else:
+            body = await bucket.get(row["r2_key"], row["r2_offset"], row["byte_length"])
     except StorageError:
         raise EdgeError(503, "storage_failed", "The context page could not be read.") from None
     finally:

@@ -5,19 +5,22 @@ The executor is D1 in production (platform layer) and sqlite3 in tests and tools
 Lists travel as ONE JSON parameter read with `json_each` (D1 binds at most 100
 parameters per statement).
 
-A generation turn costs two statements: `load_generation_context` and `upsert_pages`.
+A generation turn costs one statement (`load_generation_context`) when it has nothing
+new to store and no row due for refresh, else two (plus `upsert_pages`). The scheduled
+cleanup runs `purge_expired_pages` in bounded batches.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
 TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
 RETENTIONS = ("standard", "zero")
 PAGE_COLUMNS = ("page_id", "authority", "principal", "session_id", "policy_revision", "sha256",
-                "byte_length", "r2_key", "created_at", "expires_at", "signature")
+                "byte_length", "r2_key", "r2_offset", "body_written_at", "created_at",
+                "expires_at", "signature")
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
@@ -47,7 +50,10 @@ class SqliteExecutor:
 
     async def all(self, sql: str, params: list) -> list[dict]:
         cur = self._cursor(sql, params)
-        return [self._row(cur, r) for r in cur.fetchall()]
+        rows = [self._row(cur, r) for r in cur.fetchall()]
+        if self.conn.in_transaction:   # a write with RETURNING
+            self.conn.commit()
+        return rows
 
     async def run(self, sql: str, params: list) -> int:
         # cursor.rowcount is -1 for statements starting with WITH (CPython only counts
@@ -99,14 +105,38 @@ class PrincipalInfo:
 
 
 @dataclass(frozen=True)
+class ActivePage:
+    """Where an active page row's body is, and until when the row lives."""
+    expires_at: int
+    body_written_at: int
+    r2_key: str
+    r2_offset: int
+
+
+@dataclass(frozen=True)
 class GenerationContext:
     principal: str
     key_revoked: bool
     policy: Optional[Policy]
     session: SessionState
     models: dict  # "provider:model" -> ModelWindow, only models present in the table
-    active_page_ids: frozenset  # roleplay pages of (principal, session) with expires_at > now
-    active_bytes: int  # SUM(byte_length) of all active pages of (principal, session)
+    # page_id -> ActivePage: roleplay rows of (principal, session, current revision), unexpired
+    active_pages: Mapping[str, ActivePage]
+    active_bytes: int  # SUM(byte_length) of the active pages (current revision, unexpired)
+
+    @property
+    def active_page_ids(self) -> frozenset:
+        return frozenset(self.active_pages)
+
+
+@dataclass(frozen=True)
+class Upserted:
+    """The verdict of `upsert_pages`, and each written row as it now stands."""
+    accepted: bool
+    rows: dict  # page_id -> ActivePage
+
+    def __bool__(self) -> bool:
+        return self.accepted
 
 
 @dataclass(frozen=True)
@@ -167,14 +197,15 @@ SELECT k.principal AS principal,
                                                        'max_output_tokens', m.max_output_tokens))
           FROM models m
          WHERE m.model IN (SELECT value FROM json_each(?3))) AS models,
-       (SELECT json_group_array(c.page_id)
+       (SELECT json_group_array(json_array(c.page_id, c.expires_at, c.body_written_at,
+                                           c.r2_key, c.r2_offset))
           FROM context_pages c
-         WHERE c.principal = k.principal AND c.session_id = ?2
-           AND c.authority = 'roleplay' AND c.expires_at > ?4) AS active_page_ids,
+         WHERE c.principal = k.principal AND c.session_id = ?2 AND c.authority = 'roleplay'
+           AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_pages,
        (SELECT COALESCE(SUM(c.byte_length), 0)
           FROM context_pages c
          WHERE c.principal = k.principal AND c.session_id = ?2
-           AND c.expires_at > ?4) AS active_bytes
+           AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_bytes
   FROM roleplay_keys k
   LEFT JOIN principal_policies p ON p.principal = k.principal
   LEFT JOIN roleplay_sessions s ON s.session_id = ?2
@@ -199,7 +230,8 @@ async def load_generation_context(db: Executor, key_sha256: str, session_id: str
         policy=_policy(row),
         session=_session(row),
         models=windows,
-        active_page_ids=frozenset(json.loads(row.get("active_page_ids") or "[]")),
+        active_pages={pid: ActivePage(_int(exp), _int(written), key, _int(offset))
+                      for pid, exp, written, key, offset in json.loads(row.get("active_pages") or "[]")},
         active_bytes=_int(row.get("active_bytes") or 0),
     )
 
@@ -212,6 +244,7 @@ SELECT k.principal AS principal,
        c.page_id AS page_page_id, c.authority AS page_authority, c.principal AS page_principal,
        c.session_id AS page_session_id, c.policy_revision AS page_policy_revision,
        c.sha256 AS page_sha256, c.byte_length AS page_byte_length, c.r2_key AS page_r2_key,
+       c.r2_offset AS page_r2_offset, c.body_written_at AS page_body_written_at,
        c.created_at AS page_created_at, c.expires_at AS page_expires_at,
        c.signature AS page_signature,
        (c.page_id IS NOT NULL AND c.expires_at > ?4) AS page_active
@@ -233,7 +266,8 @@ async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str
     page = None
     if row.get("page_page_id") is not None:
         page = {c: row["page_" + c] for c in PAGE_COLUMNS}
-        for c in ("policy_revision", "byte_length", "created_at", "expires_at"):
+        for c in ("policy_revision", "byte_length", "r2_offset", "body_written_at",
+                  "created_at", "expires_at"):
             page[c] = _int(page[c])
     return RetrievalFacts(
         principal=row["principal"],
@@ -282,89 +316,171 @@ async def missing_tables(db: Executor) -> list[str]:
 # Page upsert (allowance check + write, one statement)
 # ---------------------------------------------------------------------------
 
+# ?1 rows: [[page_id, sha256, byte_length, key index in ?6, r2_offset, body_written_at,
+#            expires_at, signature], ...]; ?2 principal, ?3 session, ?4 now, ?5 allowance,
+# ?6 distinct object keys (rows of one request share one), ?7 authority, ?8 policy revision,
+# ?9 young: a row whose body was written after ?9 is not due for a rewrite.
 SQL_UPSERT_PAGES = """
 WITH incoming AS (
-  SELECT json_extract(j.value, '$.page_id')         AS page_id,
-         json_extract(j.value, '$.authority')       AS authority,
-         json_extract(j.value, '$.policy_revision') AS policy_revision,
-         json_extract(j.value, '$.sha256')          AS sha256,
-         json_extract(j.value, '$.byte_length')     AS byte_length,
-         json_extract(j.value, '$.r2_key')          AS r2_key,
-         json_extract(j.value, '$.created_at')      AS created_at,
-         json_extract(j.value, '$.expires_at')      AS expires_at,
-         json_extract(j.value, '$.signature')       AS signature
+  SELECT json_extract(j.value, '$[0]') AS page_id,
+         json_extract(j.value, '$[1]') AS sha256,
+         json_extract(j.value, '$[2]') AS byte_length,
+         json_extract(?6, '$[' || json_extract(j.value, '$[3]') || ']') AS r2_key,
+         json_extract(j.value, '$[4]') AS r2_offset,
+         json_extract(j.value, '$[5]') AS body_written_at,
+         json_extract(j.value, '$[6]') AS expires_at,
+         json_extract(j.value, '$[7]') AS signature
     FROM json_each(?1) j
 ),
 verdict AS (
   SELECT (SELECT COALESCE(SUM(c.byte_length), 0)
             FROM context_pages c
-           WHERE c.principal = ?2 AND c.session_id = ?3 AND c.expires_at > ?4
+           WHERE c.principal = ?2 AND c.session_id = ?3 AND c.policy_revision = ?8
+             AND c.expires_at > ?4
              AND c.page_id NOT IN (SELECT page_id FROM incoming))
        + (SELECT COALESCE(SUM(byte_length), 0) FROM incoming) <= ?5
      AND NOT EXISTS (SELECT 1
                        FROM context_pages c JOIN incoming i ON c.page_id = i.page_id
                       WHERE c.principal <> ?2 OR c.session_id <> ?3
-                         OR c.authority <> i.authority) AS ok
+                         OR c.authority <> ?7) AS ok
+),
+-- A row that a concurrent request has just written elsewhere (active, young body, another
+-- location) stays as it is: repointing it would leave that request's object without rows.
+resolved AS (
+  SELECT i.page_id, i.sha256, i.byte_length,
+         COALESCE(k.r2_key, i.r2_key) AS r2_key,
+         COALESCE(k.r2_offset, i.r2_offset) AS r2_offset,
+         COALESCE(k.body_written_at, i.body_written_at) AS body_written_at,
+         COALESCE(k.expires_at, i.expires_at) AS expires_at,
+         COALESCE(k.signature, i.signature) AS signature
+    FROM incoming i
+    LEFT JOIN context_pages k
+      ON k.page_id = i.page_id AND k.expires_at > ?4 AND k.body_written_at > ?9
+     AND (k.r2_key <> i.r2_key OR k.r2_offset <> i.r2_offset)
 )
 INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision, sha256,
-                           byte_length, r2_key, created_at, expires_at, signature)
-SELECT i.page_id, i.authority, ?2, ?3, i.policy_revision, i.sha256,
-       i.byte_length, i.r2_key, i.created_at, i.expires_at, i.signature
-  FROM incoming i
+                           byte_length, r2_key, r2_offset, body_written_at, created_at,
+                           expires_at, signature)
+SELECT r.page_id, ?7, ?2, ?3, ?8, r.sha256, r.byte_length, r.r2_key, r.r2_offset,
+       r.body_written_at, ?4, r.expires_at, r.signature
+  FROM resolved r
  WHERE (SELECT ok FROM verdict)
 ON CONFLICT(page_id) DO UPDATE SET
   policy_revision = excluded.policy_revision,
   sha256          = excluded.sha256,
   byte_length     = excluded.byte_length,
   r2_key          = excluded.r2_key,
+  r2_offset       = excluded.r2_offset,
+  body_written_at = excluded.body_written_at,
   created_at      = CASE WHEN context_pages.expires_at > ?4 THEN context_pages.created_at
                          ELSE excluded.created_at END,
   expires_at      = excluded.expires_at,
   signature       = excluded.signature
+RETURNING page_id, r2_key, r2_offset, body_written_at, expires_at
 """
 
 _UPSERT_STR = ("page_id", "authority", "sha256", "r2_key", "signature")
-_UPSERT_INT = ("policy_revision", "byte_length", "expires_at")
+_UPSERT_INT = ("policy_revision", "byte_length", "r2_offset", "body_written_at", "expires_at")
+
+
+def _upsert_item(r: dict, principal: str, session_id: str, now: int) -> dict:
+    if r.get("principal") != principal or r.get("session_id") != session_id:
+        raise ValueError("page row does not belong to this principal/session")
+    # Rows built before shared objects have no offset / body time: a whole object, written now.
+    r = {"r2_offset": 0, "body_written_at": now, **r}
+    item = {}
+    for k in _UPSERT_STR:
+        if not isinstance(r.get(k), str):
+            raise ValueError(f"page row field {k} must be a string")
+        item[k] = r[k]
+    for k in _UPSERT_INT:
+        v = r.get(k)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"page row field {k} must be an integer")
+        item[k] = v
+    return item
+
+
+def _upsert_payload(items: list[dict]) -> tuple[str, str]:
+    """Rows as compact arrays (D1 caps a value at 2 MB) and their distinct keys."""
+    keys: dict[str, int] = {}
+    rows = []
+    for i in items:
+        k = keys.setdefault(i["r2_key"], len(keys))
+        rows.append([i["page_id"], i["sha256"], i["byte_length"], k, i["r2_offset"],
+                     i["body_written_at"], i["expires_at"], i["signature"]])
+    return _json_list(rows), _json_list(keys)
 
 
 async def upsert_pages(db: Executor, rows: Sequence[dict], principal: str, session_id: str,
-                       now: int, allowance: int) -> bool:
-    """Store page rows for (principal, session_id) iff the session's active allowance
-    holds: SUM(byte_length) of active rows (expires_at > now) not among the incoming
-    page_ids + SUM(incoming byte_length) <= allowance. Existing rows are refreshed
-    (expires_at, signature, ...), never double counted. All or nothing: True iff
-    the rows went in. False also if an incoming page_id already belongs to another
-    principal/session/authority (never overwritten).
+                       now: int, allowance: int, young_after: Optional[int] = None) -> Upserted:
+    """Write page rows for (principal, session_id) iff the session's active allowance
+    holds: SUM(byte_length) of active rows (expires_at > now, same policy revision) not
+    among the incoming page_ids + SUM(incoming byte_length) <= allowance. Existing rows
+    are rewritten (expires_at, location, signature), never double counted, except one a
+    concurrent request wrote elsewhere after `young_after` (default: now), which is kept.
+    All or nothing: accepted iff the rows went in. Refused also if an incoming page_id
+    already belongs to another principal/session/authority (never overwritten).
 
     Each row: page_id, authority, principal, session_id, policy_revision, sha256,
-    byte_length, r2_key, expires_at, signature, optional created_at (default now).
-    Rows repeating a page_id must be identical (they are written once)."""
-    if not rows:
-        return True
+    byte_length, r2_key, r2_offset, body_written_at, expires_at, signature (created_at
+    is `now` for a new or revived row). One authority and revision per call. Rows
+    repeating a page_id must be identical (they are written once)."""
     now = int(now)
     by_id: dict[str, dict] = {}
     for r in rows:
-        if r.get("principal") != principal or r.get("session_id") != session_id:
-            raise ValueError("page row does not belong to this principal/session")
-        item = {}
-        for k in _UPSERT_STR:
-            if not isinstance(r.get(k), str):
-                raise ValueError(f"page row field {k} must be a string")
-            item[k] = r[k]
-        for k in _UPSERT_INT:
-            v = r.get(k)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"page row field {k} must be an integer")
-            item[k] = v
-        created = r.get("created_at", now)
-        item["created_at"] = now if created is None else int(created)
+        item = _upsert_item(r, principal, session_id, now)
         prev = by_id.get(item["page_id"])
         if prev is not None and prev != item:
             raise ValueError("conflicting rows for one page_id")
         by_id[item["page_id"]] = item
-    payload = json.dumps(list(by_id.values()), ensure_ascii=True, separators=(",", ":"))
-    changed = await db.run(SQL_UPSERT_PAGES, [payload, principal, session_id, now, int(allowance)])
-    return changed > 0
+    if not by_id:
+        return Upserted(True, {})
+    first = next(iter(by_id.values()))
+    if any((i["authority"], i["policy_revision"]) != (first["authority"], first["policy_revision"])
+           for i in by_id.values()):
+        raise ValueError("one authority and policy revision per upsert")
+    payload, keys = _upsert_payload(list(by_id.values()))
+    young = now if young_after is None else int(young_after)
+    out = await db.all(SQL_UPSERT_PAGES, [payload, principal, session_id, now, int(allowance), keys,
+                                          first["authority"], first["policy_revision"], young])
+    return Upserted(bool(out), {r["page_id"]: ActivePage(_int(r["expires_at"]), _int(r["body_written_at"]),
+                                                         r["r2_key"], _int(r["r2_offset"]))
+                                for r in out})
+
+
+# ---------------------------------------------------------------------------
+# Scheduled cleanup
+# ---------------------------------------------------------------------------
+
+# Roleplay rows only: managed rows belong to the Flask side. No index on expires_at: the
+# subquery scans (rows read are cheap), an index would add a row written to every write.
+SQL_PURGE_EXPIRED = """
+DELETE FROM context_pages
+ WHERE page_id IN (SELECT page_id FROM context_pages
+                    WHERE authority = 'roleplay' AND expires_at < ?1
+                    LIMIT ?2)
+"""
+
+
+@dataclass(frozen=True)
+class Purged:
+    deleted: int
+    batches: int
+    more: bool  # the last batch was full: rows may remain for the next run
+
+
+async def purge_expired_pages(db: Executor, expired_before: int, batch_rows: int,
+                              max_batches: int) -> Purged:
+    """Delete roleplay rows with expires_at < expired_before, at most batch_rows per
+    statement and max_batches statements."""
+    deleted = batches = 0
+    n = batch_rows
+    while batches < max_batches and n == batch_rows:
+        n = await db.run(SQL_PURGE_EXPIRED, [int(expired_before), int(batch_rows)])
+        deleted += n
+        batches += 1
+    return Purged(deleted, batches, n == batch_rows)
 
 
 # ---------------------------------------------------------------------------

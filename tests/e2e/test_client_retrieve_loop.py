@@ -15,7 +15,6 @@ import pytest
 
 from examples.retrieve_loop import TOOL_NAME, run_turn
 from multillm_edge.formats import marker_ids
-from multillm_edge.pages import r2_key
 from tests.support import roleplay as rp
 from tests.support.fakes import FakeServer, Reply
 from tests.support.runner import Edge
@@ -101,7 +100,7 @@ def test_tool_call_is_executed_and_restored_messages_fed_back_exactly(edge, prov
     assert page_id in {m_id for m in first["messages"] if m.get("role") == "user"
                        for m_id in (marker_ids(m.get("content")) or [])}
 
-    stored = edge.r2_get(r2_key(page_id))
+    stored = rp.stored_page(edge, page_id)
     restored = json.loads(stored)
     assert contiguous(original, restored)            # an exchange the client really sent
     # The second upstream request: the assistant tool call, then the tool result whose

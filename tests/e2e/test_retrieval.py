@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from multillm_edge.pages import PageSigner, canonical_bytes, r2_key, sha256_hex
+from multillm_edge.pages import PageSigner, canonical_bytes, object_key, r2_key, sha256_hex
 from tests.support import roleplay as rp
 from tests.support.fakes import FakeServer, Reply
 from tests.support.runner import Edge
@@ -158,7 +158,7 @@ def test_retrieval_returns_the_exact_stored_bytes_and_original_items(edge, provi
         assert r.headers["content-type"].startswith("application/json")
         doc = r.json()
         assert set(doc) == {"page_id", "sha256", "expires_at", "messages", "body_base64"}
-        stored = edge.r2_get(r2_key(page["page_id"]))
+        stored = rp.stored_page(edge, page["page_id"])
         body = base64.b64decode(doc["body_base64"], validate=True)
         assert body == stored
         assert (doc["page_id"], doc["sha256"], doc["expires_at"]) == \
@@ -170,8 +170,9 @@ def test_retrieval_returns_the_exact_stored_bytes_and_original_items(edge, provi
         assert canonical_bytes(c.sent[i:i + len(doc["messages"])]) == body
         # One D1 statement and one R2 get, nothing else.
         delta = {k: stats1[k] - stats0[k] for k in stats0}
-        assert delta == {"d1_statements": 1, "d1_batches": 0, "r2_puts": 0, "r2_gets": 1,
-                         "r2_heads": 0, "r2_deletes": 0}
+        assert delta == {"d1_statements": 1, "d1_batches": 0, "d1_rows_changed": 0,
+                         "d1_rows_written": 0, "r2_puts": 0, "r2_gets": 1, "r2_heads": 0,
+                         "r2_deletes": 0}
     tool_page = fetch(edge, c.page(min_bytes=1000)["page_id"], c.sid, c.key).json()
     assert any(m.get("tool_calls") for m in tool_page["messages"])
     assert any(m.get("role") == "tool" for m in tool_page["messages"])
@@ -313,7 +314,7 @@ def _other_convo_row(edge, c):
 
 
 @pytest.mark.parametrize("field", ["principal", "session_id", "policy_revision", "sha256",
-                                   "byte_length", "r2_key", "expires_at", "authority",
+                                   "byte_length", "r2_key", "r2_offset", "expires_at", "authority",
                                    "signature", "page_id"])
 def test_tampered_row_field(edge, field):
     """Each signed field changed in D1 makes the row unservable (and the row signature
@@ -329,7 +330,9 @@ def test_tampered_row_field(edge, field):
         "policy_revision": lambda: 2,
         "sha256": lambda: other["sha256"],
         "byte_length": lambda: orig + 1,
-        "r2_key": lambda: other["r2_key"],
+        # Pages of one request share their object: point at another well-formed one.
+        "r2_key": lambda: object_key([pid]),
+        "r2_offset": lambda: other["r2_offset"],
         "expires_at": lambda: orig + 86400,    # extending a page's life needs the secret
         "authority": lambda: "managed",
         "signature": lambda: other["signature"],
@@ -355,15 +358,16 @@ def test_row_moved_to_another_page_id_with_its_valid_signature(edge):
     row) does not let one page id serve the other's body."""
     c = paged_convo(edge)
     a, b = c.pages[1]["page_id"], c.pages[2]["page_id"]
-    cols = ("sha256", "byte_length", "r2_key", "signature")
+    cols = ("sha256", "byte_length", "r2_key", "r2_offset", "signature")
     rb = edge.sql(f"SELECT {', '.join(cols)} FROM context_pages WHERE page_id = ?1", b)[0]
     ra = edge.sql(f"SELECT {', '.join(cols)} FROM context_pages WHERE page_id = ?1", a)[0]
     sets = ", ".join(f"{col} = ?{i + 1}" for i, col in enumerate(cols))
-    edge.sql(f"UPDATE context_pages SET {sets} WHERE page_id = ?5", *(rb[k] for k in cols), a)
+    where = f"WHERE page_id = ?{len(cols) + 1}"
+    edge.sql(f"UPDATE context_pages SET {sets} {where}", *(rb[k] for k in cols), a)
     try:
         assert_404(fetch(edge, a, c.sid, c.key), c)
     finally:
-        edge.sql(f"UPDATE context_pages SET {sets} WHERE page_id = ?5", *(ra[k] for k in cols), a)
+        edge.sql(f"UPDATE context_pages SET {sets} {where}", *(ra[k] for k in cols), a)
     assert fetch(edge, a, c.sid, c.key).status_code == 200
 
 
@@ -408,23 +412,27 @@ def test_missing_chat_grant_is_403(edge):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "missing", "swap"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "shift", "missing", "swap"])
 def test_corrupted_body_is_503_never_the_bytes(edge, damage):
+    """The page is a byte range of its request's object: damage inside that range, an
+    object cut inside it, bytes shifted under it, another page's bytes, or no object."""
     c = paged_convo(edge)
     page = c.page(min_bytes=1000)
-    key = r2_key(page["page_id"])
+    key, offset, length = rp.page_location(edge, page["page_id"])
+    assert offset > 0                                  # not the object's first page
     good = edge.r2_get(key)
+    end = offset + length
     if damage == "flip":
         bad = bytearray(good)
-        bad[len(bad) // 2] ^= 0x01
+        bad[offset + length // 2] ^= 0x01
         edge.r2_put(key, bytes(bad))
     elif damage == "truncate":
-        edge.r2_put(key, good[:-1])
-    elif damage == "extend":
-        edge.r2_put(key, good + b" ")
+        edge.r2_put(key, good[:end - 1])
+    elif damage == "shift":
+        edge.r2_put(key, good[:offset] + b" " + good[offset:])
     elif damage == "swap":       # another valid page body of the same length
-        same = next(p for p in c.pages if p["_bytes"] == len(good) and p["page_id"] != page["page_id"])
-        edge.r2_put(key, edge.r2_get(r2_key(same["page_id"])))
+        same = next(p for p in c.pages if p["_bytes"] == length and p["page_id"] != page["page_id"])
+        edge.r2_put(key, good[:offset] + rp.stored_page(edge, same["page_id"]) + good[end:])
     else:
         edge.r2_delete(key)
     try:
@@ -432,6 +440,36 @@ def test_corrupted_body_is_503_never_the_bytes(edge, damage):
         assert_error(r, 503, "context_page_corrupted", c)
     finally:
         edge.r2_put(key, good)
+    assert fetch(edge, page["page_id"], c.sid, c.key).status_code == 200
+
+
+def make_legacy(edge, c, page) -> bytes:
+    """Turn a page's row into one written before shared objects: its body alone in
+    context-pages/<page_id>, offset 0, no body time, the v1 signature of that code."""
+    body = rp.stored_page(edge, page["page_id"])
+    [row] = edge.sql("SELECT * FROM context_pages WHERE page_id = ?1", page["page_id"])
+    legacy = dict(row, r2_key=r2_key(page["page_id"]), r2_offset=0, body_written_at=0)
+    legacy["signature"] = PageSigner(rp.SIGNING_SECRET).row_signature(legacy)
+    edge.r2_put(legacy["r2_key"], body)
+    edge.sql("UPDATE context_pages SET r2_key = ?1, r2_offset = 0, body_written_at = 0, signature = ?2 "
+             "WHERE page_id = ?3", legacy["r2_key"], legacy["signature"], page["page_id"])
+    return body
+
+
+def test_page_stored_the_old_way_is_still_served(edge):
+    c = paged_convo(edge)
+    page = c.page(min_bytes=1000)
+    body = make_legacy(edge, c, page)
+    stats0 = edge.stats()
+    r = fetch(edge, page["page_id"], c.sid, c.key)
+    assert r.status_code == 200, r.text
+    assert base64.b64decode(r.json()["body_base64"]) == body
+    assert edge.stats()["r2_gets"] - stats0["r2_gets"] == 1
+    # A legacy object is the page itself: read whole, so one grown or cut is caught.
+    for bad in (body + b" ", body[:-1]):
+        edge.r2_put(r2_key(page["page_id"]), bad)
+        assert_error(fetch(edge, page["page_id"], c.sid, c.key), 503, "context_page_corrupted", c)
+    edge.r2_put(r2_key(page["page_id"]), body)
     assert fetch(edge, page["page_id"], c.sid, c.key).status_code == 200
 
 

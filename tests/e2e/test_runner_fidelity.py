@@ -46,6 +46,20 @@ def test_r2_round_trips_one_mebibyte(fidelity_edge):
     assert fidelity_edge.client.get("/r2", params={"key": "mib"}).content == data
 
 
+def test_r2_ranged_read_and_delete(fidelity_edge):
+    """One ranged get reads exactly a page's bytes out of a request's object (fewer when
+    the object ends early); delete removes the object."""
+    data = bytes(range(256)) * 4
+    c = fidelity_edge.client
+    assert c.put("/r2", params={"key": "ranged"}, content=data).status_code == 200
+    r = c.get("/r2", params={"key": "ranged", "offset": 300, "length": 77})
+    assert r.status_code == 200 and r.content == data[300:377]
+    assert c.get("/r2", params={"key": "ranged", "offset": 1000, "length": 50}).content == data[1000:]
+    assert c.delete("/r2", params={"key": "ranged"}).json() == {"deleted": True}
+    assert c.get("/r2", params={"key": "ranged"}).status_code == 404
+    assert c.get("/r2", params={"key": "ranged", "offset": 0, "length": 1}).status_code == 404
+
+
 def test_r2_missing_object_is_none(fidelity_edge):
     assert fidelity_edge.client.get("/r2", params={"key": "never-written"}).status_code == 404
 

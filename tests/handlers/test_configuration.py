@@ -54,7 +54,7 @@ def test_retrieval_with_paging_disabled_is_the_same_404_without_storage():
         r = edge.request("GET", PAGE, {"Authorization": f"Bearer {KEY}"})
         assert r.status == 404 and r.body == EXPECTED_404
         assert error(edge.request("GET", PAGE, {})) == (401, "invalid_api_key")
-        assert edge.bucket.ops == {"put": 0, "get": 0}
+        assert edge.bucket.ops == {"put": 0, "get": 0, "delete": 0}
 
 
 def test_missing_signing_secret_is_503_on_retrieval_and_paged_generation():

@@ -38,7 +38,7 @@ class MemoryBucket:
     def __init__(self):
         self.objects: dict[str, bytes] = {}
         self.faults: set[str] = set()
-        self.ops = {"put": 0, "get": 0}
+        self.ops = {"put": 0, "get": 0, "delete": 0}
 
     async def put(self, key: str, data: bytes) -> None:
         self.ops["put"] += 1
@@ -47,22 +47,35 @@ class MemoryBucket:
         assert isinstance(data, bytes)
         self.objects[key] = data
 
-    async def get(self, key: str) -> bytes | None:
+    async def get(self, key: str, offset: int | None = None, length: int | None = None) -> bytes | None:
         self.ops["get"] += 1
         if "get" in self.faults:
             raise StorageError("r2")
-        return self.objects.get(key)
+        data = self.objects.get(key)
+        if data is None or offset is None:
+            return data
+        return data[offset:offset + length]
+
+    async def delete(self, key: str) -> None:
+        self.ops["delete"] += 1
+        if "delete" in self.faults:
+            raise StorageError("r2")
+        self.objects.pop(key, None)
 
 
 class FaultyExecutor(store.SqliteExecutor):
-    """sqlite3 with the production SQL; every call fails while `failing` is set."""
+    """sqlite3 with the production SQL. A failing statement is a StorageError, as
+    bindings.D1Executor makes of D1's; every call fails while `failing` is set."""
 
     failing = False
 
     def _cursor(self, sql, params):
         if self.failing:
             raise StorageError("d1")
-        return super()._cursor(sql, params)
+        try:
+            return super()._cursor(sql, params)
+        except sqlite3.Error as e:
+            raise StorageError("d1") from e
 
 
 @dataclass

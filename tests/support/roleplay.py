@@ -70,6 +70,20 @@ def new_player(edge, **policy) -> Player:
     return Player(key, principal, open_session(edge, key))
 
 
+def page_location(edge, page_id: str) -> tuple[str, int, int]:
+    """(object key, offset, length) of a stored page, from its row."""
+    [row] = edge.sql("SELECT r2_key, r2_offset, byte_length FROM context_pages WHERE page_id = ?1", page_id)
+    return row["r2_key"], row["r2_offset"], row["byte_length"]
+
+
+def stored_page(edge, page_id: str) -> bytes | None:
+    """A page's stored bytes: its range of its request's R2 object (a legacy row's
+    whole per-page object). None if the object is gone."""
+    key, offset, length = page_location(edge, page_id)
+    data = edge.r2_get(key)
+    return None if data is None else data[offset:offset + length]
+
+
 def line(tag: str, i: int, size: int) -> str:
     """A unique, traceable text of about `size` bytes with Unicode and whitespace."""
     head = f"{tag}-{i:04d} «Aurore» 夜の森へ 🌙 ma\u0301gico \u05e9\u05dc\u05d5\u05dd\t \r\n"

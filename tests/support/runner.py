@@ -89,6 +89,17 @@ class Edge:
     def r2_delete(self, key: str):
         self.client.delete("/__runner/r2", params={"key": key}).raise_for_status()
 
+    def r2_list(self, prefix: str = "") -> dict[str, int]:
+        """Every object under `prefix` in the runner's local R2: key -> size."""
+        r = self.client.get("/__runner/r2/list", params={"prefix": prefix})
+        r.raise_for_status()
+        return {o["key"]: o["size"] for o in r.json()["objects"]}
+
+    def scheduled(self, cron: str = "0 * * * *"):
+        """Fire the Worker's `scheduled` handler (a Cron Trigger), as wrangler's
+        --test-scheduled route does."""
+        return self.client.get("/cdn-cgi/handler/scheduled", params={"cron": cron})
+
     def stop(self):
         if getattr(self, "client", None):
             self.client.close()

@@ -144,7 +144,7 @@ def test_store_statements_on_local_d1(persist):
         pid = signer.page_id("roleplay", "carol", "rps_d1", 1, sha)
         row = {"page_id": pid, "authority": "roleplay", "principal": "carol", "session_id": "rps_d1",
                "policy_revision": 1, "sha256": sha, "byte_length": size, "r2_key": r2_key(pid),
-               "created_at": now, "expires_at": now + 3600}
+               "r2_offset": 0, "body_written_at": now, "created_at": now, "expires_at": now + 3600}
         row["signature"] = signer.row_signature(row)
         return row
 

@@ -56,6 +56,19 @@ def test_limits():
     assert config.PAGE_TTL_SECONDS == 3600
     assert config.MAX_REQUEST_BYTES == 8 * 1024 * 1024
     assert config.DEFAULT_SAFETY_TOKENS == 256
+    assert config.DEFAULT_PAGE_REWRITE_AFTER_SECONDS == 86400
+    assert config.DEFAULT_EXPIRED_ROW_RETENTION_SECONDS == 7 * 86400
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, 86400), ("", 86400), ("  ", 86400), ("3600", 3600), (" 120 ", 120), ("0", 86400),
+    ("-5", 86400), ("1e3", 86400), ("1.5", 86400), ("１２", 86400), ("99999999999", 86400),
+    (str(10 * 365 * 86400), 10 * 365 * 86400), (str(10 * 365 * 86400 + 1), 86400), (7, 86400),
+])
+def test_duration_settings(value, expected):
+    assert config.rewrite_after(value) == expected
+    retention = config.expired_row_retention(value)
+    assert retention == (expected if expected != 86400 else 7 * 86400)
 
 
 GOOD = {"openai": {"base_url": "https://api.openai.com/v1/", "formats": ["chat", "responses"],

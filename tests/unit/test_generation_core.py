@@ -9,7 +9,7 @@ from multillm_edge.config import Provider
 from multillm_edge.errors import EdgeError
 from multillm_edge.generation import Turn, annotate, candidates, idle_event, info_headers, page_list_comment
 from multillm_edge.paging import Page
-from multillm_edge.store import GenerationContext, ModelWindow, SessionState
+from multillm_edge.store import ActivePage, GenerationContext, ModelWindow, SessionState
 
 PROVIDERS = {"p": Provider("p", "http://127.0.0.1:1/v1", ("chat", "messages"), "K")}
 
@@ -71,12 +71,22 @@ def test_compaction_is_announced():
 
 
 def test_context_pages_carry_the_tool_schema_of_the_format():
-    turn = Turn("messages", pages=pages(1), expires_at=123)
+    turn = Turn("messages", pages=pages(1))
+    turn.rows[turn.pages[0].page_id] = ActivePage(123, 0, "k", 0)
     doc = json.loads(annotate(b'{"id": "msg"}', turn))
     assert doc["context_pages"] == [{"page_id": turn.pages[0].page_id, "sha256": "ab" * 32,
                                      "expires_at": 123, "tool_schema": doc["context_pages"][0]["tool_schema"]}]
     assert doc["context_pages"][0]["tool_schema"]["name"] == "multillm_context_retrieve"
     assert "input_schema" in doc["context_pages"][0]["tool_schema"]
+
+
+def test_each_page_reports_its_own_rows_expiry():
+    """Lazy refresh: a reused page keeps its row's expiry, a new one gets now + TTL."""
+    turn = Turn("chat", pages=pages(3))
+    for i, p in enumerate(turn.pages):
+        turn.rows[p.page_id] = ActivePage(1000 + i, 0, "k", 0)
+    doc = json.loads(annotate(b'{"id": "c"}', turn))
+    assert [p["expires_at"] for p in doc["context_pages"]] == [1000, 1001, 1002]
 
 
 def test_non_object_or_invalid_json_passes_unchanged():

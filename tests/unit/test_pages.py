@@ -174,8 +174,99 @@ def test_make_row():
     s = PageSigner(b"k")
     row = s.make_row("roleplay", "alice", "rps_1", 2, SHA, 77, 1000, 3600)
     assert row["page_id"] == s.page_id("roleplay", "alice", "rps_1", 2, SHA)
-    assert row["r2_key"] == "context-pages/" + row["page_id"]
+    assert row["r2_key"] == "context-pages/" + row["page_id"] and row["r2_offset"] == 0
     assert (row["created_at"], row["expires_at"], row["byte_length"]) == (1000, 4600, 77)
+    assert row["body_written_at"] == 1000
     assert s.verify_row(row)
     assert set(row) == {"page_id", "authority", "principal", "session_id", "policy_revision",
-                        "sha256", "byte_length", "r2_key", "created_at", "expires_at", "signature"}
+                        "sha256", "byte_length", "r2_key", "r2_offset", "body_written_at",
+                        "created_at", "expires_at", "signature"}
+    shared = s.make_row("roleplay", "alice", "rps_1", 2, SHA, 77, 1000, 3600,
+                        location=(OBJ, 123), body_written_at=900)
+    assert (shared["r2_key"], shared["r2_offset"], shared["body_written_at"]) == (OBJ, 123, 900)
+    assert s.verify_row(shared) and shared["signature"] != row["signature"]
+
+
+# -- row signatures: v1 (legacy per-page object) and v2 (range of a shared object) ------
+
+OBJ = "context-pages/obj_" + "A" * 42 + "E"
+VECTOR_SECRET = b"vector-secret"
+# A row exactly as the edge wrote it before shared objects (no r2_offset/body_written_at
+# columns), with the signature that code produced: it must keep verifying.
+V1_ROW = {"page_id": "cp_CfQiVdY80yYFDbdXhp-XWbnulKfUZGdn1wjCgLI7Khs", "authority": "roleplay",
+          "principal": "alice", "session_id": "rps_1", "policy_revision": 3, "sha256": "ab" * 32,
+          "byte_length": 1234, "r2_key": "context-pages/cp_CfQiVdY80yYFDbdXhp-XWbnulKfUZGdn1wjCgLI7Khs",
+          "created_at": 1700000000, "expires_at": 1700003600,
+          "signature": "3-ZECY898OCa7WxXbZbIo3qi9XtFECHU8dH8CLYecRU"}
+V2_SIGNATURE = "pr_wCFKBaPenpZLESJUmE1ZzCKiiu3K6Vaz2MZwb840"
+
+
+def test_v1_vector_still_made_and_verified():
+    s = PageSigner(VECTOR_SECRET)
+    made = s.make_row("roleplay", "alice", "rps_1", 3, "ab" * 32, 1234, 1_700_000_000, 3600)
+    assert made["page_id"] == V1_ROW["page_id"] and made["signature"] == V1_ROW["signature"]
+    assert s.verify_row(V1_ROW)
+    # As D1 returns it after migration 0002: the added columns at their defaults.
+    assert s.verify_row(dict(V1_ROW, r2_offset=0, body_written_at=0))
+    assert not s.verify_row(dict(V1_ROW, expires_at=V1_ROW["expires_at"] + 1))
+
+
+def test_v2_vector():
+    s = PageSigner(VECTOR_SECRET)
+    row = s.make_row("roleplay", "alice", "rps_1", 3, "ab" * 32, 1234, 1_700_000_000, 3600,
+                     location=(OBJ, 5678), body_written_at=1_699_990_000)
+    assert row["signature"] == V2_SIGNATURE
+    assert s.verify_row(row)
+    assert s.verify_row(dict(row, body_written_at=1, created_at=2))   # informational, unsigned
+
+
+def test_v2_signature_covers_key_offset_and_length():
+    s = PageSigner(b"secret")
+    row = s.make_row("roleplay", "alice", "rps_1", 3, SHA, 1234, 100, 3600, location=(OBJ, 40))
+    for field, value in [("r2_offset", 41), ("r2_offset", 0), ("byte_length", 1233),
+                         ("r2_key", OBJ[:-1] + "I"), ("expires_at", row["expires_at"] + 60)]:
+        assert not s.verify_row(dict(row, **{field: value})), field
+    # A v2 row moved to the legacy location is checked as v1, which it never signed.
+    assert not s.verify_row(dict(row, r2_key=r2_key(row["page_id"]), r2_offset=0))
+    # A v1 row given an offset is checked as v2, which it never signed.
+    v1 = s.make_row("roleplay", "alice", "rps_1", 3, SHA, 1234, 100, 3600)
+    assert s.verify_row(v1) and not s.verify_row(dict(v1, r2_offset=7))
+    for bad in (True, "40", -1.5, None):
+        assert not s.verify_row(dict(row, r2_offset=bad)), bad
+
+
+def test_object_key_is_derived_from_the_pages_in_order():
+    a, b = "cp_" + "a" * 42 + "A", "cp_" + "b" * 42 + "A"
+    k = pages.object_key([a, b])
+    assert k == pages.object_key([a, b]) and k.startswith("context-pages/obj_")
+    assert len({k, pages.object_key([b, a]), pages.object_key([a]), pages.object_key([b])}) == 4
+    assert pages.is_valid_location({"page_id": a, "r2_key": k, "r2_offset": 0})
+
+
+def test_pack_concatenates_bodies_at_their_offsets():
+    class P:
+        def __init__(self, pid, body):
+            self.page_id, self.body = pid, body
+    ps = [P("cp_" + c * 42 + "A", body) for c, body in (("a", b"[1]"), ("b", "[\"é\"]".encode()), ("c", b"[]"))]
+    key, data, offsets = pages.pack(ps)
+    assert key == pages.object_key([p.page_id for p in ps])
+    for p in ps:
+        assert data[offsets[p.page_id]:offsets[p.page_id] + len(p.body)] == p.body
+    assert len(data) == sum(len(p.body) for p in ps) and offsets[ps[0].page_id] == 0
+
+
+def test_valid_locations():
+    pid = "cp_" + "a" * 42 + "A"
+    ok = [{"page_id": pid, "r2_key": r2_key(pid), "r2_offset": 0},
+          {"page_id": pid, "r2_key": r2_key(pid)},
+          {"page_id": pid, "r2_key": OBJ, "r2_offset": 0},
+          {"page_id": pid, "r2_key": OBJ, "r2_offset": 99}]
+    bad = [{"page_id": pid, "r2_key": r2_key(pid), "r2_offset": 5},          # legacy objects are whole
+           {"page_id": pid, "r2_key": r2_key("cp_" + "b" * 42 + "A"), "r2_offset": 0},
+           {"page_id": pid, "r2_key": "context-pages/obj_x", "r2_offset": 0},
+           {"page_id": pid, "r2_key": "media/" + OBJ, "r2_offset": 0},
+           {"page_id": pid, "r2_key": OBJ, "r2_offset": -1},
+           {"page_id": pid, "r2_key": OBJ, "r2_offset": True},
+           {"page_id": pid, "r2_key": None, "r2_offset": 0}]
+    assert all(pages.is_valid_location(r) for r in ok)
+    assert not any(pages.is_valid_location(r) for r in bad)

@@ -45,12 +45,13 @@ def db():
 
 
 def page(body: bytes, size=None, principal="alice", session="rps_a", rev=2, expires=NOW + 3600,
-         authority="roleplay"):
+         authority="roleplay", key=None, offset=0, written=NOW):
     sha = hashlib.sha256(body).hexdigest()
     pid = SIGNER.page_id(authority, principal, session, rev, sha)
     row = {"page_id": pid, "authority": authority, "principal": principal, "session_id": session,
            "policy_revision": rev, "sha256": sha, "byte_length": len(body) if size is None else size,
-           "r2_key": r2_key(pid), "created_at": NOW, "expires_at": expires}
+           "r2_key": key or r2_key(pid), "r2_offset": offset, "body_written_at": written,
+           "created_at": NOW, "expires_at": expires}
     row["signature"] = SIGNER.row_signature(row)
     return row
 
@@ -384,3 +385,131 @@ def test_every_statement_inlines():
             idx = {int(m) for m in re.findall(r"\?(\d+)", sql)}
             out = store.inline(sql, list(range(1, max(idx) + 1)))
             assert "?" not in out.replace("'$.", "")
+
+
+# -- issue 9: shared objects, lazy refresh, revisions, cleanup, migration ----------
+
+OBJ_A = "context-pages/obj_" + "A" * 42 + "E"
+OBJ_B = "context-pages/obj_" + "B" * 42 + "E"
+HORIZON = 86400
+
+
+def test_upsert_returns_each_row_as_it_now_stands(db):
+    a, b = page(b"a", 10, key=OBJ_A, offset=0), page(b"b", 20, key=OBJ_A, offset=10)
+    done = upsert(db, [a, b])
+    assert done.accepted and set(done.rows) == {a["page_id"], b["page_id"]}
+    assert done.rows[b["page_id"]] == store.ActivePage(NOW + 3600, NOW, OBJ_A, 10)
+    stored = {r["page_id"]: r for r in rows_of(db)}
+    assert stored[b["page_id"]]["r2_offset"] == 10 and SIGNER.verify_row(stored[b["page_id"]])
+    refused = upsert(db, [page(b"c", ALLOW)])
+    assert not refused and refused.rows == {}
+
+
+def test_context_lists_active_pages_with_their_location(db):
+    a = page(b"a", 10, key=OBJ_A, offset=5, written=NOW - 7)
+    dead = page(b"d", 10, expires=NOW + 1)
+    assert upsert(db, [a, dead])
+    ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW + 1))
+    assert ctx.active_pages == {a["page_id"]: store.ActivePage(NOW + 3600, NOW - 7, OBJ_A, 5)}
+    assert ctx.active_page_ids == {a["page_id"]} and ctx.active_bytes == 10
+
+
+def test_allowance_counts_the_current_revision_only(db):
+    old = page(b"old", 900, rev=1)
+    assert run(store.upsert_pages(db, [old], "alice", "rps_a", NOW, ALLOW))
+    # alice's policy is at revision 2: the revision-1 page is neither listed nor counted.
+    ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW))
+    assert ctx.active_pages == {} and ctx.active_bytes == 0
+    assert upsert(db, [page(b"new", 1000)])          # 900 + 1000 would not fit one revision
+    assert len(rows_of(db)) == 2                      # the old page is not deleted
+    assert not upsert(db, [page(b"one more", 1)])
+    with pytest.raises(ValueError):
+        upsert(db, [page(b"x", 1), page(b"y", 1, rev=1)])
+
+
+def test_refresh_in_place_keeps_location_and_body_time(db):
+    p = page(b"a", 10, key=OBJ_A, offset=3, written=NOW - 100)
+    assert upsert(db, [p])
+    later = NOW + 2000
+    p2 = page(b"a", 10, key=OBJ_A, offset=3, written=NOW - 100, expires=later + 3600)
+    done = upsert(db, [p2], now=later)
+    assert done.rows[p["page_id"]] == store.ActivePage(later + 3600, NOW - 100, OBJ_A, 3)
+    (row,) = rows_of(db)
+    assert row["created_at"] == NOW and SIGNER.verify_row(row)
+
+
+def test_row_written_meanwhile_elsewhere_is_kept(db):
+    """Two requests page the same exchange at once: the second one's row would repoint
+    the page to its own object and strand the first one's; the first row stays."""
+    first = page(b"a", 10, key=OBJ_A, offset=0)
+    assert upsert(db, [first])
+    second = page(b"a", 10, key=OBJ_B, offset=50)
+    done = run(store.upsert_pages(db, [second, page(b"z", 5, key=OBJ_B, offset=0)], "alice", "rps_a",
+                                  NOW + 1, ALLOW, young_after=NOW + 1 - HORIZON))
+    assert done and done.rows[first["page_id"]].r2_key == OBJ_A
+    assert {r["page_id"]: r["r2_key"] for r in rows_of(db)}[first["page_id"]] == OBJ_A
+    assert all(SIGNER.verify_row(r) for r in rows_of(db))
+
+
+def test_stale_body_is_repointed(db):
+    first = page(b"a", 10, key=OBJ_A, offset=0, written=NOW - HORIZON)
+    assert upsert(db, [first])
+    moved = page(b"a", 10, key=OBJ_B, offset=50, written=NOW)
+    done = run(store.upsert_pages(db, [moved], "alice", "rps_a", NOW, ALLOW, young_after=NOW - HORIZON))
+    assert done.rows[first["page_id"]] == store.ActivePage(NOW + 3600, NOW, OBJ_B, 50)
+
+
+def test_upsert_payload_is_compact(db):
+    """Rows travel as arrays with their object key once (D1 caps a value at 2 MB)."""
+    rows = [page(str(i).encode(), 1, key=OBJ_A, offset=i) for i in range(6000)]
+    payload, keys = store._upsert_payload([store._upsert_item(r, "alice", "rps_a", NOW) for r in rows])
+    assert keys == f'["{OBJ_A}"]' and len(payload) < 6000 * 220
+    assert run(store.upsert_pages(db, rows, "alice", "rps_a", NOW, 10_000))
+    ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW))
+    assert len(ctx.active_pages) == 6000
+
+
+def _expired_rows(db, n, expires, authority="roleplay", session="rps_a"):
+    run(db.run("""
+        WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+        INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision,
+                                   sha256, byte_length, r2_key, created_at, expires_at, signature)
+        SELECT ?2 || i, ?3, 'alice', ?4, 2, 'x', 1, 'k', 0, ?5, 's' FROM seq""",
+               [n, f"cp_{authority}_{expires}_", authority, session, expires]))
+
+
+def test_purge_deletes_old_expired_roleplay_rows_in_bounded_batches(db):
+    cutoff = NOW - 7 * 86400
+    _expired_rows(db, 25, cutoff - 1)                       # expired beyond retention
+    _expired_rows(db, 4, cutoff - 1, authority="managed")   # Flask's: never touched
+    _expired_rows(db, 3, cutoff)                            # not yet beyond retention
+    live = page(b"live", 1)
+    assert upsert(db, [live])
+    purged = run(store.purge_expired_pages(db, cutoff, batch_rows=10, max_batches=2))
+    assert purged == store.Purged(deleted=20, batches=2, more=True)
+    purged = run(store.purge_expired_pages(db, cutoff, batch_rows=10, max_batches=2))
+    assert purged == store.Purged(deleted=5, batches=1, more=False)
+    left = run(db.all("SELECT authority, expires_at, COUNT(*) AS n FROM context_pages "
+                      "GROUP BY authority, expires_at ORDER BY authority, expires_at", []))
+    assert left == [{"authority": "managed", "expires_at": cutoff - 1, "n": 4},
+                    {"authority": "roleplay", "expires_at": cutoff, "n": 3},
+                    {"authority": "roleplay", "expires_at": NOW + 3600, "n": 1}]
+    assert run(store.purge_expired_pages(db, cutoff, 10, 2)) == store.Purged(0, 1, False)
+
+
+def test_migration_keeps_rows_written_before_it():
+    """0001 alone, a row as the edge wrote it then, then 0002: the row gains offset 0 and
+    body_written_at 0 (unknown: rewritten at next reuse), and still verifies (v1)."""
+    conn = sqlite3.connect(":memory:")
+    first, *rest = sorted((ROOT / "migrations").glob("*.sql"))
+    conn.executescript(first.read_text())
+    old = SIGNER.make_row("roleplay", "alice", "rps_a", 2, hashlib.sha256(b"o").hexdigest(), 1, NOW, 3600)
+    cols = [c for c in old if c not in ("r2_offset", "body_written_at")]
+    conn.execute(f"INSERT INTO context_pages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                 [old[c] for c in cols])
+    for f in rest:
+        conn.executescript(f.read_text())
+    ex = store.SqliteExecutor(conn)
+    (row,) = rows_of(ex)
+    assert (row["r2_offset"], row["body_written_at"]) == (0, 0)
+    assert SIGNER.verify_row(row) and row["signature"] == old["signature"]

@@ -35,8 +35,14 @@ class Default(WorkerEntrypoint):
         if url.path == "/r2" and request.method == "PUT":
             await platform.pages.put(q["key"], await platform.read_body(8 << 20))
             return _json({"stored": True})
+        if url.path == "/r2" and request.method == "DELETE":
+            await platform.pages.delete(q["key"])
+            return _json({"deleted": True})
         if url.path == "/r2" and request.method == "GET":
-            data = await platform.pages.get(q["key"])
+            if "offset" in q:
+                data = await platform.pages.get(q["key"], int(q["offset"]), int(q["length"]))
+            else:
+                data = await platform.pages.get(q["key"])
             if data is None:
                 return _json({"missing": True}, 404)
             return Response(data, headers={"content-type": "application/octet-stream"})

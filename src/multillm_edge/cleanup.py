@@ -1,0 +1,34 @@
+"""The scheduled cleanup (DESIGN §5.12), run by the Cron Trigger in wrangler.toml.
+
+Deletes roleplay rows of `context_pages` that expired more than
+EXPIRED_ROW_RETENTION_SECONDS ago (default 7 days), in bounded batches; managed rows
+belong to the Flask side. R2 bodies are left to the bucket's lifecycle rule on
+`context-pages/` (README). One log line, counts only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import config, store
+
+
+async def scheduled_cleanup(platform) -> dict:
+    """Run one cleanup; returns (and logs) its record."""
+    started = time.monotonic()
+    record: dict = {"route": "scheduled"}
+    retention = config.expired_row_retention(platform.var("EXPIRED_ROW_RETENTION_SECONDS"))
+    db = platform.db
+    try:
+        if db is None:
+            record["error"] = "d1_unbound"
+        else:
+            purged = await store.purge_expired_pages(db, platform.now() - retention,
+                                                     config.CLEANUP_BATCH_ROWS,
+                                                     config.CLEANUP_MAX_BATCHES)
+            record.update(deleted=purged.deleted, batches=purged.batches, more=purged.more)
+    except Exception as e:  # the type only: a cron run must log, never leak or crash silently
+        record["error"] = type(e).__name__
+    record["ms"] = round((time.monotonic() - started) * 1000, 1)
+    platform.log(record)
+    return record

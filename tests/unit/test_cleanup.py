@@ -1,0 +1,74 @@
+"""The scheduled cleanup on an in-process platform (sqlite3 with the real migrations)."""
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from multillm_edge import cleanup, config, store
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW = 2_000_000_000
+
+
+class Platform:
+    def __init__(self, db, vars=None):
+        self.db, self.vars, self.logs = db, vars or {}, []
+
+    def var(self, name):
+        return self.vars.get(name)
+
+    def now(self):
+        return NOW
+
+    def log(self, record):
+        self.logs.append(record)
+
+
+def migrated():
+    conn = sqlite3.connect(":memory:")
+    for f in sorted((ROOT / "migrations").glob("*.sql")):
+        conn.executescript(f.read_text())
+    return conn
+
+
+def seed(conn, n, expires, authority="roleplay"):
+    conn.executemany(
+        "INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision, "
+        "sha256, byte_length, r2_key, created_at, expires_at, signature) "
+        "VALUES (?, ?, 'p', 's', 1, 'x', 1, 'k', 0, ?, 'sig')",
+        [(f"cp_{authority}_{expires}_{i}", authority, expires) for i in range(n)])
+    conn.commit()
+
+
+def count(conn):
+    return conn.execute("SELECT COUNT(*) FROM context_pages").fetchone()[0]
+
+
+def test_deletes_rows_expired_beyond_retention_and_logs_counts():
+    conn = migrated()
+    retention = config.DEFAULT_EXPIRED_ROW_RETENTION_SECONDS
+    seed(conn, 3, NOW - retention - 1)
+    seed(conn, 2, NOW - retention - 1, authority="managed")
+    seed(conn, 4, NOW - retention + 1)
+    platform = Platform(store.SqliteExecutor(conn))
+    record = asyncio.run(cleanup.scheduled_cleanup(platform))
+    assert platform.logs == [record]
+    assert {k: v for k, v in record.items() if k != "ms"} == \
+        {"route": "scheduled", "deleted": 3, "batches": 1, "more": False}
+    assert count(conn) == 6
+
+
+def test_retention_setting_is_honoured():
+    conn = migrated()
+    seed(conn, 2, NOW - 100)
+    platform = Platform(store.SqliteExecutor(conn), {"EXPIRED_ROW_RETENTION_SECONDS": "60"})
+    assert asyncio.run(cleanup.scheduled_cleanup(platform))["deleted"] == 2
+
+
+def test_failure_is_logged_by_type_only():
+    conn = sqlite3.connect(":memory:")      # no tables
+    platform = Platform(store.SqliteExecutor(conn))
+    record = asyncio.run(cleanup.scheduled_cleanup(platform))
+    assert record["error"] == "OperationalError" and "deleted" not in record
+    assert set(record) == {"route", "error", "ms"}
+    assert asyncio.run(cleanup.scheduled_cleanup(Platform(None)))["error"] == "d1_unbound"
