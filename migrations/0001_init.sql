@@ -1,4 +1,4 @@
--- Roleplay edge schema (DESIGN §4). Times are Unix seconds.
+-- Roleplay edge schema (docs/design.md §4). Times are Unix seconds.
 
 -- Roleplay API keys, stored only as the hex SHA-256 of the key.
 CREATE TABLE roleplay_keys (

@@ -1,4 +1,4 @@
--- One R2 object per storing request, lazy refresh, lifecycle-safe bodies (DESIGN §4, §5.9).
+-- One R2 object per storing request, lazy refresh, lifecycle-safe bodies (docs/design.md §4, §5.9).
 
 -- A page is the byte range [r2_offset, r2_offset + byte_length) of the object r2_key.
 -- Rows written before this migration hold a whole per-page object: offset 0.

@@ -1,4 +1,4 @@
-// The local runner (DESIGN §9): the Worker in real Pyodide, real local D1 and R2
+// The local runner (docs/design.md §9): the Worker in real Pyodide, real local D1 and R2
 // through wrangler's getPlatformProxy(), served over HTTP on PORT.
 //
 // Environment:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Admin CLI for the roleplay edge (DESIGN §10).
+"""Admin CLI for the roleplay edge (docs/design.md §10).
 
     npm run admin -- [--local|--remote] [--persist-to DIR] [--json] <command>
 

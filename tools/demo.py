@@ -98,7 +98,7 @@ def kb(n: int) -> str:
 
 
 def compact(obj) -> bytes:
-    """The canonical page bytes (DESIGN §5.8): compact JSON, UTF-8, no ASCII escaping."""
+    """The canonical page bytes (docs/design.md §5.8): compact JSON, UTF-8, no ASCII escaping."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 

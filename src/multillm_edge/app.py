@@ -1,4 +1,4 @@
-"""Routing (DESIGN §2): what the edge answers itself; everything else goes to the origin."""
+"""Routing (docs/design.md §2): what the edge answers itself; everything else goes to the origin."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ async def healthz(req: Incoming, platform) -> Outgoing:
 
 
 def route(req: Incoming):
-    """The handler for a request, or None to forward it (DESIGN §2)."""
+    """The handler for a request, or None to forward it (docs/design.md §2)."""
     if req.path == "/healthz" and req.method in ("GET", "HEAD"):
         return healthz
     # Present at all (even empty) makes it roleplay traffic: an empty session id is a

@@ -1,4 +1,4 @@
-"""Roleplay key extraction and the checks every roleplay route shares (DESIGN §2, §3, §5.2)."""
+"""Roleplay key extraction and the checks every roleplay route shares (docs/design.md §2, §3, §5.2)."""
 
 from __future__ import annotations
 

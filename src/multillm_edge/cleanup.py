@@ -1,4 +1,4 @@
-"""The scheduled cleanup (DESIGN §5.12), run by the Cron Trigger in wrangler.toml.
+"""The scheduled cleanup (docs/design.md §5.12), run by the Cron Trigger in wrangler.toml.
 
 Deletes roleplay rows of `context_pages` that expired more than
 EXPIRED_ROW_RETENTION_SECONDS ago (default 7 days), in bounded batches; managed rows

@@ -1,4 +1,4 @@
-"""The existing lossy fallback (no paging), loud: DESIGN §5 "Existing behaviour".
+"""The existing lossy fallback (no paging), loud: docs/design.md §5 "Existing behaviour".
 
 A body that fits is returned unchanged. One that does not fit loses its oldest
 unprotected complete exchanges (same grouping and protection as paging: system and

@@ -1,4 +1,4 @@
-"""Flag parsing, limits, providers and signing secrets (DESIGN §3).
+"""Flag parsing, limits, providers and signing secrets (docs/design.md §3).
 
 Pure functions over strings: the platform layer reads `env` and passes values in.
 Nothing here logs a configured value.
@@ -186,7 +186,7 @@ class Provider:
     formats: tuple[str, ...]   # subset of FORMATS
     api_key_secret: str        # name of the env secret holding the API key
     # "qualified" (default): `model` goes upstream exactly as the client wrote it
-    # ("provider:model", DESIGN §5.4). "bare": the provider's own id after "provider:",
+    # ("provider:model", docs/design.md §5.4). "bare": the provider's own id after "provider:",
     # for providers such as api.openai.com that reject the gateway's qualified names.
     model_name: str = "qualified"
 

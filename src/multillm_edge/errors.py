@@ -1,4 +1,4 @@
-"""One error tree for the edge and its JSON mapping (DESIGN §8).
+"""One error tree for the edge and its JSON mapping (docs/design.md §8).
 
 Every failure the edge answers itself is an `EdgeError`; handlers raise it and the
 app turns it into `{"error": {"type", "code", "message", ...}}` (Anthropic-shaped on

@@ -1,4 +1,4 @@
-"""Forwarding to the Flask origin (DESIGN §7): unchanged, streamed both ways."""
+"""Forwarding to the Flask origin (docs/design.md §7): unchanged, streamed both ways."""
 
 from __future__ import annotations
 

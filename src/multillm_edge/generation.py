@@ -1,4 +1,4 @@
-"""Roleplay generation at the edge (DESIGN §5): auth, plan, store before dispatch, fallbacks.
+"""Roleplay generation at the edge (docs/design.md §5): auth, plan, store before dispatch, fallbacks.
 
 The order is the contract: validate → one D1 read (key, policy, session, models,
 active pages) → plan every candidate → for the candidate being tried, put the bodies it
@@ -79,7 +79,7 @@ def wants_paging(body: dict) -> bool:
 def consumed_fields(flag_on: bool) -> tuple:
     """Request fields the edge acts on itself, which providers reject as unknown
     parameters: `models` always (the edge runs the fallbacks), and with the flag on
-    `capabilities` and `context_protected_indices` (DESIGN §5.10) — whether or not
+    `capabilities` and `context_protected_indices` (docs/design.md §5.10) — whether or not
     this request is paged (no capability, zero retention)."""
     return ("models",) + (paging.EDGE_FIELDS if flag_on else ())
 

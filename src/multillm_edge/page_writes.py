@@ -1,4 +1,4 @@
-"""What a turn must write for its plan's pages (DESIGN §5.8, §5.9): pure decisions.
+"""What a turn must write for its plan's pages (docs/design.md §5.8, §5.9): pure decisions.
 
 Each page of the plan is, given the rows the turn knows to be active:
 - new (no active row): its body goes into the request's object, a row is written;

@@ -1,4 +1,4 @@
-"""Canonical page bytes, SHA-256, page ids and row signatures (DESIGN §5.8, §6).
+"""Canonical page bytes, SHA-256, page ids and row signatures (docs/design.md §5.8, §6).
 
 Modelled on itsdangerous: the configured secret is never used as an HMAC key
 directly. Each purpose gets its own key derived as HMAC-SHA256(secret, salt), with
@@ -16,7 +16,7 @@ as a managed one.
                                                  policy_revision, sha256, byte_length, r2_key,
                                                  r2_offset, expires_at]))
 
-A page is a byte range of its request's R2 object (DESIGN §5.9): the signature covers
+A page is a byte range of its request's R2 object (docs/design.md §5.9): the signature covers
 the object key, the offset and the length. Rows written before shared objects (one
 object per page, ``context-pages/<page_id>``, offset 0) carry the "v1" signature, which
 has no offset: a row in that legacy location is verified as v1, any other as v2, so an
@@ -73,7 +73,7 @@ _OBJECT_KEY_RE = re.compile(r"context-pages/obj_[A-Za-z0-9_-]{43}\Z")
 
 
 def canonical_bytes(items: Any) -> bytes:
-    """The page body (DESIGN §5.8): parsing it gives back exactly ``items``."""
+    """The page body (docs/design.md §5.8): parsing it gives back exactly ``items``."""
     return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -1,4 +1,4 @@
-"""Reversible context paging: the plan (DESIGN §5 steps 4-8).
+"""Reversible context paging: the plan (docs/design.md §5 steps 4-8).
 
 Pure Python, stdlib only. Given a parsed request body in one of the three wire
 formats and a byte budget, decide which complete, unprotected exchanges leave the

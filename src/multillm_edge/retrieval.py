@@ -1,8 +1,8 @@
-"""Roleplay page retrieval at the edge (DESIGN §6).
+"""Roleplay page retrieval at the edge (docs/design.md §6).
 
 `GET /v1/context/pages/{page_id}?roleplay_session_id=S` with the roleplay key.
 (Without `roleplay_session_id` the request is a managed-handle retrieval: app.route
-returns None and it is forwarded to the Flask origin unchanged, DESIGN §7.)
+returns None and it is forwarded to the Flask origin unchanged, docs/design.md §7.)
 
 Order of the checks — nothing is read from R2 until every metadata check passed, and
 nothing leaves the edge until the body's length and SHA-256 match the signed row:
@@ -13,7 +13,7 @@ nothing leaves the edge until the body's length and SHA-256 match the signed row
 3. configuration: signing secret, D1 binding, R2 binding missing → 503
 4. ONE D1 statement (store.load_page_for_retrieval): key, policy, session, page row
 5. unknown or revoked key                → 401
-6. no current chat grant / zero retention → 403.  DESIGN §6 lists these as properties
+6. no current chat grant / zero retention → 403.  docs/design.md §6 lists these as properties
    of the principal's *current policy*, and §5.2 checks them before the session too.
    They are decided here, before any session or page check, on purpose: the 403
    depends only on the caller's own key, never on the session id or page id it sent,
@@ -76,7 +76,7 @@ _DUMMY_SHA = "0" * 64
 
 
 def is_retrieval(req: Incoming) -> bool:
-    """Routing predicate (DESIGN §2): GET on the pages path WITH roleplay_session_id."""
+    """Routing predicate (docs/design.md §2): GET on the pages path WITH roleplay_session_id."""
     return (req.method == "GET" and req.path.startswith(PAGES_PATH)
             and SESSION_PARAM in req.query)
 

@@ -1,4 +1,4 @@
-"""Every SQL statement of the edge, run through a tiny async executor (DESIGN §4, §5.9).
+"""Every SQL statement of the edge, run through a tiny async executor (docs/design.md §4, §5.9).
 
 The executor is D1 in production (platform layer) and sqlite3 in tests and tools
 (`SqliteExecutor`). Statements use numbered `?N` parameters and run unchanged on both.

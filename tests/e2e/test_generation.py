@@ -16,7 +16,7 @@ from tests.support.fakes import FakeServer, Reply
 from tests.support.runner import Edge
 
 MODEL = "fake:rp-small"
-WINDOW = 6000          # tokens; compared against UTF-8 bytes (DESIGN §5.5)
+WINDOW = 6000          # tokens; compared against UTF-8 bytes (docs/design.md §5.5)
 
 
 def provider_reply(rec):
@@ -528,7 +528,7 @@ def test_every_candidate_unreachable_is_502(start_edge):
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
 
 
-# --- sessions (DESIGN §2) -------------------------------------------------------------
+# --- sessions (docs/design.md §2) -------------------------------------------------------------
 
 def test_session_create_and_end(edge, provider):
     key, principal = rp.seed_principal(edge)

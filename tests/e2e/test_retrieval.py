@@ -1,4 +1,4 @@
-"""Roleplay page retrieval through the local runner (DESIGN §6, ISSUE 5).
+"""Roleplay page retrieval through the local runner (docs/design.md §6).
 
 Pages are created by real paged generations (chat format, fake provider); retrieval is
 then checked for the exact bytes, every 404 cause (one identical body), 401/403/503,

@@ -1,4 +1,4 @@
-"""The edge as a gateway to providers (DESIGN §5.10-11), through the runner: header and
+"""The edge as a gateway to providers (docs/design.md §5.10-11), through the runner: header and
 idle timeouts, the client going away, the page list on every stream, fallbacks past a
 misconfigured candidate, and the per-attempt log line."""
 

@@ -1,4 +1,4 @@
-"""Which headers the edge forwards (DESIGN §7): all but the true hop-by-hop ones."""
+"""Which headers the edge forwards (docs/design.md §7): all but the true hop-by-hop ones."""
 
 import pytest
 
