@@ -23,7 +23,7 @@ async def healthz(req: Incoming, platform) -> Outgoing:
         tables_ok = False
     checks = {
         "d1_tables": tables_ok,
-        "r2_binding": platform.pages is not None,
+        "r2_binding": platform.page_bodies is not None,
         "signing_configured": signing_secrets(platform.var) is not None,
         "paging_enabled": paging_enabled(platform),
     }

@@ -8,7 +8,6 @@ Bytes crossing into JS are converted explicitly (Uint8Array), as workerd require
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import js
@@ -17,6 +16,7 @@ from workers import Request, Response
 
 from .errors import EdgeError, StorageError
 from .http import Incoming, Outgoing
+from .jsonbytes import compact_text
 
 
 def _js_bytes(data: bytes):
@@ -233,7 +233,7 @@ class WorkersPlatform:
         return D1Executor(d1) if d1 is not None else None
 
     @property
-    def pages(self) -> R2PageStore | None:
+    def page_bodies(self) -> R2PageStore | None:
         bucket = self.binding("multillm_media")
         return R2PageStore(bucket) if bucket is not None else None
 
@@ -241,7 +241,7 @@ class WorkersPlatform:
         return int(time.time())
 
     def log(self, record: dict) -> None:
-        print(json.dumps(record, separators=(",", ":")))
+        print(compact_text(record, ascii=True))
 
     async def read_body(self, limit: int) -> bytes:
         """The request body, refusing (413) anything over `limit` bytes without buffering it."""

@@ -62,7 +62,7 @@ DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 # ---------------------------------------------------------------------------
 
 
-def paging_enabled(value: Optional[str]) -> tuple[bool, bool]:
+def parse_flag(value: Optional[str]) -> tuple[bool, bool]:
     """(enabled, invalid). Unset, empty or "false" -> off; "true" -> on (trimmed,
     case-insensitive); anything else -> off and invalid."""
     if value is None:
@@ -84,7 +84,7 @@ def flag_state(env_value: Optional[str], warn: Callable[[str], None]) -> bool:
     """Whether paging is enabled; calls ``warn`` at most once per process (isolate)
     for an invalid value. The warning names the setting, never its value."""
     global _flag_warned
-    enabled, invalid = paging_enabled(env_value)
+    enabled, invalid = parse_flag(env_value)
     if invalid and not _flag_warned:
         _flag_warned = True
         warn(f"{FLAG_NAME} has an invalid value; context paging is off. "

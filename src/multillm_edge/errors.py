@@ -8,7 +8,7 @@ error object: they are numbers, never content.
 
 from __future__ import annotations
 
-import json
+from .jsonbytes import compact
 
 # HTTP status -> error type (OpenAI-style names; Anthropic names differ, see below).
 _OPENAI_TYPES = {
@@ -65,7 +65,7 @@ class EdgeError(Exception):
                "message": self.message}
         err.update(self.details)
         doc = {"type": "error", "error": err} if anthropic else {"error": err}
-        return json.dumps(doc, separators=(",", ":")).encode()
+        return compact(doc, ascii=True)
 
 
 class StorageError(Exception):

@@ -22,6 +22,7 @@ from .errors import EdgeError, SessionNotFound, StorageError
 from .formats import get as format_module
 from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
 from .http import Incoming, Outgoing
+from .jsonbytes import compact
 from .pages import PageSigner
 
 CAPABILITY = "multillm_context_retrieve"
@@ -137,7 +138,7 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
     new or due. `stored` collects the ids of the pages whose bodies this request wrote."""
     if not pages:
         return
-    bucket = platform.pages
+    bucket = platform.page_bodies
     if bucket is None:
         raise _error("storage_unavailable", "The R2 binding is not configured.", 503)
     now = platform.now()
@@ -198,7 +199,7 @@ def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platfor
 
 
 def encode(body: dict) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return compact(body)
 
 
 def plan_all(body: dict, cands: list[Candidate], turn: Turn, page_id_for):

@@ -8,12 +8,12 @@ edge does not read (forwarded requests, streamed upstream responses) stay opaque
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .errors import EdgeError
+from .jsonbytes import compact
 
 # RFC 9110 §7.6.1 connection-specific headers (plus every proxy-* one): never forwarded.
 # Content-Length is end to end — a WSGI origin may need it to read the body — and stays;
@@ -54,7 +54,7 @@ class Outgoing:
 
 
 def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None) -> Outgoing:
-    body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    body = compact(doc)
     return Outgoing(status, [("content-type", "application/json")] + (headers or []), body)
 
 

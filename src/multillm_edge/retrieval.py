@@ -50,6 +50,7 @@ from . import store
 from .auth import database, key_digest, paging_enabled, signer
 from .errors import ChatNotGranted, EdgeError, PageNotFound, StorageError, Unauthorized
 from .http import Incoming, Outgoing
+from .jsonbytes import compact
 from .pages import PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
 
 PAGES_PATH = "/v1/context/pages/"
@@ -132,7 +133,7 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
         raise PageNotFound()
     sign = signer(platform)                                    # 3. configuration → 503
     db = database(platform)
-    bucket = platform.pages
+    bucket = platform.page_bodies
     if bucket is None:
         raise EdgeError(503, "storage_unavailable", "The R2 binding is not configured.")
 
@@ -190,7 +191,7 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
            "messages": messages,
            "body_base64": base64.b64encode(body).decode("ascii")}
     try:
-        payload = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        payload = compact(doc)
     except UnicodeEncodeError:  # a lone surrogate escaped in the page: stay lossless
-        payload = json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        payload = compact(doc, ascii=True)
     return Outgoing(200, [("content-type", "application/json")] + NO_CACHE, payload)

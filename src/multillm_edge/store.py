@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
+from .jsonbytes import compact_text
+
 TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
 RETENTIONS = ("standard", "zero")
 PAGE_COLUMNS = ("page_id", "authority", "principal", "session_id", "policy_revision", "sha256",
@@ -181,7 +183,7 @@ def _session(row: dict) -> SessionState:
 
 
 def _json_list(items: Iterable) -> str:
-    return json.dumps(list(items), ensure_ascii=True, separators=(",", ":"))
+    return compact_text(list(items), ascii=True)
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from multillm_edge import config
 from tests.handlers.conftest import KEY, MODEL, SESSION
 from tests.support import roleplay as rp
-from tests.support.inprocess import Answer, LocalEdge
+from tests.support.inprocess import LocalEdge
 
 EXPECTED_404 = (b'{"error":{"type":"not_found_error","code":"context_page_not_found",'
                 b'"message":"Context page not found."}}')

@@ -7,7 +7,6 @@ Worker's heap where it was (errors are raised fresh, so no traceback pins a body
 """
 
 import hashlib
-import json
 import os
 import random
 import time

@@ -136,7 +136,7 @@ class InProcessPlatform:
         return None if "INTELLIGENCE_DB" in self._edge.unbound else self._edge.executor
 
     @property
-    def pages(self):
+    def page_bodies(self):
         return None if "multillm_media" in self._edge.unbound else self._edge.bucket
 
     def now(self) -> int:

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from multillm_edge import config
-from multillm_edge.config import (paging_enabled, flag_state, safety_tokens, parse_providers,
+from multillm_edge.config import (parse_flag, flag_state, safety_tokens, parse_providers,
                                   split_model, provider_auth_headers, signing_secrets)
 from multillm_edge.errors import EdgeError
 
@@ -14,8 +14,8 @@ from multillm_edge.errors import EdgeError
     ("TRUE", (True, False)), ("1", (False, True)), ("yes", (False, True)), ("on", (False, True)),
     ("truee", (False, True)), ("t rue", (False, True)), ("   ", (False, False)),
 ])
-def test_paging_enabled(value, expected):
-    assert paging_enabled(value) == expected
+def test_parse_flag(value, expected):
+    assert parse_flag(value) == expected
 
 
 def test_flag_state_warns_once_without_value():

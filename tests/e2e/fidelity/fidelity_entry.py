@@ -33,16 +33,16 @@ class Default(WorkerEntrypoint):
             except StorageError as e:
                 return _json({"storage_error": str(e)}, 503)
         if url.path == "/r2" and request.method == "PUT":
-            await platform.pages.put(q["key"], await platform.read_body(8 << 20))
+            await platform.page_bodies.put(q["key"], await platform.read_body(8 << 20))
             return _json({"stored": True})
         if url.path == "/r2" and request.method == "DELETE":
-            await platform.pages.delete(q["key"])
+            await platform.page_bodies.delete(q["key"])
             return _json({"deleted": True})
         if url.path == "/r2" and request.method == "GET":
             if "offset" in q:
-                data = await platform.pages.get(q["key"], int(q["offset"]), int(q["length"]))
+                data = await platform.page_bodies.get(q["key"], int(q["offset"]), int(q["length"]))
             else:
-                data = await platform.pages.get(q["key"])
+                data = await platform.page_bodies.get(q["key"])
             if data is None:
                 return _json({"missing": True}, 404)
             return Response(data, headers={"content-type": "application/octet-stream"})
