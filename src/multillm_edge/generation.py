@@ -23,10 +23,9 @@ from .formats import get as format_module
 from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
 from .http import Incoming, Outgoing
 from .jsonbytes import compact
-from .pages import PageSigner
+from .pages import ROLEPLAY as AUTHORITY, PageSigner
 
 CAPABILITY = "multillm_context_retrieve"
-AUTHORITY = "roleplay"
 FORMAT_BY_PATH = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 # Client headers a provider may need; everything else (the roleplay key above all) stays here.

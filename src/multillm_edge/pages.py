@@ -55,7 +55,9 @@ SALT_ROW = b"multillm.context-page.row"
 SALT_OBJECT = b"multillm.context-page.object"
 _FORMAT_VERSION = "v1"
 
-AUTHORITIES = ("roleplay", "managed")
+#: The authority of every page this edge writes and serves (Flask's are "managed").
+ROLEPLAY = "roleplay"
+AUTHORITIES = (ROLEPLAY, "managed")
 
 # v1: rows in a per-page object (legacy); v2: rows in a request's shared object.
 ROW_SIGNED_FIELDS_V1 = (

@@ -51,11 +51,10 @@ from .auth import database, key_digest, paging_enabled, signer
 from .errors import ChatNotGranted, EdgeError, PageNotFound, StorageError, Unauthorized
 from .http import Incoming, Outgoing
 from .jsonbytes import compact
-from .pages import PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
+from .pages import ROLEPLAY as AUTHORITY, PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
 
 PAGES_PATH = "/v1/context/pages/"
 SESSION_PARAM = "roleplay_session_id"
-AUTHORITY = "roleplay"
 
 
 

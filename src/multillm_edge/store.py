@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
 from .jsonbytes import compact_text
+from .pages import ROLEPLAY
 
 TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
 RETENTIONS = ("standard", "zero")
@@ -202,7 +203,7 @@ SELECT k.principal AS principal,
        (SELECT json_group_array(json_array(c.page_id, c.expires_at, c.body_written_at,
                                            c.r2_key, c.r2_offset))
           FROM context_pages c
-         WHERE c.principal = k.principal AND c.session_id = ?2 AND c.authority = 'roleplay'
+         WHERE c.principal = k.principal AND c.session_id = ?2 AND c.authority = ?5
            AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_pages,
        (SELECT COALESCE(SUM(c.byte_length), 0)
           FROM context_pages c
@@ -219,7 +220,7 @@ async def load_generation_context(db: Executor, key_sha256: str, session_id: str
                                   models: Sequence[str], now: int) -> Optional[GenerationContext]:
     """Everything a generation turn needs, in one statement. None = unknown key."""
     row = await db.first(SQL_LOAD_GENERATION_CONTEXT,
-                         [key_sha256, session_id, _json_list(models), int(now)])
+                         [key_sha256, session_id, _json_list(models), int(now), ROLEPLAY])
     if row is None:
         return None
     windows = {}
@@ -460,7 +461,7 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], principal: str, sessi
 SQL_PURGE_EXPIRED = """
 DELETE FROM context_pages
  WHERE page_id IN (SELECT page_id FROM context_pages
-                    WHERE authority = 'roleplay' AND expires_at < ?1
+                    WHERE authority = ?3 AND expires_at < ?1
                     LIMIT ?2)
 """
 
@@ -479,7 +480,7 @@ async def purge_expired_pages(db: Executor, expired_before: int, batch_rows: int
     deleted = batches = 0
     n = batch_rows
     while batches < max_batches and n == batch_rows:
-        n = await db.run(SQL_PURGE_EXPIRED, [int(expired_before), int(batch_rows)])
+        n = await db.run(SQL_PURGE_EXPIRED, [int(expired_before), int(batch_rows), ROLEPLAY])
         deleted += n
         batches += 1
     return Purged(deleted, batches, n == batch_rows)
