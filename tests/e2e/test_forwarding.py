@@ -95,20 +95,6 @@ def test_sse_response_streams_chunk_by_chunk(edge, origin):
     assert len(arrivals) >= 3
 
 
-def test_origin_down_is_502_json(start_edge):
-    edge = start_edge({"FLASK_ORIGIN": "http://127.0.0.1:9"})
-    r = edge.client.get("/anything")
-    assert r.status_code == 502
-    assert r.json()["error"]["code"] == "origin_unreachable"
-
-
-def test_origin_unset_is_503_json(start_edge):
-    edge = start_edge({})
-    r = edge.client.post("/v1/chat/completions", json={"model": "x"})   # no roleplay header
-    assert r.status_code == 503
-    assert r.json()["error"]["code"] == "origin_not_configured"
-
-
 def raw_request(edge, method: str, target: str, headers: list[tuple[str, str]], body: bytes):
     """A request with exactly these headers (http.client adds none when told not to)."""
     conn = http.client.HTTPConnection(urlsplit(edge.url).netloc, timeout=30)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 
@@ -519,70 +518,6 @@ def test_non_get_with_session_param_is_not_handled_here(edge, origin):
     assert (r.status_code, r.text) == (405, "nope")
     assert origin.received[-1].path == PAGES + "cp_x?roleplay_session_id=s"
 
-
-# ---------------------------------------------------------------------------
-# Configuration: flag off / invalid, signing secret and bindings missing
-# ---------------------------------------------------------------------------
-
-CONFIGS = {
-    "flag_off": ({"CONTEXT_PAGING_ENABLED": "false"}, ()),
-    "no_secret": ({"MEDIA_SIGNING_SECRET": ""}, ()),
-    "no_r2": ({}, ("multillm_media",)),
-    "no_d1": ({}, ("INTELLIGENCE_DB",)),
-}
+# Configuration (flag off, signing secret or bindings missing): tests/handlers/test_configuration.py.
 
 
-@pytest.fixture(scope="module")
-def config_edges(servers, tmp_path_factory):
-    """One runner per configuration, started two at a time (each start costs ~5 s;
-    more at once only slows every start down on a loaded machine)."""
-    provider, origin = servers
-    edges, errors = {}, []
-
-    def start(name, extra, unbind):
-        try:
-            edges[name] = Edge(tmp_path_factory.mktemp(name),
-                               vars={**rp.edge_vars(provider.url, origin.url), **extra},
-                               unbind=list(unbind))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    names = list(CONFIGS)
-    for wave in (names[:2], names[2:]):
-        threads = [threading.Thread(target=start, args=(n, *CONFIGS[n])) for n in wave]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    try:
-        assert not errors, errors
-        yield edges
-    finally:
-        for e in edges.values():
-            e.stop()
-
-
-def test_paging_disabled_is_the_same_404(config_edges):
-    """Flag off: the same 404 bytes, and no storage touched at all. (Invalid flag values
-    take the same path: config.flag_state, unit-tested in tests/unit/test_config.py.)"""
-    edge = config_edges["flag_off"]
-    key, _ = rp.seed_principal(edge)
-    sid = rp.open_session(edge, key)
-    stats0 = edge.stats()
-    assert_404(fetch(edge, "cp_" + "A" * 43, sid, key))
-    assert edge.stats() == stats0                    # not even a D1 statement
-    assert_error(fetch(edge, "cp_" + "A" * 43, sid, None), 401, "invalid_api_key")
-
-
-def test_missing_signing_secret_is_503(config_edges):
-    edge = config_edges["no_secret"]
-    key, _ = rp.seed_principal(edge)
-    sid = rp.open_session(edge, key)
-    assert_error(fetch(edge, "cp_" + "A" * 43, sid, key), 503, "signing_not_configured")
-
-
-@pytest.mark.parametrize("name", ["no_r2", "no_d1"])
-def test_missing_binding_is_503(config_edges, name):
-    edge = config_edges[name]
-    r = fetch(edge, "cp_" + "A" * 43, "rps_x", "rpk_x")
-    assert_error(r, 503, "storage_unavailable")

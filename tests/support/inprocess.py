@@ -65,12 +65,14 @@ class MemoryBucket:
 
 class FaultyExecutor(store.SqliteExecutor):
     """sqlite3 with the production SQL. A failing statement is a StorageError, as
-    bindings.D1Executor makes of D1's; every call fails while `failing` is set."""
+    bindings.D1Executor makes of D1's; every call fails while `failing` is set, and
+    every statement containing `fail_sql`."""
 
     failing = False
+    fail_sql: str | None = None
 
     def _cursor(self, sql, params):
-        if self.failing:
+        if self.failing or (self.fail_sql and self.fail_sql in sql):
             raise StorageError("d1")
         try:
             return super()._cursor(sql, params)
