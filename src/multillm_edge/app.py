@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass, field
+from typing import Callable
 
 from . import store
 from .auth import SESSION_HEADER, paging_enabled
 from .config import signing_secrets
 from .errors import EdgeError, InternalError, StorageError
 from .forward import forward
-from .generation import FORMAT_BY_PATH, generate
-from .retrieval import is_retrieval, retrieve_page
-from .sessions import SESSIONS_PATH, create_session, end_session
+from .generation import generate
+from .retrieval import SESSION_PARAM, retrieve_page
+from .sessions import create_session, end_session
 from .http import Incoming, Outgoing, error_response, json_response
 
 
@@ -32,27 +35,73 @@ async def healthz(req: Incoming, platform) -> Outgoing:
                          [("cache-control", "no-store")])
 
 
-def route(req: Incoming):
-    """The handler for a request, or None to forward it (docs/design.md §2)."""
-    if req.path == "/healthz" and req.method in ("GET", "HEAD"):
-        return healthz
+@dataclass(frozen=True)
+class Route:
+    """One row of the routing table, in the spirit of starlette's ``Route``: a method,
+    a path pattern whose ``{name}`` parts become ``req.params`` (a parameter takes the
+    rest of the path, slashes included and possibly empty, so no look-alike path
+    escapes to the origin),
+    an extra condition, constants for the handler, and the error envelope."""
+    methods: tuple
+    pattern: str
+    handler: Callable
+    when: Callable[[Incoming], bool] = lambda req: True
+    constants: dict = field(default_factory=dict)
+    envelope: str = "openai"             # "anthropic": errors in Anthropic's shape
+
+    def match(self, req: Incoming) -> dict | None:
+        if req.method not in self.methods or not self.when(req):
+            return None
+        m = _compiled(self.pattern).fullmatch(req.path)
+        return None if m is None else {**self.constants, **m.groupdict()}
+
+
+_PATTERNS: dict = {}
+
+
+def _compiled(pattern: str):
+    if pattern not in _PATTERNS:
+        _PATTERNS[pattern] = re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>.*)", re.escape(pattern)))
+    return _PATTERNS[pattern]
+
+
+def _roleplay(req: Incoming) -> bool:
     # Present at all (even empty) makes it roleplay traffic: an empty session id is a
     # 400 at the edge, never a request (and roleplay key) forwarded to the origin.
-    if req.method == "POST" and req.path in FORMAT_BY_PATH and req.header(SESSION_HEADER) is not None:
-        return generate
-    if req.path == SESSIONS_PATH and req.method == "POST":
-        return create_session
-    if req.path.startswith(SESSIONS_PATH + "/") and req.method == "DELETE":
-        return end_session
-    if is_retrieval(req):  # GET /v1/context/pages/{id}?roleplay_session_id=… (else forwarded)
-        return retrieve_page
-    return None
+    return req.header(SESSION_HEADER) is not None
+
+
+def _session_param(req: Incoming) -> bool:
+    return SESSION_PARAM in req.query     # without it: a managed handle, the origin's
+
+
+ROUTES = (
+    Route(("GET", "HEAD"), "/healthz", healthz),
+    Route(("POST",), "/v1/chat/completions", generate, _roleplay, {"fmt": "chat"}),
+    Route(("POST",), "/v1/responses", generate, _roleplay, {"fmt": "responses"}),
+    Route(("POST",), "/v1/messages", generate, _roleplay, {"fmt": "messages"}, "anthropic"),
+    Route(("POST",), "/v1/roleplay/sessions", create_session),
+    Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session),
+    Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param),
+)
+FORWARD = Route((), "", forward)
+
+
+def route(req: Incoming) -> Route:
+    """The route answering ``req`` (its ``params`` set), else forwarding (docs/design.md §2)."""
+    for r in ROUTES:
+        params = r.match(req)
+        if params is not None:
+            req.params = params
+            return r
+    return FORWARD
 
 
 async def handle(req: Incoming, platform) -> Outgoing:
     started = time.monotonic()
-    handler = route(req) or forward
-    anthropic = req.path == "/v1/messages"
+    matched = route(req)
+    handler = matched.handler
+    anthropic = matched.envelope == "anthropic"
     try:
         out = await handler(req, platform)
     except EdgeError as err:

@@ -26,7 +26,6 @@ from .jsonbytes import compact
 from .pages import ROLEPLAY as AUTHORITY, PageSigner
 
 CAPABILITY = "multillm_context_retrieve"
-FORMAT_BY_PATH = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 # Client headers a provider may need; everything else (the roleplay key above all) stays here.
 PASSED_HEADERS = ("accept", "anthropic-version", "anthropic-beta", "openai-beta")
@@ -394,7 +393,7 @@ async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: by
 
 
 async def generate(req: Incoming, platform) -> Outgoing:
-    turn = Turn(FORMAT_BY_PATH[req.path], notes=req.notes)
+    turn = Turn(req.params["fmt"], notes=req.notes)
     digest = key_digest(req)
     session_id = valid_session_id(req.header(SESSION_HEADER))
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)

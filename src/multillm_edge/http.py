@@ -30,6 +30,7 @@ class Incoming:
     headers: list[tuple[str, str]]       # lower-case names, in arrival order
     stream: Any = None                   # the runtime's body stream, for forwarding
     notes: dict = field(default_factory=dict)   # counts and timings for the log line
+    params: dict = field(default_factory=dict)  # path parameters and route constants
 
     def __post_init__(self):
         parts = urlsplit(self.url)

@@ -53,7 +53,6 @@ from .http import Incoming, Outgoing
 from .jsonbytes import compact
 from .pages import ROLEPLAY as AUTHORITY, PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
 
-PAGES_PATH = "/v1/context/pages/"
 SESSION_PARAM = "roleplay_session_id"
 
 
@@ -73,12 +72,6 @@ NO_CACHE = [("cache-control", "private, no-store")]
 # A syntactically valid id that no row can carry (HMAC output is never this), used
 # to keep the verification work constant when the row is absent.
 _DUMMY_SHA = "0" * 64
-
-
-def is_retrieval(req: Incoming) -> bool:
-    """Routing predicate (docs/design.md §2): GET on the pages path WITH roleplay_session_id."""
-    return (req.method == "GET" and req.path.startswith(PAGES_PATH)
-            and SESSION_PARAM in req.query)
 
 
 def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
@@ -136,7 +129,7 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
     if bucket is None:
         raise EdgeError(503, "storage_unavailable", "The R2 binding is not configured.")
 
-    page_id = req.path[len(PAGES_PATH):]
+    page_id = req.params["page_id"]
     values = req.query.get(SESSION_PARAM) or [""]
     session_id = values[0] if len(set(values)) == 1 else ""
     # A malformed id is never sent to D1 (it cannot match; this also bounds the

@@ -9,8 +9,6 @@ from .auth import check_principal, database, key_digest
 from .errors import EdgeError, SessionNotFound, StorageError
 from .http import Incoming, Outgoing, json_response
 
-SESSIONS_PATH = "/v1/roleplay/sessions"
-
 
 async def _principal(digest: str, db) -> str:
     facts = await store.load_principal(db, digest)
@@ -32,7 +30,7 @@ async def create_session(req: Incoming, platform) -> Outgoing:
 
 
 async def end_session(req: Incoming, platform) -> Outgoing:
-    session_id = req.path[len(SESSIONS_PATH) + 1:]
+    session_id = req.params["session_id"]
     digest = key_digest(req)
     db = database(platform)
     try:
