@@ -32,9 +32,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support import roleplay as rp  # noqa: E402
-from tests.support.fakes import FakeServer, Reply  # noqa: E402
-from tests.support.runner import Edge  # noqa: E402
+from devkit import roleplay as rp  # noqa: E402
+from devkit.fakes import FakeServer, Reply  # noqa: E402
+from devkit.runner import Edge  # noqa: E402
 
 REPLY = json.dumps({"id": "c", "object": "chat.completion", "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).encode()

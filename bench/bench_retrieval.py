@@ -1,6 +1,6 @@
 """Benchmark of roleplay page retrieval (issue 5) through the local runner.
 
-Starts one runner (tests/support/runner.Edge: real Pyodide, real local D1/R2) with a
+Starts one runner (devkit/runner.Edge: real Pyodide, real local D1/R2) with a
 fake provider and a fake Flask origin, stores real pages with one paged chat
 generation, then measures, interleaved so machine-load drift hits both alike:
 
@@ -30,9 +30,9 @@ for p in (ROOT, ROOT / "src"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from tests.support import roleplay as rp  # noqa: E402
-from tests.support.fakes import FakeServer, Reply  # noqa: E402
-from tests.support.runner import Edge  # noqa: E402
+from devkit import roleplay as rp  # noqa: E402
+from devkit.fakes import FakeServer, Reply  # noqa: E402
+from devkit.runner import Edge  # noqa: E402
 
 MODEL = "fake:rp-small"
 

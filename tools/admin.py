@@ -10,7 +10,8 @@
     session end    --principal P --session-id S
     model set      provider:model --input-tokens N --max-output-tokens M
 
-Every statement comes from src/multillm_edge/store.py, rendered with `store.inline`
+Every statement comes from src/multillm_edge/store.py or devkit/admin_sql.py, rendered
+with `admin_sql.inline`
 and run by `npx wrangler d1 execute INTELLIGENCE_DB --local|--remote --json --command`
 from the repository root. `--local` (the default) applies the migrations first, so a
 fresh state works. Keys are generated here and stored only as their SHA-256 hex.
@@ -34,7 +35,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "src"))
+sys.path.insert(0, str(REPO_ROOT))
 
+from devkit import admin_sql  # noqa: E402
 from multillm_edge import store  # noqa: E402
 from multillm_edge.config import split_model  # noqa: E402
 from multillm_edge.errors import EdgeError  # noqa: E402
@@ -104,11 +107,11 @@ class WranglerExecutor:
         return rows[0] if rows else None
 
     async def all(self, sql: str, params: list) -> list:
-        return list(self._execute(store.inline(sql, params))[-1].get("results") or [])
+        return list(self._execute(admin_sql.inline(sql, params))[-1].get("results") or [])
 
     async def run(self, sql: str, params: list) -> int:
         # Local `d1 execute` reports no meta.changes: ask SQLite in the same batch.
-        doc = self._execute(store.inline(sql, params).rstrip().rstrip(";")
+        doc = self._execute(admin_sql.inline(sql, params).rstrip().rstrip(";")
                             + ";\nSELECT changes() AS changes")
         return int(doc[-1]["results"][0]["changes"])
 
@@ -177,19 +180,19 @@ def _sha256(value: str) -> str:
 async def cmd_key_create(db, a):
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     digest = hashlib.sha256(key.encode("ascii")).hexdigest()
-    await store.insert_key(db, digest, a.principal, int(time.time()))
+    await admin_sql.insert_key(db, digest, a.principal, int(time.time()))
     return {"key": key, "key_sha256": digest, "principal": a.principal}, key
 
 
 async def cmd_key_revoke(db, a):
-    revoked = await store.revoke_key(db, a.key_sha256, int(time.time()))
+    revoked = await admin_sql.revoke_key(db, a.key_sha256, int(time.time()))
     if not revoked:
         raise AdminError("no such unrevoked key")
     return {"key_sha256": a.key_sha256, "revoked": True}, f"revoked {a.key_sha256}"
 
 
 async def cmd_policy_set(db, a):
-    await store.set_policy(db, a.principal, a.revision, a.grants, a.retention, int(time.time()))
+    await admin_sql.set_policy(db, a.principal, a.revision, a.grants, a.retention, int(time.time()))
     res = {"principal": a.principal, "revision": a.revision, "grants": a.grants,
            "retention": a.retention}
     return res, (f"policy of {a.principal}: revision {a.revision}, grants "
@@ -210,7 +213,7 @@ async def cmd_session_end(db, a):
 
 
 async def cmd_model_set(db, a):
-    await store.set_model(db, a.model, a.input_tokens, a.max_output_tokens)
+    await admin_sql.set_model(db, a.model, a.input_tokens, a.max_output_tokens)
     res = {"model": a.model, "input_tokens": a.input_tokens,
            "max_output_tokens": a.max_output_tokens}
     return res, f"model {a.model}: input {a.input_tokens}, max output {a.max_output_tokens}"

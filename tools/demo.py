@@ -32,8 +32,8 @@ import openai
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.support.fakes import FakeServer, Reply  # noqa: E402  (the same local parts the tests use)
-from tests.support.runner import Edge  # noqa: E402
+from devkit.fakes import FakeServer, Reply  # noqa: E402  (the same local parts the tests use)
+from devkit.runner import Edge  # noqa: E402
 STATE = ROOT / ".wrangler" / "demo-state"
 PRINCIPAL = "demo-player"
 PROVIDER = "standin"

@@ -19,12 +19,6 @@ from .errors import EdgeError
 from .paging import _Prepared, per_budget
 
 
-def compact(fmt: str, body: dict, budget: int, *, strip: tuple = ()):
-    """Return ``(body, dropped_count)``; raise EdgeError 413 if it cannot fit. A body
-    that fits with nothing stripped is returned as the same object."""
-    return _compact(_Prepared(fmt, body, None, strip=strip), budget)
-
-
 def compact_candidates(fmt: str, body: dict, budgets: list, *, strip: tuple = ()) -> list:
     """One ``(body, dropped_count)`` or 413 EdgeError per budget; grouping and sizing
     are done once for all candidates."""

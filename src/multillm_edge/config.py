@@ -92,11 +92,6 @@ def flag_state(env_value: Optional[str], warn: Callable[[str], None]) -> bool:
     return enabled
 
 
-def _reset_flag_warning() -> None:
-    """Tests only."""
-    global _flag_warned
-    _flag_warned = False
-
 
 # ---------------------------------------------------------------------------
 # CONTEXT_SAFETY_TOKENS

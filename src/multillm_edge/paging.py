@@ -116,7 +116,6 @@ class Plan:
     pages: list         # list[Page], in order of appearance (deduplicated by sha256)
     size: int           # bytes of the compact serialization of `body`
     budget: int
-    tools_key_created: bool = False  # the plan created the tools key (for unpage)
 
 
 def output_reservation(fmt: str, body: dict):
@@ -322,8 +321,8 @@ def _build(prep: _Prepared, chosen: list, size: int, budget: int) -> Plan:
         close_run()
     out = dict(prep.base)
     out[mod.ITEMS_KEY] = out_items
-    created = mod.add_tool(out)
-    return Plan(out, pages, size, budget, created)
+    mod.add_tool(out)
+    return Plan(out, pages, size, budget)
 
 
 def plan_paging(fmt: str, body: dict, budget: int, page_id_for: Callable[[str], str],
@@ -355,26 +354,3 @@ def per_budget(plan_one: Callable[[int], object], budgets: list) -> list:
             out.append(e)
     return out
 
-
-def unpage(fmt: str, body: dict, pages, tools_key_created: bool = False) -> dict:
-    """The inverse of a plan: each marker replaced by its pages' items, tool removed.
-
-    ``unpage(fmt, plan.body, plan.pages, plan.tools_key_created)`` equals the input
-    body minus the edge-only fields (used by tests and diagnostics).
-    """
-    mod = _formats.get(fmt)
-    by_id = {p.page_id: p for p in pages}
-    out = dict(body)
-    items = mod.items(out)
-    if items is not None and by_id:
-        new_items = []
-        for it in items:
-            ids = _formats.marker_ids(mod.marker_content(it))
-            if ids is not None and all(i in by_id for i in ids):
-                for i in ids:
-                    new_items.extend(by_id[i].items)
-            else:
-                new_items.append(it)
-        out[mod.ITEMS_KEY] = new_items
-        mod.remove_tool(out, tools_key_created)
-    return out

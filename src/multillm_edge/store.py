@@ -1,7 +1,7 @@
 """Every SQL statement of the edge, run through a tiny async executor (docs/design.md §4, §5.9).
 
 The executor is D1 in production (platform layer) and sqlite3 in tests and tools
-(`SqliteExecutor`). Statements use numbered `?N` parameters and run unchanged on both.
+(`devkit.sqlite.SqliteExecutor`; the admin statements are in `devkit.admin_sql`). Statements use numbered `?N` parameters and run unchanged on both.
 Lists travel as ONE JSON parameter read with `json_each` (D1 binds at most 100
 parameters per statement).
 
@@ -24,48 +24,12 @@ RETENTIONS = ("standard", "zero")
 PAGE_COLUMNS = ("page_id", "authority", "principal", "session_id", "policy_revision", "sha256",
                 "byte_length", "r2_key", "r2_offset", "body_written_at", "created_at",
                 "expires_at", "signature")
-_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
 class Executor(Protocol):
     async def first(self, sql: str, params: list) -> Optional[dict]: ...
     async def all(self, sql: str, params: list) -> list[dict]: ...
     async def run(self, sql: str, params: list) -> int: ...  # rows changed
-
-
-class SqliteExecutor:
-    """Executor over a sqlite3 connection (tests, tools). Autocommits each `run`."""
-
-    def __init__(self, conn):
-        self.conn = conn
-
-    def _cursor(self, sql: str, params: list):
-        return self.conn.execute(sql, list(params))
-
-    @staticmethod
-    def _row(cur, row) -> dict:
-        return {d[0]: v for d, v in zip(cur.description, row)}
-
-    async def first(self, sql: str, params: list) -> Optional[dict]:
-        cur = self._cursor(sql, params)
-        row = cur.fetchone()
-        return None if row is None else self._row(cur, row)
-
-    async def all(self, sql: str, params: list) -> list[dict]:
-        cur = self._cursor(sql, params)
-        rows = [self._row(cur, r) for r in cur.fetchall()]
-        if self.conn.in_transaction:   # a write with RETURNING
-            self.conn.commit()
-        return rows
-
-    async def run(self, sql: str, params: list) -> int:
-        # cursor.rowcount is -1 for statements starting with WITH (CPython only counts
-        # statements it recognizes as DML); total_changes counts like D1's meta.changes.
-        before = self.conn.total_changes
-        self._cursor(sql, params)
-        changed = self.conn.total_changes - before
-        self.conn.commit()
-        return changed
 
 
 # ---------------------------------------------------------------------------
@@ -509,145 +473,3 @@ async def create_session(db: Executor, session_id: str, principal: str, now: int
 async def end_session(db: Executor, session_id: str, principal: str, now: int) -> bool:
     """End an open session of this principal. False: unknown, foreign or already ended."""
     return await db.run(SQL_END_SESSION, [session_id, principal, int(now)]) > 0
-
-
-# ---------------------------------------------------------------------------
-# Admin writes
-# ---------------------------------------------------------------------------
-
-SQL_INSERT_KEY = """
-INSERT INTO roleplay_keys (key_sha256, principal, created_at, revoked_at)
-VALUES (?1, ?2, ?3, NULL)
-"""
-
-SQL_REVOKE_KEY = """
-UPDATE roleplay_keys SET revoked_at = ?2 WHERE key_sha256 = ?1 AND revoked_at IS NULL
-"""
-
-SQL_SET_POLICY = """
-INSERT INTO principal_policies (principal, revision, grants, retention, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5)
-ON CONFLICT(principal) DO UPDATE SET
-  revision = excluded.revision, grants = excluded.grants,
-  retention = excluded.retention, updated_at = excluded.updated_at
-"""
-
-SQL_SET_MODEL = """
-INSERT INTO models (model, input_tokens, max_output_tokens) VALUES (?1, ?2, ?3)
-ON CONFLICT(model) DO UPDATE SET
-  input_tokens = excluded.input_tokens, max_output_tokens = excluded.max_output_tokens
-"""
-
-
-async def insert_key(db: Executor, key_sha256: str, principal: str, now: int) -> None:
-    await db.run(SQL_INSERT_KEY, [key_sha256, principal, int(now)])
-
-
-async def revoke_key(db: Executor, key_sha256: str, now: int) -> bool:
-    """True iff an unrevoked key was revoked."""
-    return await db.run(SQL_REVOKE_KEY, [key_sha256, int(now)]) > 0
-
-
-async def set_policy(db: Executor, principal: str, revision: int, grants: Sequence[str],
-                     retention: str, now: int) -> None:
-    if retention not in RETENTIONS:
-        raise ValueError("retention must be 'standard' or 'zero'")
-    if isinstance(revision, bool) or not isinstance(revision, int):
-        raise ValueError("revision must be an integer")
-    grants = list(grants)
-    if not all(isinstance(g, str) and g for g in grants):
-        raise ValueError("grants must be non-empty strings")
-    await db.run(SQL_SET_POLICY, [principal, revision, _json_list(grants), retention, int(now)])
-
-
-async def set_model(db: Executor, model: str, input_tokens: int, max_output_tokens: int) -> None:
-    for v in (input_tokens, max_output_tokens):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError("token counts must be positive integers")
-    await db.run(SQL_SET_MODEL, [model, input_tokens, max_output_tokens])
-
-
-# ---------------------------------------------------------------------------
-# Inline rendering (admin CLI -> `wrangler d1 execute --command`)
-# ---------------------------------------------------------------------------
-
-
-def _literal(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        raise TypeError("bool parameters are not supported; pass 0/1")
-    if isinstance(v, int):
-        if not _INT64_MIN <= v <= _INT64_MAX:
-            raise ValueError("integer out of SQLite range")
-        return str(v)
-    if isinstance(v, str):
-        if "\x00" in v:
-            raise ValueError("NUL character in string parameter")
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("string parameter is not valid Unicode") from None
-        return "'" + v.replace("'", "''") + "'"
-    raise TypeError(f"unsupported parameter type {type(v).__name__}")
-
-
-def inline(sql: str, params: Sequence[Any]) -> str:
-    """Render `sql` with its `?N` / `?` parameters replaced by quoted SQL literals
-    (str with '' doubling, int, None -> NULL). Placeholders inside string literals,
-    quoted identifiers and comments are left alone. Every parameter must be used
-    and every placeholder must have a parameter."""
-    params = list(params)
-    lits = [_literal(p) for p in params]
-    used = set()
-    out = []
-    i, n, seq = 0, len(sql), 0
-    while i < n:
-        c = sql[i]
-        if c in "'\"`[":
-            close = "]" if c == "[" else c
-            j = i + 1
-            while j < n:
-                if sql[j] == close:
-                    if close != "]" and j + 1 < n and sql[j + 1] == close:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            if j >= n:
-                raise ValueError("unterminated quoted text in SQL")
-            out.append(sql[i:j + 1])
-            i = j + 1
-        elif c == "-" and sql.startswith("--", i):
-            j = sql.find("\n", i)
-            j = n if j < 0 else j
-            out.append(sql[i:j])
-            i = j
-        elif c == "/" and sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            if j < 0:
-                raise ValueError("unterminated comment in SQL")
-            out.append(sql[i:j + 2])
-            i = j + 2
-        elif c == "?":
-            j = i + 1
-            while j < n and sql[j].isdigit():
-                j += 1
-            if j > i + 1:
-                idx = int(sql[i + 1:j])
-            else:
-                seq += 1
-                idx = seq
-            if not 1 <= idx <= len(lits):
-                raise ValueError(f"no parameter for placeholder ?{idx}")
-            used.add(idx)
-            out.append(lits[idx - 1])
-            i = j
-        elif c in ":@$":
-            raise ValueError("named parameters are not supported")
-        else:
-            out.append(c)
-            i += 1
-    if used != set(range(1, len(lits) + 1)):
-        raise ValueError("unused parameters")
-    return "".join(out)

@@ -13,10 +13,11 @@ import re
 
 import pytest
 
+from devkit.unpage import marker_ids
 from multillm_edge import formats
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Received, Reply
-from tests.support.runner import Edge
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Received, Reply
+from devkit.runner import Edge
 
 MODEL = "fake:rp-small"
 WINDOW_TOKENS, MAX_OUTPUT = 6000, 1000
@@ -187,7 +188,7 @@ def marker_page_ids(texts) -> list[str]:
     """Page ids named by every marker text among ``texts`` (in order)."""
     ids = []
     for text in texts:
-        found = formats.marker_ids(text)
+        found = marker_ids(text)
         if found:
             ids += found
     return ids

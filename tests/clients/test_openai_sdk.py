@@ -9,7 +9,7 @@ import pytest
 from tests.clients.conftest import (CAPS, EXCHANGES, MANY_EXCHANGES, MANY_SIZE, MAX_TOKENS, MODEL,
                                     REPLY_TEXT, WIDE_MODEL, check_context_pages,
                                     check_upstream, header_page_ids, stream_page_ids, tee_http_client)
-from tests.support import roleplay as rp
+from devkit import roleplay as rp
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 import pytest
 
-from tests.support.fakes import FakeServer
-from tests.support.runner import ROOT, Edge
+from devkit.fakes import FakeServer
+from devkit.runner import ROOT, Edge
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tests.support import roleplay as rp
-from tests.support.runner import ROOT, Edge
+from devkit import roleplay as rp
+from devkit.runner import ROOT, Edge
 
 
 def admin(state, *args) -> dict:

@@ -14,10 +14,10 @@ import openai
 import pytest
 
 from examples.retrieve_loop import TOOL_NAME, run_turn
-from multillm_edge.formats import marker_ids
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit.unpage import marker_ids
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 
 MODEL = "fake:rp-small"
 FINAL = "Aurore remembers the lantern by the river."

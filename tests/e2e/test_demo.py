@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.support.runner import ROOT
+from devkit.runner import ROOT
 
 # Each step of the demo prints one of these after a ✓ when its check passed.
 EXPECTED = [

@@ -7,8 +7,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from multillm_edge.pages import PageSigner
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 
 MODEL = "fake:rp-small"
 WINDOW = 6000          # tokens; compared against UTF-8 bytes (docs/design.md §5.5)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import pytest
 
 from multillm_edge.pages import PageSigner, canonical_bytes, object_key, r2_key, sha256_hex
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 
 CHAT_REPLY = Reply(chunks=[b'{"id":"c1","object":"chat.completion","choices":[{"index":0,'
                            b'"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}'])

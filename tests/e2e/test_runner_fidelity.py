@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.fakes import FakeServer
+from devkit.fakes import FakeServer
 
 
 def sql(edge, sql, params=(), run=False):

@@ -14,9 +14,9 @@ import pytest
 
 from multillm_edge import config
 from multillm_edge.pages import r2_key
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 
 REPLY = Reply(chunks=[b'{"id":"c1","object":"chat.completion","choices":[{"index":0,'
                       b'"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}'])

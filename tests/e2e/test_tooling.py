@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from tests.support.runner import ROOT
+from devkit.runner import ROOT
 
 WRANGLER = ["node", str(ROOT / "node_modules/wrangler/bin/wrangler.js")]
 

@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 
 MODEL = "fake:rp-small"
 WINDOW = 6000

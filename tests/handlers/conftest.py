@@ -1,6 +1,6 @@
 import pytest
 
-from tests.support import roleplay as rp
+from devkit import roleplay as rp
 from tests.support.inprocess import LocalEdge
 
 KEY, SESSION = "rpk_handler_key", "rps_handler_session"

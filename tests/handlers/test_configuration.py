@@ -9,7 +9,7 @@ import pytest
 
 from multillm_edge import config
 from tests.handlers.conftest import KEY, MODEL, SESSION
-from tests.support import roleplay as rp
+from devkit import roleplay as rp
 from tests.support.inprocess import LocalEdge
 
 EXPECTED_404 = (b'{"error":{"type":"not_found_error","code":"context_page_not_found",'
@@ -36,7 +36,7 @@ def error(r):
 
 @pytest.mark.parametrize("flag", ["false", "yes-please-FLAGVALUE"])
 def test_flag_off_or_invalid_writes_nothing_and_dispatches_as_received(flag):
-    config._reset_flag_warning()
+    config._flag_warned = False  # a new isolate
     raw = json.dumps(rp.chat_body(3, tag="FL")).encode()
     with local_edge(CONTEXT_PAGING_ENABLED=flag) as edge:
         for _ in range(2):

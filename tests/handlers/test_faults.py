@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.handlers.conftest import KEY, MODEL, SESSION
-from tests.support import roleplay as rp
+from devkit import roleplay as rp
 from tests.support.inprocess import LocalEdge
 
 

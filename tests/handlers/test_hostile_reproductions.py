@@ -7,7 +7,7 @@ import pytest
 
 from multillm_edge import generation
 from tests.handlers.conftest import KEY, MODEL
-from tests.support import roleplay as rp
+from devkit import roleplay as rp
 
 CHAT = "/v1/chat/completions"
 

@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from tests.support import roleplay as rp
+from devkit import roleplay as rp
 
 KEY = "rpk_hostile_KEY_7f3e"
 OTHER_KEY = "rpk_hostile_other_91ab"

@@ -10,7 +10,7 @@ import time
 
 from tests.hostile import generator as gen
 from tests.hostile.checks import Observed, check
-from tests.support import roleplay as rp
+from devkit import roleplay as rp
 from tests.support.inprocess import Answer, LocalEdge
 
 CASES = int(os.environ.get("HOSTILE_CASES", "10000"))

@@ -16,9 +16,9 @@ import pytest
 
 from tests.hostile import generator as gen
 from tests.hostile.checks import Observed, check
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 
 SAMPLE = int(os.environ.get("HOSTILE_RUNNER_CASES", "220"))
 MiB = 1 << 20

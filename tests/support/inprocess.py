@@ -1,7 +1,7 @@
 """The in-process platform: what `bindings.WorkersPlatform` gives the app, in CPython.
 
 D1 is sqlite3 with the real migrations (the same SQL as production, through
-`store.SqliteExecutor`), R2 an in-memory bucket with fault injection, the upstream a
+`devkit.sqlite.SqliteExecutor`), R2 an in-memory bucket with fault injection, the upstream a
 scripted function that records exactly what reached it. `app.handle` runs on it
 unchanged, so handler logic and hostile input are tested without Node or Pyodide;
 what depends on Pyodide, real local D1/R2, streaming or the SDKs is tested through the
@@ -15,21 +15,13 @@ import hashlib
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
-from multillm_edge import app, store
+from devkit.sqlite import SqliteExecutor, migrated_connection
+from multillm_edge import app
 from multillm_edge.errors import EdgeError, StorageError
 from multillm_edge.http import Incoming
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def migrated_connection() -> sqlite3.Connection:
-    conn = sqlite3.connect(":memory:", check_same_thread=False)
-    for f in sorted((ROOT / "migrations").glob("*.sql")):
-        conn.executescript(f.read_text())
-    return conn
 
 
 class MemoryBucket:
@@ -63,7 +55,7 @@ class MemoryBucket:
         self.objects.pop(key, None)
 
 
-class FaultyExecutor(store.SqliteExecutor):
+class FaultyExecutor(SqliteExecutor):
     """sqlite3 with the production SQL. A failing statement is a StorageError, as
     bindings.D1Executor makes of D1's; every call fails while `failing` is set, and
     every statement containing `fail_sql`."""

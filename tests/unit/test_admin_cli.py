@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import admin  # noqa: E402
+from devkit import admin_sql  # noqa: E402
 from multillm_edge import store  # noqa: E402
 from multillm_edge.pages import PageSigner, r2_key  # noqa: E402
 
@@ -135,8 +136,8 @@ def test_store_statements_on_local_d1(persist):
     now = 2_000_000_000
     key = hashlib.sha256(b"rpk_d1").hexdigest()
     signer = PageSigner(b"s")
-    run(store.insert_key(db, key, "carol", now))
-    run(store.set_policy(db, "carol", 1, ["chat"], "standard", now))
+    run(admin_sql.insert_key(db, key, "carol", now))
+    run(admin_sql.set_policy(db, "carol", 1, ["chat"], "standard", now))
     run(store.create_session(db, "rps_d1", "carol", now))
 
     def page(body, size):

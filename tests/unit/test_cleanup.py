@@ -4,7 +4,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from multillm_edge import cleanup, config, store
+from devkit.sqlite import SqliteExecutor
+from multillm_edge import cleanup, config
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 2_000_000_000
@@ -50,7 +51,7 @@ def test_deletes_rows_expired_beyond_retention_and_logs_counts():
     seed(conn, 3, NOW - retention - 1)
     seed(conn, 2, NOW - retention - 1, authority="managed")
     seed(conn, 4, NOW - retention + 1)
-    platform = Platform(store.SqliteExecutor(conn))
+    platform = Platform(SqliteExecutor(conn))
     record = asyncio.run(cleanup.scheduled_cleanup(platform))
     assert platform.logs == [record]
     assert {k: v for k, v in record.items() if k != "ms"} == \
@@ -61,13 +62,13 @@ def test_deletes_rows_expired_beyond_retention_and_logs_counts():
 def test_retention_setting_is_honoured():
     conn = migrated()
     seed(conn, 2, NOW - 100)
-    platform = Platform(store.SqliteExecutor(conn), {"EXPIRED_ROW_RETENTION_SECONDS": "60"})
+    platform = Platform(SqliteExecutor(conn), {"EXPIRED_ROW_RETENTION_SECONDS": "60"})
     assert asyncio.run(cleanup.scheduled_cleanup(platform))["deleted"] == 2
 
 
 def test_failure_is_logged_by_type_only():
     conn = sqlite3.connect(":memory:")      # no tables
-    platform = Platform(store.SqliteExecutor(conn))
+    platform = Platform(SqliteExecutor(conn))
     record = asyncio.run(cleanup.scheduled_cleanup(platform))
     assert record["error"] == "OperationalError" and "deleted" not in record
     assert set(record) == {"route", "error", "ms"}

@@ -5,15 +5,24 @@ import json
 import pytest
 from hypothesis import given
 
+from devkit.unpage import marker_ids
 from multillm_edge import compaction, formats, paging
 from multillm_edge.errors import EdgeError
 from test_paging import chat_body, messages_body, responses_body
 from test_paging_properties import SETTINGS, build, dumps, scenario, truth_pageable
 
 
+def compact(fmt, body, budget, *, strip=()):
+    """One budget's result; its 413 raised."""
+    (out,) = compaction.compact_candidates(fmt, body, [budget], strip=strip)
+    if isinstance(out, EdgeError):
+        raise out
+    return out
+
+
 def test_fits_unchanged():
     body = chat_body()
-    out, n = compaction.compact("chat", body, 10**6)
+    out, n = compact("chat", body, 10**6)
     assert out is body and n == 0
 
 
@@ -22,20 +31,20 @@ def test_fits_unchanged():
 def test_drops_oldest_and_counts(fmt, make):
     body = make()
     full = paging.body_size(body)
-    out, n = compaction.compact(fmt, body, full - 600)
+    out, n = compact(fmt, body, full - 600)
     assert n >= 1 and paging.body_size(out) <= full - 600
     key = formats.get(fmt).ITEMS_KEY
     assert out[key][-1] == body[key][-1]
     assert "multillm_context_retrieve" not in json.dumps(out.get("tools", []))
-    assert not any(formats.marker_ids(m.get("content")) for m in out[key] if isinstance(m, dict))
+    assert not any(marker_ids(m.get("content")) for m in out[key] if isinstance(m, dict))
     assert out["capabilities"] == body["capabilities"]  # left as received by default
-    out2, _ = compaction.compact(fmt, body, full - 600, strip=paging.EDGE_FIELDS)
+    out2, _ = compact(fmt, body, full - 600, strip=paging.EDGE_FIELDS)
     assert "capabilities" not in out2
 
 
 def test_cannot_fit_413():
     with pytest.raises(EdgeError) as ei:
-        compaction.compact("chat", chat_body(), 200)
+        compact("chat", chat_body(), 200)
     e = ei.value
     assert e.status == 413 and e.code == "context_window_exceeded"
     assert "context window" in e.message and "maximum context length" in e.message
@@ -62,7 +71,7 @@ def test_compaction_property(sc):
             expected = (k, ref)
             break
     try:
-        out, n = compaction.compact(fmt, body, budget, strip=paging.EDGE_FIELDS)
+        out, n = compact(fmt, body, budget, strip=paging.EDGE_FIELDS)
     except EdgeError as e:
         assert expected is None and e.code == "context_window_exceeded"
         return

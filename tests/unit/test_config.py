@@ -19,7 +19,7 @@ def test_parse_flag(value, expected):
 
 
 def test_flag_state_warns_once_without_value():
-    config._reset_flag_warning()
+    config._flag_warned = False  # a new isolate
     seen = []
     assert flag_state("s3cr3t-ish-VALUE", seen.append) is False
     assert flag_state("other-bad", seen.append) is False
@@ -28,11 +28,11 @@ def test_flag_state_warns_once_without_value():
     assert len(seen) == 1
     assert "CONTEXT_PAGING_ENABLED" in seen[0]
     assert "s3cr3t-ish-VALUE" not in seen[0]
-    config._reset_flag_warning()
+    config._flag_warned = False  # a new isolate
 
 
 def test_flag_state_valid_never_warns():
-    config._reset_flag_warning()
+    config._flag_warned = False  # a new isolate
     seen = []
     for v in (None, "", "false", "true", " TRUE "):
         flag_state(v, seen.append)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from devkit.unpage import marker_ids, remove_tool
 from multillm_edge import formats
 from multillm_edge.formats import EXCHANGE, LEAD, STANDALONE, chat, messages, responses
 
@@ -108,6 +109,9 @@ def test_non_dict_items_do_not_crash():
         assert groups(mod, ["x", None, 3]) == [(0, 3, LEAD, True)]
 
 
+FMT = {chat: "chat", responses: "responses", messages: "messages"}
+
+
 @pytest.mark.parametrize("mod,check", [
     (chat, lambda t: t["type"] == "function" and t["function"]["name"] == formats.TOOL_NAME
      and t["function"]["parameters"]["required"] == ["page_id"]),
@@ -120,7 +124,7 @@ def test_tool_schema_and_add_remove(mod, check):
     assert check(mod.tool_schema())
     body = {"model": "m"}
     assert mod.add_tool(body) is True and body["tools"] == [mod.tool_schema()]
-    mod.remove_tool(body, True)
+    remove_tool(FMT[mod], body, True)
     assert body == {"model": "m"}
     existing = [{"name": "roll"}]
     body = {"tools": existing}
@@ -141,8 +145,8 @@ def test_marker_names_each_handle_and_parses_back():
     text = formats.marker_text(["cp_a", "cp_b"])
     assert "multillm_context_retrieve" in text and "page_id" in text
     assert "cp_a" in text and "cp_b" in text
-    assert formats.marker_ids(text) == ["cp_a", "cp_b"]
-    assert formats.marker_ids("hello") is None
+    assert marker_ids(text) == ["cp_a", "cp_b"]
+    assert marker_ids("hello") is None
     for mod in (chat, responses, messages):
         m = mod.marker(text)
         assert m["role"] == "user" and mod.marker_content(m) == text

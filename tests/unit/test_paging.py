@@ -6,6 +6,7 @@ import json
 import pytest
 
 from multillm_edge.pages import canonical_bytes
+from devkit.unpage import created_tools, marker_ids, unpage
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -64,8 +65,8 @@ def test_chat_pages_oldest_first_with_one_marker_per_run():
     assert plan.pages[0].items[0]["content"].startswith("*The deck sways")
     marker = msgs[1]
     assert marker["role"] == "user" and "multillm_context_retrieve" in marker["content"]
-    assert formats.marker_ids(marker["content"]) == [p.page_id for p in plan.pages]
-    assert sum(1 for m in msgs if formats.marker_ids(m.get("content")) is not None) == 1
+    assert marker_ids(marker["content"]) == [p.page_id for p in plan.pages]
+    assert sum(1 for m in msgs if marker_ids(m.get("content")) is not None) == 1
     assert plan.body["tools"] == [formats.chat.tool_schema()]
     # latest exchange untouched, max_tokens unchanged, model unchanged
     assert msgs[-1] == {"role": "user", "content": "*waits*"}
@@ -73,7 +74,7 @@ def test_chat_pages_oldest_first_with_one_marker_per_run():
     for p in plan.pages:
         assert p.body == canonical_bytes(p.items)
         assert p.sha256 == hashlib.sha256(p.body).hexdigest() and p.page_id == pid(p.sha256)
-    restored = paging.unpage("chat", plan.body, plan.pages, plan.tools_key_created)
+    restored = unpage("chat", plan.body, plan.pages, created_tools("chat", body))
     assert dumps(restored) == dumps(paging.strip_edge_fields(body))
 
 
@@ -87,7 +88,7 @@ def test_protected_index_splits_runs_into_two_markers():
     body = chat_body(context_protected_indices=[4])  # index 4: inside exchange of port 1
     plan = paging.plan_paging("chat", body, min_size("chat", body), pid)
     msgs = plan.body["messages"]
-    markers = [i for i, m in enumerate(msgs) if formats.marker_ids(m.get("content")) is not None]
+    markers = [i for i, m in enumerate(msgs) if marker_ids(m.get("content")) is not None]
     assert len(markers) == 2
     assert body["messages"][4] in msgs  # protected item kept
     assert all(body["messages"][4] not in p.items for p in plan.pages)
@@ -136,10 +137,10 @@ def test_identical_exchanges_are_one_page():
         {"role": "user", "content": "last"}]}
     plan = paging.plan_paging("chat", body, min_size("chat", body), pid)
     assert len(plan.pages) == 1
-    ids = [formats.marker_ids(m["content"]) for m in plan.body["messages"] if m["role"] == "user"
-           and formats.marker_ids(m["content"])]
+    ids = [marker_ids(m["content"]) for m in plan.body["messages"] if m["role"] == "user"
+           and marker_ids(m["content"])]
     assert ids == [[plan.pages[0].page_id], [plan.pages[0].page_id]]
-    assert dumps(paging.unpage("chat", plan.body, plan.pages, plan.tools_key_created)) == dumps(body)
+    assert dumps(unpage("chat", plan.body, plan.pages, created_tools("chat", body))) == dumps(body)
 
 
 def test_plan_candidates_share_pages_and_report_errors_per_candidate():
@@ -173,11 +174,11 @@ def test_responses_paging_keeps_instructions_and_calls_together():
     assert plan.size == paging.body_size(plan.body) <= 2200
     assert plan.body["instructions"] == body["instructions"]
     assert plan.body["tools"][0]["name"] == "menu" and plan.body["tools"][-1] == formats.responses.tool_schema()
-    assert plan.tools_key_created is False
+    assert not created_tools("responses", body)
     for p in plan.pages:
         ids = [x.get("call_id") for x in p.items if x.get("type", "").startswith("function_call")]
         assert len(ids) % 2 == 0 and len(set(ids)) == len(ids) // 2
-    assert dumps(paging.unpage("responses", plan.body, plan.pages)) == dumps(paging.strip_edge_fields(body))
+    assert dumps(unpage("responses", plan.body, plan.pages, created_tools("responses", body))) == dumps(paging.strip_edge_fields(body))
 
 
 def test_responses_string_input_has_nothing_to_page():
@@ -215,9 +216,9 @@ def test_messages_marker_never_between_tool_use_and_result():
                 b["type"] == "tool_use" for b in m["content"]):
             nxt = msgs[i + 1]["content"]
             assert isinstance(nxt, list) and nxt[0]["type"] == "tool_result"
-    assert msgs[0]["role"] == "user" and formats.marker_ids(msgs[0]["content"])
+    assert msgs[0]["role"] == "user" and marker_ids(msgs[0]["content"])
     assert plan.body["tools"] == [formats.messages.tool_schema()]
-    assert dumps(paging.unpage("messages", plan.body, plan.pages, plan.tools_key_created)) == \
+    assert dumps(unpage("messages", plan.body, plan.pages, created_tools("messages", body))) == \
         dumps(paging.strip_edge_fields(body))
 
 

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from multillm_edge.pages import canonical_bytes
+from devkit.unpage import created_tools, unpage
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -325,7 +326,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
         assert p.page_id == page_id_for(p.sha256)
         assert len(p.body) <= max_page
     # reversible
-    restored = paging.unpage(fmt, plan.body, plan.pages, plan.tools_key_created)
+    restored = unpage(fmt, plan.body, plan.pages, created_tools(fmt, body))
     assert dumps(restored) == dumps(base)
     # tool schema once
     tools = plan.body.get("tools", [])

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit import admin_sql
+from devkit.sqlite import SqliteExecutor
 from multillm_edge import store
 from multillm_edge.pages import PageSigner, r2_key
 
@@ -32,14 +34,14 @@ def migrated_conn():
 @pytest.fixture
 def db():
     conn = migrated_conn()
-    ex = store.SqliteExecutor(conn)
-    run(store.insert_key(ex, KEY_A, "alice", NOW - 100))
-    run(store.insert_key(ex, KEY_B, "bob", NOW - 100))
-    run(store.set_policy(ex, "alice", 2, ["chat"], "standard", NOW - 100))
+    ex = SqliteExecutor(conn)
+    run(admin_sql.insert_key(ex, KEY_A, "alice", NOW - 100))
+    run(admin_sql.insert_key(ex, KEY_B, "bob", NOW - 100))
+    run(admin_sql.set_policy(ex, "alice", 2, ["chat"], "standard", NOW - 100))
     run(store.create_session(ex, "rps_a", "alice", NOW - 50))
     run(store.create_session(ex, "rps_b", "bob", NOW - 50))
-    run(store.set_model(ex, "openai:gpt-4o", 128000, 16384))
-    run(store.set_model(ex, "anthropic:claude", 200000, 8192))
+    run(admin_sql.set_model(ex, "openai:gpt-4o", 128000, 16384))
+    run(admin_sql.set_model(ex, "anthropic:claude", 200000, 8192))
     yield ex
     conn.close()
 
@@ -99,8 +101,8 @@ def test_generation_context_foreign_session(db):
 
 def test_generation_context_ended_session_and_revoked_key(db):
     assert run(store.end_session(db, "rps_a", "alice", NOW))
-    assert run(store.revoke_key(db, KEY_A, NOW))
-    assert not run(store.revoke_key(db, KEY_A, NOW + 1))
+    assert run(admin_sql.revoke_key(db, KEY_A, NOW))
+    assert not run(admin_sql.revoke_key(db, KEY_A, NOW + 1))
     ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW + 1))
     assert ctx.key_revoked and ctx.session.ended and not ctx.session.open
 
@@ -125,13 +127,13 @@ def test_grants_and_retention_fail_closed(db):
 
 
 def test_set_policy_update_and_zero(db):
-    run(store.set_policy(db, "alice", 3, ["chat", "x"], "zero", NOW))
+    run(admin_sql.set_policy(db, "alice", 3, ["chat", "x"], "zero", NOW))
     info = run(store.load_principal(db, KEY_A))
     assert info == store.PrincipalInfo("alice", False, store.Policy(3, ("chat", "x"), "zero"))
     with pytest.raises(ValueError):
-        run(store.set_policy(db, "alice", 3, ["chat"], "forever", NOW))
+        run(admin_sql.set_policy(db, "alice", 3, ["chat"], "forever", NOW))
     with pytest.raises(ValueError):
-        run(store.set_policy(db, "alice", "3", ["chat"], "zero", NOW))
+        run(admin_sql.set_policy(db, "alice", "3", ["chat"], "zero", NOW))
 
 
 def test_load_principal(db):
@@ -140,12 +142,12 @@ def test_load_principal(db):
 
 
 def test_set_model_upsert_and_validation(db):
-    run(store.set_model(db, "openai:gpt-4o", 1000, 10))
+    run(admin_sql.set_model(db, "openai:gpt-4o", 1000, 10))
     ctx = run(store.load_generation_context(db, KEY_A, "rps_a", ["openai:gpt-4o"], NOW))
     assert ctx.models["openai:gpt-4o"] == store.ModelWindow(1000, 10)
     for bad in [(0, 1), (1, -1), (True, 1), (1.5, 1)]:
         with pytest.raises(ValueError):
-            run(store.set_model(db, "x:y", *bad))
+            run(admin_sql.set_model(db, "x:y", *bad))
 
 
 # -- upsert / allowance ---------------------------------------------------------
@@ -247,7 +249,7 @@ def test_upsert_many_rows_one_param(db):
 
 
 def test_unicode_and_quotes_round_trip(db):
-    run(store.insert_key(db, "1" * 64, "ünï'cödé \"x\" 🎭", NOW))
+    run(admin_sql.insert_key(db, "1" * 64, "ünï'cödé \"x\" 🎭", NOW))
     run(store.create_session(db, "rps_'q", "ünï'cödé \"x\" 🎭", NOW))
     p = page(b"u", 3, principal="ünï'cödé \"x\" 🎭", session="rps_'q")
     assert upsert(db, [p], principal="ünï'cödé \"x\" 🎭", session="rps_'q")
@@ -319,7 +321,7 @@ def test_nulls_round_trip(db):
 
 def test_missing_tables():
     conn = sqlite3.connect(":memory:")
-    ex = store.SqliteExecutor(conn)
+    ex = SqliteExecutor(conn)
     assert run(store.missing_tables(ex)) == list(store.TABLES)
     for f in sorted((ROOT / "migrations").glob("*.sql")):
         conn.executescript(f.read_text())
@@ -335,37 +337,37 @@ EVIL = ["'; DROP TABLE roleplay_keys; --", "a''b", "?1 ?2", "\\' OR 1=1 --", "li
 
 
 def test_inline_literals():
-    assert store.inline("SELECT ?1, ?2, ?3", ["it's", 5, None]) == "SELECT 'it''s', 5, NULL"
-    assert store.inline("SELECT ?, ?", [1, 2]) == "SELECT 1, 2"
-    assert store.inline("SELECT '?1', \"?1\", ?1 -- ?2\n", [7]) == "SELECT '?1', \"?1\", 7 -- ?2\n"
-    assert store.inline("SELECT ?2, ?1, ?2", [1, 2]) == "SELECT 2, 1, 2"
+    assert admin_sql.inline("SELECT ?1, ?2, ?3", ["it's", 5, None]) == "SELECT 'it''s', 5, NULL"
+    assert admin_sql.inline("SELECT ?, ?", [1, 2]) == "SELECT 1, 2"
+    assert admin_sql.inline("SELECT '?1', \"?1\", ?1 -- ?2\n", [7]) == "SELECT '?1', \"?1\", 7 -- ?2\n"
+    assert admin_sql.inline("SELECT ?2, ?1, ?2", [1, 2]) == "SELECT 2, 1, 2"
     for bad in [[1.5], [b"x"], [True], ["a\x00b"], [2 ** 63], ["\ud800"]]:
         with pytest.raises((TypeError, ValueError)):
-            store.inline("SELECT ?1", bad)
+            admin_sql.inline("SELECT ?1", bad)
     with pytest.raises(ValueError):
-        store.inline("SELECT ?1, ?2", [1])
+        admin_sql.inline("SELECT ?1, ?2", [1])
     with pytest.raises(ValueError):
-        store.inline("SELECT ?1", [1, 2])
+        admin_sql.inline("SELECT ?1", [1, 2])
     with pytest.raises(ValueError):
-        store.inline("SELECT :x", [])
+        admin_sql.inline("SELECT :x", [])
 
 
 @pytest.mark.parametrize("evil", EVIL)
 def test_inline_injection_stored_verbatim(evil):
     conn = migrated_conn()
-    ex = store.SqliteExecutor(conn)
+    ex = SqliteExecutor(conn)
 
     class Inliner:
         async def run(self, sql, params):
-            conn.executescript(store.inline(sql, params))
+            conn.executescript(admin_sql.inline(sql, params))
             return conn.total_changes
 
     key = hashlib.sha256(evil.encode()).hexdigest()
-    run(store.insert_key(Inliner(), key, evil, NOW))
+    run(admin_sql.insert_key(Inliner(), key, evil, NOW))
     grants = [evil, "chat"] if evil else ["chat"]
-    run(store.set_policy(Inliner(), evil, 1, grants, "standard", NOW))
+    run(admin_sql.set_policy(Inliner(), evil, 1, grants, "standard", NOW))
     run(store.create_session(Inliner(), "rps_" + evil, evil, NOW))
-    run(store.set_model(Inliner(), evil + ":m", 10, 5))
+    run(admin_sql.set_model(Inliner(), evil + ":m", 10, 5))
     info = run(store.load_principal(ex, key))
     assert info.principal == evil
     assert info.policy.grants == tuple(grants)
@@ -383,7 +385,7 @@ def test_every_statement_inlines():
             sql = getattr(store, name)
             import re
             idx = {int(m) for m in re.findall(r"\?(\d+)", sql)}
-            out = store.inline(sql, list(range(1, max(idx) + 1)))
+            out = admin_sql.inline(sql, list(range(1, max(idx) + 1)))
             assert "?" not in out.replace("'$.", "")
 
 
@@ -509,7 +511,7 @@ def test_migration_keeps_rows_written_before_it():
                  [old[c] for c in cols])
     for f in rest:
         conn.executescript(f.read_text())
-    ex = store.SqliteExecutor(conn)
+    ex = SqliteExecutor(conn)
     (row,) = rows_of(ex)
     assert (row["r2_offset"], row["body_written_at"]) == (0, 0)
     assert SIGNER.verify_row(row) and row["signature"] == old["signature"]

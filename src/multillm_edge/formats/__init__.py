@@ -12,7 +12,6 @@ interface, used by :mod:`multillm_edge.paging` and :mod:`multillm_edge.compactio
 ``tool_schema()``             the ``multillm_context_retrieve`` tool in that format
 ``add_tool(body)``            append the schema to the tools of a shallow body copy;
                               returns True when it created the tools key
-``remove_tool(body, created)`` the inverse (used by :func:`paging.unpage`)
 ``output_reservation(body)``  the request's max-tokens field, ``None`` if absent
 
 Grouping is shared (:func:`group_items`): an exchange starts at a genuine user turn
@@ -91,14 +90,6 @@ def marker_text(page_ids) -> str:
     return MARKER_PREFIX + MARKER_SEP.join(page_ids) + MARKER_SUFFIX
 
 
-def marker_ids(text):
-    """The page ids named by a marker text, or None if ``text`` is not one."""
-    if (not isinstance(text, str) or not text.startswith(MARKER_PREFIX)
-            or not text.endswith(MARKER_SUFFIX)
-            or len(text) <= len(MARKER_PREFIX) + len(MARKER_SUFFIX)):
-        return None
-    return text[len(MARKER_PREFIX):len(text) - len(MARKER_SUFFIX)].split(MARKER_SEP)
-
 
 class Group(NamedTuple):
     start: int       # index into the items list
@@ -167,14 +158,6 @@ def tools_list_append(body: dict, key: str, entry: dict) -> bool:
     body[key] = tools + [entry]
     return False
 
-
-def tools_list_remove(body: dict, key: str, entry: dict, created: bool) -> None:
-    tools = body.get(key)
-    if isinstance(tools, list) and tools and tools[-1] == entry:
-        if created and len(tools) == 1:
-            del body[key]
-        else:
-            body[key] = tools[:-1]
 
 
 def int_field(body: dict, *names):

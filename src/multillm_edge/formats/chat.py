@@ -9,7 +9,7 @@ alone. Content may be a string or an array; it does not matter for grouping.
 from __future__ import annotations
 
 from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
-               tool_parameters, tools_list_append, tools_list_remove)
+               tool_parameters, tools_list_append)
 from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "messages"
@@ -71,12 +71,6 @@ def add_tool(body: dict) -> bool:
         return tools_list_append(body, "functions", _legacy_schema())
     return tools_list_append(body, "tools", tool_schema())
 
-
-def remove_tool(body: dict, created: bool) -> None:
-    if _uses_legacy_functions(body):
-        tools_list_remove(body, "functions", _legacy_schema(), created)
-    else:
-        tools_list_remove(body, "tools", tool_schema(), created)
 
 
 def output_reservation(body: dict):

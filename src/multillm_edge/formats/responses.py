@@ -13,7 +13,7 @@ exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
 from __future__ import annotations
 
 from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
-               tool_parameters, tools_list_append, tools_list_remove)
+               tool_parameters, tools_list_append)
 from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "input"
@@ -57,9 +57,6 @@ def tool_schema() -> dict:
 def add_tool(body: dict) -> bool:
     return tools_list_append(body, "tools", tool_schema())
 
-
-def remove_tool(body: dict, created: bool) -> None:
-    tools_list_remove(body, "tools", tool_schema(), created)
 
 
 def output_reservation(body: dict):

@@ -1,0 +1,62 @@
+"""The inverse of a paging plan, for tests and diagnostics (the Worker never needs it).
+
+``unpage(fmt, plan.body, plan.pages, created)`` gives back the request body minus the
+edge's own fields: each marker replaced by its pages' items, the retrieve tool removed
+(and its list too when the plan created it: ``created`` is whether the request had no
+``tools`` — or, for a Chat request on the legacy parameter, no ``functions`` — list).
+"""
+
+from __future__ import annotations
+
+from multillm_edge import formats
+
+
+def marker_ids(text):
+    """The page ids named by a marker text, or None if ``text`` is not one."""
+    prefix, suffix = formats.MARKER_PREFIX, formats.MARKER_SUFFIX
+    if (not isinstance(text, str) or not text.startswith(prefix) or not text.endswith(suffix)
+            or len(text) <= len(prefix) + len(suffix)):
+        return None
+    return text[len(prefix):len(text) - len(suffix)].split(formats.MARKER_SEP)
+
+
+def remove_tool(fmt: str, body: dict, created: bool) -> None:
+    """Undo ``add_tool``: drop the retrieve tool appended last (and the list it created)."""
+    key = "functions" if fmt == "chat" and body.get("tools") is None and "functions" in body else "tools"
+    tools = body.get(key)
+    if not isinstance(tools, list) or not tools:
+        return
+    last = tools[-1]
+    name = last.get("name") or (last.get("function") or {}).get("name")
+    if name != formats.TOOL_NAME:
+        return
+    if created and len(tools) == 1:
+        del body[key]
+    else:
+        body[key] = tools[:-1]
+
+
+def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
+    mod = formats.get(fmt)
+    by_id = {p.page_id: p for p in pages}
+    out = dict(body)
+    items = mod.items(out)
+    if items is None or not by_id:
+        return out
+    restored = []
+    for it in items:
+        ids = marker_ids(formats.marker_content(it))
+        if ids is not None and all(i in by_id for i in ids):
+            for i in ids:
+                restored.extend(by_id[i].items)
+        else:
+            restored.append(it)
+    out[mod.ITEMS_KEY] = restored
+    remove_tool(fmt, out, created)
+    return out
+
+
+def created_tools(fmt: str, body: dict) -> bool:
+    """Whether planning ``body`` creates the tools list the retrieve tool goes into."""
+    legacy = fmt == "chat" and body.get("tools") is None and isinstance(body.get("functions"), list)
+    return ("functions" if legacy else "tools") not in body
