@@ -439,8 +439,8 @@ async def generate(req: Incoming, platform) -> Outgoing:
     turn.idle = config.seconds(platform.var("UPSTREAM_IDLE_SECONDS"), config.DEFAULT_UPSTREAM_IDLE_SECONDS)
     sign = signer(platform) if turn.paging else None
 
-    def page_id_for(sha):
-        return sign.page_id(AUTHORITY, ctx.principal, session_id, ctx.policy.revision, sha)
+    # One id function per request: its fixed fields are encoded once, not per page.
+    page_id_for = sign and sign.page_ids(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
 
     with timed(turn, "plan_ms"):
         plan_all(body, cands, turn, page_id_for)

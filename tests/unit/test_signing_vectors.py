@@ -6,6 +6,7 @@ import hashlib
 
 import pytest
 
+from multillm_edge import pages
 from multillm_edge.pages import PageSigner
 
 SECRET = b"vector-secret-13"
@@ -52,3 +53,49 @@ def test_row_signature_vectors(fields, pid, v1, v2):
         assert s.verify_row(row)
         assert PageSigner(b"new-secret", SECRET).verify_row(row)
         assert not s.verify_row(dict(row, expires_at=row["expires_at"] + 1))
+
+
+@pytest.mark.parametrize("fields,pid", IDS)
+def test_per_request_page_ids_are_the_same_ids(fields, pid):
+    *fixed, sha = fields
+    assert PageSigner(SECRET, b"old-secret").page_ids(*fixed)(sha) == pid
+
+
+def test_per_request_page_ids_refuse_what_they_cannot_frame():
+    ids = PageSigner(SECRET).page_ids("roleplay", "alice", "rps_1", 3)
+    for bad in ("ab" * 31, "ab" * 33, '"' + "a" * 63, "a" * 62 + '"]', "é" + "a" * 63, "a\\" + "a" * 62):
+        with pytest.raises(ValueError):
+            ids(bad)
+    for fixed in (("other", "a", "b", 0), ("roleplay", "a", "b", True), ("roleplay", 1, "b", 0)):
+        with pytest.raises((TypeError, ValueError)):
+            PageSigner(SECRET).page_ids(*fixed)
+
+
+@pytest.mark.parametrize("fields,pid,v1,v2", VECTORS)
+def test_rows_from_a_plans_page_id_are_the_same_rows(fields, pid, v1, v2):
+    s = PageSigner(SECRET)
+    given = s.make_row(*fields, LENGTH, NOW, TTL, location=(OBJ, OFFSET), body_written_at=WRITTEN,
+                       page_id=pid)
+    assert given == s.make_row(*fields, LENGTH, NOW, TTL, location=(OBJ, OFFSET),
+                               body_written_at=WRITTEN)
+    assert (given["page_id"], given["signature"]) == (pid, v2)
+    assert s.make_row(*fields, LENGTH, NOW, TTL, page_id=pid)["signature"] == v1
+
+
+def test_without_openssl_the_same_ids_and_signatures(monkeypatch):
+    """Pyodide has no OpenSSL module: the HMAC from precomputed pads gives the same bytes."""
+    import hmac
+    for key in (b"", b"k", b"x" * 32, b"y" * 64, b"z" * 65, bytes(range(200))):
+        with monkeypatch.context() as m:
+            m.setattr(hmac, "_hashopenssl", None)
+            mac = pages._mac_for(key)
+        assert mac.__name__ == "mac"          # the pads path, not OpenSSL's
+        assert mac(b"message") == hmac.new(key, b"message", hashlib.sha256).digest()
+        assert mac(b"") == hmac.new(key, b"", hashlib.sha256).digest()
+    monkeypatch.setattr(hmac, "_hashopenssl", None)
+    s = PageSigner(SECRET, b"old-secret")
+    for fields, pid, v1, v2 in VECTORS:
+        assert s.page_id(*fields) == s.page_ids(*fields[:4])(fields[4]) == pid
+        assert s.make_row(*fields, LENGTH, NOW, TTL)["signature"] == v1
+        row = s.make_row(*fields, LENGTH, NOW, TTL, location=(OBJ, OFFSET), body_written_at=WRITTEN)
+        assert row["signature"] == v2 and s.verify_row(row) and s.verify_page_id(pid, *fields)
