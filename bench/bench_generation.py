@@ -16,6 +16,16 @@
    1 MiB allowance; then R2 objects under context-pages/ without a row, and rows without
    an object, are counted.
 4. Latency: the same paged request (pages stored) through the edge vs the provider alone.
+
+With --cpu (issue 13) it runs instead, for each history size of --cpu-sizes (default
+50, 200, 800 exchanges): a first paging, then --turns steady turns (+1 exchange each),
+reporting the median of the Worker's own CPU per phase as its log line carries it
+(`cpu_<phase>_ms`: perf_counter around pure-CPU sections, never across an await) —
+parse, load (decoding the context row), plan, sign (page writes: classify, rows),
+encode (upstream body), response — their sum, and the floor of the same body (json.loads
++ compact json.dumps + SHA-256, timed right after each turn in the Worker's own Pyodide,
+`/__runner/floor`). With --profile K, K steady turns at 200 exchanges run under cProfile
+(in the Worker's Pyodide, `/__runner/profile`) and the top entries by own time print.
 """
 
 from __future__ import annotations
@@ -210,6 +220,78 @@ def summary(out: dict):
     print(f"| refresh turn after +1,900 s: rows changed | {out['refresh_turn']['changed']} |")
 
 
+PHASES = ("parse", "load", "plan", "sign", "encode", "response")
+
+
+def post_turn(edge: Edge, raw: bytes, headers: dict) -> dict:
+    """One turn as exact bytes → the Worker's log line for it."""
+    n = len(edge.logs())
+    r = edge.client.post("/v1/chat/completions", content=raw,
+                         headers={**headers, "content-type": "application/json"})
+    r.raise_for_status()
+    deadline = time.monotonic() + 5
+    while len(edge.logs()) <= n and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return last_log(edge)
+
+
+def compact(body: dict) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def cpu_session(edge: Edge, n: int, args, profile: int = 0) -> dict:
+    """First paging of n exchanges, then args.turns steady turns: medians by phase."""
+    body = rp.chat_body(n, size=args.size, tag=f"C{n}")
+    h = rp.new_player(edge).headers()
+    msgs, turns = body["messages"], []
+    for i in range(args.turns + 1 + profile):
+        raw = compact({**body, "messages": msgs})
+        if i == args.turns + 1 and profile:
+            edge.client.post("/__runner/profile", json={"action": "start"}).raise_for_status()
+        log = post_turn(edge, raw, h)
+        floor = edge.client.post("/__runner/floor", content=raw).json()["ms"][0]
+        if 0 < i <= args.turns:
+            row = {p: log.get(f"cpu_{p}_ms", 0.0) for p in PHASES}
+            row.update(total=sum(row.values()), floor=floor, pages=log.get("pages", 0),
+                       new=log.get("new_pages", 0), mb=len(raw) / 1e6)
+            turns.append(row)
+        msgs = grow(msgs, i, args.size)
+    if profile:
+        text = edge.client.post("/__runner/profile", json={"action": "stop", "top": args.top}).json()["text"]
+        print(f"\n== cProfile of {profile} steady turns at {n} exchanges (Worker's Pyodide)\n{text}")
+    med = {k: statistics.median(t[k] for t in turns) for k in turns[0]}
+    med["ratio"] = statistics.median(t["total"] / t["floor"] for t in turns)
+    return med
+
+
+def cpu_mode(edge: Edge, args) -> dict:
+    rp.set_model(edge, "fake:rp-small", args.window, 1000)
+    sizes = [int(x) for x in args.cpu_sizes.split(",")]
+    print(f"== Worker CPU per steady turn by phase (ms, median of {args.turns} turns, "
+          f"+1 exchange per turn, window {args.window} tokens, Pyodide in the runner)")
+    print("| exchanges | body MB | pages | " + " | ".join(PHASES) + " | total | floor | total/floor |")
+    print("|---:" * (len(PHASES) + 6) + "|")
+    out = {}
+    for n in sizes:
+        m = cpu_session(edge, n, args, profile=args.profile if n == 200 else 0)
+        out[n] = m
+        print(f"| {n:,} | {m['mb']:.2f} | {m['pages']:g} | "
+              + " | ".join(f"{m[p]:.2f}" for p in PHASES)
+              + f" | {m['total']:.2f} | {m['floor']:.2f} | {m['ratio']:.2f} |", flush=True)
+    if 200 in out and 800 in out:
+        print(f"growth 800 vs 200 exchanges: {out[800]['total'] / out[200]['total']:.2f}× (target ≤ 4.5); "
+              f"total/floor at 200: {out[200]['ratio']:.2f} (target ≤ 1.5)")
+    return out
+
+
+def storage_figures(edge: Edge, provider: FakeServer, args, out: dict):
+    _, paged = steady(edge, args, out)
+    largest(edge, [int(x) for x in args.ladder.split(",")], out)
+    orphans(edge, args.writers, out)
+    latency(edge, provider, paged, args.repeat, out)
+    summary(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--exchanges", type=int, default=200)
@@ -220,16 +302,19 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--ladder", default="300,500,550,600,800,900,1000")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--cpu", action="store_true", help="only the Worker's CPU per steady turn, by phase")
+    ap.add_argument("--cpu-sizes", default="50,200,800")
+    ap.add_argument("--profile", type=int, default=0, help="with --cpu: profile K turns at 200 exchanges")
+    ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     out = {"exchanges": args.exchanges, "writers": args.writers}
     provider = FakeServer(Reply(chunks=[REPLY]))
     edge = Edge(Path(tempfile.mkdtemp(prefix="bench-gen-")), vars=rp.edge_vars(provider.url))
     try:
-        _, paged = steady(edge, args, out)
-        largest(edge, [int(x) for x in args.ladder.split(",")], out)
-        orphans(edge, args.writers, out)
-        latency(edge, provider, paged, args.repeat, out)
-        summary(out)
+        if args.cpu:
+            out["cpu"] = cpu_mode(edge, args)
+        else:
+            storage_figures(edge, provider, args, out)
     finally:
         edge.stop()
         provider.close()

@@ -8,10 +8,14 @@ What is measured, per history size (100, 500, 1,000 and 5,000 roleplay exchanges
 * plan   = what the edge does per request: the request boundary
            (``validation.parse_request``: depth check, strict parse, field types) +
            ``paging.plan_paging`` with a budget of 40 % of the body size (so most of the
-           history is paged: grouping, sizing, page bytes, SHA-256 and an HMAC page id
-           for every page, the marker and the upstream body). The upstream body is not
-           re-serialized (the dispatcher does that in both cases).
-* ratio  = plan / floor (target ≤ 2.0); scale = plan(5,000) / plan(500) (target ≤ 12).
+           history is paged: grouping, sizing, page bytes, SHA-256 and a page id from the
+           production ``PageSigner`` for every page, the marker and the upstream body).
+           The upstream body is not re-serialized (the dispatcher does that in both cases).
+* first-paging rows = ``page_writes.rows`` for every page of that plan (what a request
+           that pages an existing history for the first time signs; a steady turn signs
+           only its new and due rows). Reported, not part of the ratio.
+* ratio  = plan / floor (issue 13 targets: ≤ 1.25 in Pyodide, ≤ 1.15 in CPython);
+           scale = plan(5,000) / plan(500) (target ≤ 12).
 
 Each figure is the median of 7-41 runs in the same process (after a warm-up run;
 ``gc.collect()`` before each run, the collector stays enabled during it).
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import hmac
 import json
 import os
 import statistics
@@ -35,14 +38,25 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 if os.path.isdir(SRC) and SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from multillm_edge import paging, validation  # noqa: E402
+from multillm_edge import page_writes, paging, validation  # noqa: E402
+from multillm_edge.pages import PageSigner  # noqa: E402
 
 SIZES = (100, 500, 1000, 5000)
-KEY = b"bench-signing-key"
+# The production signer, fed as generation.py feeds it (a roleplay key's principal is a
+# SHA-256 hex, a session id `rps_…`).
+SIGNER = PageSigner(b"bench-signing-secret-of-some-length", b"bench-previous-secret")
+PRINCIPAL, SESSION, REVISION = "a3" * 32, "rps_bench0123456789abcdef", 7
 
 
-def page_id_for(sha: str) -> str:
-    return "cp_" + hmac.new(KEY, ("roleplay|p|s|1|" + sha).encode(), hashlib.sha256).hexdigest()[:32]
+def page_id_for_request():
+    """What generation.py hands the plan for one request: the production page-id function."""
+    return lambda sha: SIGNER.page_id("roleplay", PRINCIPAL, SESSION, REVISION, sha)
+
+
+def first_paging_rows(plan) -> list:
+    """The rows a first paging signs (every page new): page_writes, as the Worker does."""
+    w = page_writes.classify(plan.pages, {}, 1_800_000_000, 3600, 600)
+    return page_writes.rows(w, SIGNER, "roleplay", PRINCIPAL, SESSION, REVISION, 1_800_000_000, 3600)[2]
 
 
 def roleplay_body(n: int) -> dict:
@@ -96,29 +110,37 @@ def run(sizes=SIZES, reps: int | None = None) -> list[dict]:
                            .encode("utf-8")).hexdigest()
 
         def plan():
-            return paging.plan_paging("chat", validation.parse_request("chat", raw), budget, page_id_for)
+            return paging.plan_paging("chat", validation.parse_request("chat", raw), budget,
+                                      page_id_for_request())
 
         p = plan()
         assert p.size <= budget and p.pages
         body = json.loads(raw)
-        plan_only = _median_ms(lambda: paging.plan_paging("chat", body, budget, page_id_for), r)
+        plan_only = _median_ms(lambda: paging.plan_paging("chat", body, budget, page_id_for_request()), r)
+        signed = _median_ms(lambda: first_paging_rows(p), r)
         f = _median_ms(floor, r)
         t = _median_ms(plan, r)
         rows.append({"exchanges": n, "mb": len(raw) / 1e6, "pages": len(p.pages),
-                     "floor_ms": f, "plan_ms": t, "plan_only_ms": plan_only, "ratio": t / f})
+                     "floor_ms": f, "plan_ms": t, "plan_only_ms": plan_only, "rows_ms": signed,
+                     "ratio": t / f})
     return rows
+
+
+TARGETS = {"Pyodide": 1.25, "CPython": 1.15}
 
 
 def table(rows, runtime: str) -> str:
     out = [f"paging bench — {runtime} {sys.version.split()[0]}",
-           "| exchanges | body MB | pages | floor ms | plan ms (incl. loads) | plan ms (parsed) | ratio |",
-           "|---:|---:|---:|---:|---:|---:|---:|"]
+           "| exchanges | body MB | pages | floor ms | plan ms (incl. loads) | plan ms (parsed) "
+           "| first-paging rows ms | plan/floor |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['exchanges']:,} | {r['mb']:.2f} | {r['pages']:,} | {r['floor_ms']:.1f} | "
-                   f"{r['plan_ms']:.1f} | {r['plan_only_ms']:.1f} | {r['ratio']:.2f} |")
+                   f"{r['plan_ms']:.1f} | {r['plan_only_ms']:.1f} | {r['rows_ms']:.1f} | {r['ratio']:.2f} |")
     by = {r["exchanges"]: r for r in rows}
-    ok = all(r["ratio"] <= 2.0 for r in rows)
-    line = f"max ratio {max(r['ratio'] for r in rows):.2f} (target ≤ 2.0)"
+    target = TARGETS.get(runtime, 1.25)
+    ok = all(r["ratio"] <= target for r in rows)
+    line = f"max ratio {max(r['ratio'] for r in rows):.2f} (target ≤ {target})"
     if 500 in by and 5000 in by:
         scale = by[5000]["plan_ms"] / by[500]["plan_ms"]
         ok = ok and scale <= 12.0

@@ -7,8 +7,9 @@
 //   EDGE_VARS_FILE    dotenv file overlaid on [vars], replacing .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
 //   EDGE_TEST_CONTROL=1 enables /__runner/* (tests only): clock offset, operation
-//                     counts, memory, faults, and direct access to the same local D1 and
-//                     R2; and GET /cdn-cgi/handler/scheduled, which fires the Worker's
+//                     counts, memory, faults, a body's parse floor and cProfile in the
+//                     Worker's Pyodide (benches), and direct access to the same local D1
+//                     and R2; and GET /cdn-cgi/handler/scheduled, which fires the Worker's
 //                     `scheduled` handler as `wrangler dev --test-scheduled` does
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 import { execFile } from "node:child_process";
@@ -237,6 +238,31 @@ async function readJson(req) {
   return chunks.length ? JSON.parse(Buffer.concat(chunks).toString("utf8")) : {};
 }
 
+const FLOOR_PY = `
+import hashlib, json, time
+raw = open("/tmp/runner-floor-body", "rb").read()
+out = []
+for _ in range(reps):
+    t = time.perf_counter()
+    hashlib.sha256(json.dumps(json.loads(raw), ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+    out.append((time.perf_counter() - t) * 1000)
+json.dumps(out)
+`;
+const PROFILE_PY = `
+import cProfile, io, pstats, sys
+state = sys.modules.setdefault("_runner_profile", type(sys)("_runner_profile"))
+text = ""
+if action == "start":
+    state.p = cProfile.Profile()
+    state.p.enable()
+else:
+    state.p.disable()
+    buf = io.StringIO()
+    pstats.Stats(state.p, stream=buf).sort_stats(sort).print_stats(top)
+    text = buf.getvalue()
+text
+`;
+
 // Test control, outside the Worker: nothing here is reachable unless EDGE_TEST_CONTROL=1.
 async function testControl(req, res, url) {
   const db = proxy.env.INTELLIGENCE_DB, bucket = proxy.env.multillm_media;
@@ -249,6 +275,21 @@ async function testControl(req, res, url) {
   if (route === "GET /__runner/memory") {
     // The Worker's whole Python heap lives in Pyodide's wasm memory (it grows, never shrinks).
     return sendJson(res, 200, { wasm_bytes: pyodide._module.HEAPU8.byteLength, rss_bytes: process.memoryUsage().rss });
+  }
+  if (route === "POST /__runner/floor") {
+    // The floor of a body (json.loads + compact json.dumps + SHA-256), timed in the
+    // Worker's own Pyodide: the yardstick for the Worker's CPU per turn (bench).
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    pyodide.FS.writeFile("/tmp/runner-floor-body", new Uint8Array(Buffer.concat(chunks)));
+    const reps = Number(url.searchParams.get("reps") ?? 1);
+    return sendJson(res, 200, { ms: JSON.parse(pyodide.runPython(FLOOR_PY, { globals: pyodide.toPy({ reps }) })) });
+  }
+  if (route === "POST /__runner/profile") {
+    // cProfile over the Worker's Python while enabled (bench: top entries of a turn).
+    const { action = "start", top = 25, sort = "tottime" } = await readJson(req);
+    const text = pyodide.runPython(PROFILE_PY, { globals: pyodide.toPy({ action, top, sort }) });
+    return sendJson(res, 200, { text });
   }
   if (route === "POST /__runner/faults") {
     Object.assign(faults, await readJson(req));

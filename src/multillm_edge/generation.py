@@ -141,6 +141,7 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
         raise _error("storage_unavailable", "The R2 binding is not configured.", 503)
     now = platform.now()
     horizon = config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS"))
+    t = time.perf_counter()
     known = ChainMap(turn.rows, ctx.active_pages)      # an earlier candidate's rows first
     w = page_writes.classify(pages, known, now, config.PAGE_TTL_SECONDS, horizon)
     # The D1 upsert enforces the allowance atomically; checking the figures read with the
@@ -149,6 +150,7 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
             or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
         raise session_limit()
     turn.rows.update(w.reused)
+    spent(turn, "sign", t)
     if not w.empty:
         await write_pages(bucket, db, w, ctx, session_id, sign, turn, now, horizon, known)
     stored.update(p.page_id for p in w.bodies)
@@ -159,8 +161,10 @@ async def write_pages(bucket, db, w: page_writes.Writes, ctx, session_id: str, s
     """ONE R2 put of the bodies to write, then ONE D1 upsert of the new and due rows.
     Refused or failed after the put: the object is deleted (no orphan) unless rows
     already point into it (the same pages rewritten: same content, same key)."""
+    t = time.perf_counter()
     key, data, rows = page_writes.rows(w, sign, AUTHORITY, ctx.principal, session_id,
                                        ctx.policy.revision, now, config.PAGE_TTL_SECONDS)
+    spent(turn, "sign", t)
     ours = key is not None and all(a.r2_key != key for a in known.values())
     try:
         if key is not None:
@@ -295,19 +299,32 @@ def idle_event(fmt: str, idle: float) -> bytes:
 
 
 async def respond(upstream, turn: Turn) -> Outgoing:
+    t = time.perf_counter()
     headers = [(k, v) for k, v in upstream.headers
                if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
     ctype = dict(upstream.headers).get("content-type", "")
     if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
+        spent(turn, "response", t)
         try:
-            body = annotate(await upstream.read(turn.idle), turn)
+            payload = await upstream.read(turn.idle)
         except TimeoutError:
             raise _error("upstream_timeout", "The provider stopped sending its response.", 504) from None
-        return Outgoing(upstream.status, headers + info_headers(turn), body)
+        t = time.perf_counter()
+        out = Outgoing(upstream.status, headers + info_headers(turn), annotate(payload, turn))
+        spent(turn, "response", t)
+        return out
     sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
     prefix = page_list_comment(turn) if sse and 200 <= upstream.status < 300 else b""
     stream = upstream.relay(prefix, turn.idle, idle_event(turn.fmt, turn.idle) if sse else None)
+    spent(turn, "response", t)
     return Outgoing(upstream.status, headers + info_headers(turn), stream=stream)
+
+
+def spent(turn: Turn, phase: str, since: float) -> None:
+    """Add the CPU since `since` (a perf_counter) to `phase` in the log line. Only ever
+    measured across pure-CPU sections: an await's wait is not the Worker's CPU."""
+    key = f"cpu_{phase}_ms"
+    turn.notes[key] = round(turn.notes.get(key, 0) + (time.perf_counter() - since) * 1000, 2)
 
 
 @contextmanager
@@ -324,9 +341,12 @@ async def load_context(platform, db, digest: str, session_id: str, models: list,
     """The one D1 read of a turn, then the key, grant and session checks."""
     with timed(turn, "load_ms"):
         try:
-            ctx = await store.load_generation_context(db, digest, session_id, models, platform.now())
+            row = await store.read_generation_row(db, digest, session_id, models, platform.now())
         except StorageError:
             raise _error("storage_failed", "Roleplay state could not be read.", 503) from None
+    t = time.perf_counter()
+    ctx = store.generation_context(row)
+    spent(turn, "load", t)
     check_principal(ctx)
     if not ctx.session.open:
         raise SessionNotFound()
@@ -379,7 +399,10 @@ async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: by
         if turn.paging:
             with timed(turn, "store_ms"):
                 await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
-        answer = await attempt(platform, c, index, headers, dispatch_body(c, body, raw, turn), turn)
+        t = time.perf_counter()
+        payload = dispatch_body(c, body, raw, turn)
+        spent(turn, "encode", t)
+        answer = await attempt(platform, c, index, headers, payload, turn)
         if answer is None:
             continue
         if upstream is not None:
@@ -397,12 +420,15 @@ async def generate(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)
     session_id = valid_session_id(req.header(SESSION_HEADER))
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)
+    t = time.perf_counter()
     body = parse_request(turn.fmt, raw)
     models = requested_models(body)
     asked = wants_paging(body)
     flag_on = paging_enabled(platform)
     db = database(platform)
+    spent(turn, "parse", t)
     ctx = await load_context(platform, db, digest, session_id, models, turn)
+    t = time.perf_counter()
     cands = candidates(turn.fmt, body, models, ctx, config.parse_providers(platform.var("PROVIDERS")),
                        config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
     turn.paging = flag_on and asked and ctx.policy.retention != "zero"
@@ -412,11 +438,12 @@ async def generate(req: Incoming, platform) -> Outgoing:
     turn.idle = config.seconds(platform.var("UPSTREAM_IDLE_SECONDS"), config.DEFAULT_UPSTREAM_IDLE_SECONDS)
     sign = signer(platform) if turn.paging else None
 
-    def page_id_for(sha):
-        return sign.page_id(AUTHORITY, ctx.principal, session_id, ctx.policy.revision, sha)
+    # One id function per request: its fixed fields are encoded once, not per page.
+    page_id_for = sign and sign.page_ids(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
 
     with timed(turn, "plan_ms"):
         plan_all(body, cands, turn, page_id_for)
+    spent(turn, "plan", t)
     try:
         upstream, chosen = await dispatch(req, platform, db, cands, body, raw, ctx, session_id,
                                           sign, turn)

@@ -65,7 +65,8 @@ def rows(w: Writes, sign: PageSigner, authority: str, principal: str, session_id
 
     def row(p, location, written):
         return sign.make_row(authority, principal, session_id, revision, p.sha256, len(p.body),
-                             now, ttl, location=location, body_written_at=written)
+                             now, ttl, location=location, body_written_at=written,
+                             page_id=p.page_id)   # the plan's id, made by this signer
 
     out = [row(p, (key, offsets[p.page_id]), now) for p in w.bodies]
     out += [row(p, (a.r2_key, a.r2_offset), a.body_written_at) for p, a in w.refresh]

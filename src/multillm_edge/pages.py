@@ -33,12 +33,12 @@ current or the previous secret (rotation), in constant time.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import hmac
 import json
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 PAGE_ID_PREFIX = "cp_"
 R2_PREFIX = "context-pages/"
@@ -130,8 +130,33 @@ def is_well_formed_page_id(s: Any) -> bool:
     return isinstance(s, str) and len(s) == PAGE_ID_LENGTH and _PAGE_ID_RE.match(s) is not None
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def _b64(digest: bytes) -> str:
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    """Unpadded base64url (= base64.urlsafe_b64encode(d).rstrip(b"=")) in C calls only."""
+    return binascii.b2a_base64(digest, newline=False).rstrip(b"=").translate(_URLSAFE).decode("ascii")
+
+
+def _mac_for(key: bytes) -> Callable[[bytes], bytes]:
+    """HMAC-SHA256 under `key`, one call per message. CPython: OpenSSL's one-shot
+    `hmac.digest`. Without the OpenSSL module (Pyodide does not bundle it, and hmac then
+    falls back to pure Python), the RFC 2104 pads are hashed once and copied per message."""
+    if getattr(hmac, "_hashopenssl", None) is not None:
+        return lambda data: hmac.digest(key, data, "sha256")
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+    outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+
+    def mac(data: bytes) -> bytes:
+        h = inner.copy()
+        h.update(data)
+        o = outer.copy()
+        o.update(h.digest())
+        return o.digest()
+    return mac
 
 
 def _as_bytes(v: bytes | str) -> bytes:
@@ -177,20 +202,14 @@ class PageSigner:
             prev = _as_bytes(previous)
             if prev and prev != current:
                 material.append(prev)
-        # Derived keys per purpose, current first.
-        self._id_keys = [self._derive(s, SALT_PAGE_ID) for s in material]
-        self._row_keys = [self._derive(s, SALT_ROW) for s in material]
+        # Derived keys per purpose, current first, and each key's MAC function.
+        self._id_keys = [_mac_for(s)(SALT_PAGE_ID) for s in material]
+        self._row_keys = [_mac_for(s)(SALT_ROW) for s in material]
+        self._id_macs = [_mac_for(k) for k in self._id_keys]
+        self._row_macs = [_mac_for(k) for k in self._row_keys]
 
     def __repr__(self) -> str:  # never show key material
-        return f"PageSigner(<{len(self._id_keys)} key(s)>)"
-
-    @staticmethod
-    def _derive(secret: bytes, salt: bytes) -> bytes:
-        return hmac.new(secret, salt, hashlib.sha256).digest()
-
-    @staticmethod
-    def _mac(key: bytes, data: bytes) -> str:
-        return _b64(hmac.new(key, data, hashlib.sha256).digest())
+        return f"PageSigner(<{len(self._id_macs)} key(s)>)"
 
     # -- page ids ------------------------------------------------------------
 
@@ -207,7 +226,25 @@ class PageSigner:
     def page_id(self, authority: str, principal: str, session_id: str,
                 revision: int, sha256: str) -> str:
         data = self._id_data(authority, principal, session_id, revision, sha256)
-        return PAGE_ID_PREFIX + self._mac(self._id_keys[0], data)
+        return PAGE_ID_PREFIX + _b64(self._id_macs[0](data))
+
+    def page_ids(self, authority: str, principal: str, session_id: str,
+                 revision: int) -> Callable[[str], str]:
+        """`sha256 -> page_id(authority, principal, session_id, revision, sha256)` for one
+        request's pages, the same ids. Everything but the digest is fixed within a request:
+        the signed data's head is encoded and validated once, so a page costs one
+        concatenation and one HMAC. For hex digests the edge computed itself: a value of
+        another length, or with a character that is not a letter or digit (which could
+        not be placed between the quotes unescaped), is refused, never signed."""
+        data = self._id_data(authority, principal, session_id, revision, "0" * 64)
+        head, tail = data[:-66], data[-2:]          # [..., "   <64 hex digits>   "]
+        mac = self._id_macs[0]
+
+        def page_id(sha256: str) -> str:
+            if len(sha256) != 64 or not sha256.isalnum():
+                raise ValueError("sha256 must be 64 lowercase hex characters")
+            return PAGE_ID_PREFIX + _b64(mac(head + sha256.encode("ascii") + tail))
+        return page_id
 
     def verify_page_id(self, page_id: Any, authority: Any, principal: Any,
                        session_id: Any, revision: Any, sha256: Any) -> bool:
@@ -219,8 +256,8 @@ class PageSigner:
             return False
         given = page_id[len(PAGE_ID_PREFIX):].encode("ascii")
         ok = False
-        for key in self._id_keys:  # no early exit: same work whichever key matches
-            ok |= hmac.compare_digest(self._mac(key, data).encode("ascii"), given)
+        for mac in self._id_macs:  # no early exit: same work whichever key matches
+            ok |= hmac.compare_digest(_b64(mac(data)).encode("ascii"), given)
         return ok
 
     # -- row signatures --------------------------------------------------------
@@ -241,16 +278,18 @@ class PageSigner:
     def row_signature(self, row: Mapping[str, Any]) -> str:
         """Signature of a context_pages row (a mapping): over ROW_SIGNED_FIELDS ("v2"),
         or ROW_SIGNED_FIELDS_V1 ("v1") for a row in its legacy per-page object."""
-        return self._mac(self._row_keys[0], self._row_data(row))
+        return _b64(self._row_macs[0](self._row_data(row)))
 
     def make_row(self, authority: str, principal: str, session_id: str, revision: int,
                  sha256: str, byte_length: int, now: int, ttl: int,
                  location: tuple[str, int] | None = None,
-                 body_written_at: int | None = None) -> dict:
+                 body_written_at: int | None = None, page_id: str | None = None) -> dict:
         """A complete, signed context_pages row (all columns) written at ``now``:
         expires_at = now + ttl; the body at ``location`` = (object key, offset), by
-        default the legacy per-page object; body_written_at defaults to ``now``."""
-        pid = self.page_id(authority, principal, session_id, revision, sha256)
+        default the legacy per-page object; body_written_at defaults to ``now``.
+        ``page_id``: the id this signer already made for these fields (a plan's page),
+        so it is not computed twice; by default computed here."""
+        pid = page_id or self.page_id(authority, principal, session_id, revision, sha256)
         key, offset = location if location is not None else (r2_key(pid), 0)
         row = {"page_id": pid, "authority": authority, "principal": principal,
                "session_id": session_id, "policy_revision": _int(revision), "sha256": sha256,
@@ -274,6 +313,6 @@ class PageSigner:
             return False
         given = sig.encode("ascii")
         ok = False
-        for key in self._row_keys:
-            ok |= hmac.compare_digest(self._mac(key, data).encode("ascii"), given)
+        for mac in self._row_macs:
+            ok |= hmac.compare_digest(_b64(mac(data)).encode("ascii"), given)
         return ok

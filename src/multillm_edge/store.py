@@ -183,8 +183,18 @@ SELECT k.principal AS principal,
 async def load_generation_context(db: Executor, key_sha256: str, session_id: str,
                                   models: Sequence[str], now: int) -> Optional[GenerationContext]:
     """Everything a generation turn needs, in one statement. None = unknown key."""
-    row = await db.first(SQL_LOAD_GENERATION_CONTEXT,
-                         [key_sha256, session_id, _json_list(models), int(now), ROLEPLAY])
+    return generation_context(await read_generation_row(db, key_sha256, session_id, models, now))
+
+
+async def read_generation_row(db: Executor, key_sha256: str, session_id: str,
+                              models: Sequence[str], now: int) -> Optional[dict]:
+    """The one statement of `load_generation_context`, its row undecoded."""
+    return await db.first(SQL_LOAD_GENERATION_CONTEXT,
+                          [key_sha256, session_id, _json_list(models), int(now), ROLEPLAY])
+
+
+def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
+    """Decode the row of `read_generation_row` (pure CPU: timed apart from the read)."""
     if row is None:
         return None
     windows = {}
