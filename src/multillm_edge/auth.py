@@ -32,6 +32,13 @@ def database(platform):
     return db
 
 
+def page_bodies(platform):
+    bucket = platform.page_bodies
+    if bucket is None:
+        raise EdgeError(503, "storage_unavailable", "The R2 binding is not configured.")
+    return bucket
+
+
 def check_principal(facts) -> store.Policy:
     """Key and chat grant; returns the current policy."""
     if facts is None or facts.key_revoked:

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import compaction, config, page_writes, paging, store
-from .auth import (SESSION_HEADER, check_principal, database, key_digest, paging_enabled,
-                   signer)
+from .auth import (SESSION_HEADER, check_principal, database, key_digest, page_bodies,
+                   paging_enabled, signer)
 from .errors import EdgeError, SessionNotFound, StorageError
 from .formats import get as format_module
 from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
@@ -57,6 +57,19 @@ class Turn:
     timings: dict = field(default_factory=dict)
     timeout: float = config.DEFAULT_UPSTREAM_TIMEOUT_SECONDS
     idle: float = config.DEFAULT_UPSTREAM_IDLE_SECONDS
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one generation request resolved once and every later step reads: the
+    request, its platform and database, the caller's context (principal, policy,
+    session, active pages), the session id and, when paging, the signer."""
+    req: Incoming
+    platform: object
+    db: object
+    ctx: store.GenerationContext
+    session_id: str
+    sign: PageSigner | None = None
 
 
 def _error(code: str, message: str, status: int = 400) -> EdgeError:
@@ -130,15 +143,13 @@ async def discard_object(bucket, key: str, turn: Turn) -> None:
         _count(turn, "r2_delete_failed")
 
 
-async def store_pages(platform, db, pages, ctx: store.GenerationContext, session_id: str,
-                      sign: PageSigner, turn: Turn, stored: set) -> None:
+async def store_pages(scope: Scope, pages, turn: Turn, stored: set) -> None:
     """Store what this candidate's pages need (page_writes): nothing when nothing is
     new or due. `stored` collects the ids of the pages whose bodies this request wrote."""
     if not pages:
         return
-    bucket = platform.page_bodies
-    if bucket is None:
-        raise _error("storage_unavailable", "The R2 binding is not configured.", 503)
+    platform, ctx = scope.platform, scope.ctx
+    bucket = page_bodies(platform)
     now = platform.now()
     horizon = config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS"))
     t = time.perf_counter()
@@ -152,17 +163,19 @@ async def store_pages(platform, db, pages, ctx: store.GenerationContext, session
     turn.rows.update(w.reused)
     spent(turn, "sign", t)
     if not w.empty:
-        await write_pages(bucket, db, w, ctx, session_id, sign, turn, now, horizon, known)
+        await write_pages(scope, bucket, w, turn, (now, horizon), known)
     stored.update(p.page_id for p in w.bodies)
 
 
-async def write_pages(bucket, db, w: page_writes.Writes, ctx, session_id: str, sign: PageSigner,
-                      turn: Turn, now: int, horizon: int, known) -> None:
+async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, clock: tuple,
+                      known) -> None:
     """ONE R2 put of the bodies to write, then ONE D1 upsert of the new and due rows.
     Refused or failed after the put: the object is deleted (no orphan) unless rows
-    already point into it (the same pages rewritten: same content, same key)."""
+    already point into it (the same pages rewritten: same content, same key).
+    `clock` is (now, rewrite horizon)."""
+    ctx, session_id, (now, horizon) = scope.ctx, scope.session_id, clock
     t = time.perf_counter()
-    key, data, rows = page_writes.rows(w, sign, AUTHORITY, ctx.principal, session_id,
+    key, data, rows = page_writes.rows(w, scope.sign, AUTHORITY, ctx.principal, session_id,
                                        ctx.policy.revision, now, config.PAGE_TTL_SECONDS)
     spent(turn, "sign", t)
     ours = key is not None and all(a.r2_key != key for a in known.values())
@@ -170,7 +183,7 @@ async def write_pages(bucket, db, w: page_writes.Writes, ctx, session_id: str, s
         if key is not None:
             await bucket.put(key, data)
             _count(turn, "r2_puts")
-        done = await store.upsert_pages(db, rows, ctx.principal, session_id, now,
+        done = await store.upsert_pages(scope.db, rows, ctx.principal, session_id, now,
                                         config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
     except StorageError:
         if ours:
@@ -381,11 +394,11 @@ def no_answer(turn: Turn, cands: list) -> EdgeError:
     return _error("upstream_unreachable", "No provider could be reached.", 502)
 
 
-async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: bytes, ctx,
-                   session_id: str, sign, turn: Turn):
+async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn):
     """Try each candidate in order, storing its pages first → (upstream, candidate).
     A retryable answer is relayed if no later candidate gives a better one; a candidate
     whose provider is misconfigured is skipped like one that cannot fit."""
+    req, platform = scope.req, scope.platform
     stored: set = set()
     upstream = chosen = None
     for index, c in enumerate(cands):
@@ -398,7 +411,7 @@ async def dispatch(req: Incoming, platform, db, cands: list, body: dict, raw: by
             continue
         if turn.paging:
             with timed(turn, "store_ms"):
-                await store_pages(platform, db, c.plan.pages, ctx, session_id, sign, turn, stored)
+                await store_pages(scope, c.plan.pages, turn, stored)
         t = time.perf_counter()
         payload = dispatch_body(c, body, raw, turn)
         spent(turn, "encode", t)
@@ -445,8 +458,8 @@ async def generate(req: Incoming, platform) -> Outgoing:
         plan_all(body, cands, turn, page_id_for)
     spent(turn, "plan", t)
     try:
-        upstream, chosen = await dispatch(req, platform, db, cands, body, raw, ctx, session_id,
-                                          sign, turn)
+        upstream, chosen = await dispatch(Scope(req, platform, db, ctx, session_id, sign),
+                                          cands, body, raw, turn)
     finally:  # the log line keeps every attempt, answered or not
         note(req, turn, cands)
     if turn.paging:

@@ -47,8 +47,8 @@ import json
 import time
 
 from . import store
-from .auth import database, key_digest, paging_enabled, signer
-from .errors import ChatNotGranted, EdgeError, PageNotFound, StorageError, Unauthorized
+from .auth import check_principal, database, key_digest, page_bodies, paging_enabled, signer
+from .errors import EdgeError, PageNotFound, StorageError
 from .http import Incoming, Outgoing
 from .jsonbytes import compact
 from .pages import ROLEPLAY as AUTHORITY, PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
@@ -123,44 +123,42 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
     if not paging_enabled(platform):                           # 2. feature off → 404
         req.notes["miss"] = "paging_disabled"
         raise PageNotFound()
-    sign = signer(platform)                                    # 3. configuration → 503
-    db = database(platform)
-    bucket = platform.page_bodies
-    if bucket is None:
-        raise EdgeError(503, "storage_unavailable", "The R2 binding is not configured.")
-
+    sign, db, bucket = signer(platform), database(platform), page_bodies(platform)  # 3. → 503
     page_id = req.params["page_id"]
     values = req.query.get(SESSION_PARAM) or [""]
     session_id = values[0] if len(set(values)) == 1 else ""
-    # A malformed id is never sent to D1 (it cannot match; this also bounds the
-    # parameter size). It still costs the one statement, so a bad key is a 401 and
-    # the timing does not say whether the id was well formed.
-    lookup_id = page_id if is_well_formed_page_id(page_id) else ""
     now = platform.now()
+    facts = await _load(req, db, (digest, session_id, page_id), now)   # 4. one D1 statement
+    policy = check_principal(facts)                            # 5. 401, 6. 403 (principal only)
+    if policy.retention == "zero":
+        raise ZeroRetention()
+    misses = _page_misses(page_id, session_id, facts, policy, sign, now)
+    if misses:                                                 # 7. one 404 for all
+        req.notes["miss"] = ",".join(misses)   # reason codes only, for operators
+        raise PageNotFound()
+    body = await _read_body(req, bucket, facts.page)           # 8. one R2 get, checked
+    return _served(req, page_id, facts.page, body)             # 9. 200
+
+
+async def _load(req: Incoming, db, who: tuple, now: int) -> store.RetrievalFacts:
+    """The one D1 statement. A malformed id is never sent to D1 (it cannot match; this
+    also bounds the parameter size). It still costs the statement, so a bad key is a
+    401 and the timing does not say whether the id was well formed."""
+    digest, session_id, page_id = who
+    lookup_id = page_id if is_well_formed_page_id(page_id) else ""
     t0 = time.monotonic()
-    try:                                                       # 4. one D1 statement
-        facts = await store.load_page_for_retrieval(db, digest, session_id, lookup_id, now)
+    try:
+        return await store.load_page_for_retrieval(db, digest, session_id, lookup_id, now)
     except StorageError:
         raise EdgeError(503, "storage_failed", "Context page metadata could not be read.") from None
     finally:
         req.notes["d1_ms"] = round((time.monotonic() - t0) * 1000, 1)
 
-    if facts is None or facts.key_revoked:                     # 5. 401
-        raise Unauthorized()
-    policy = facts.policy                                      # 6. 403 (principal only)
-    if policy is None or not policy.has_grant("chat"):
-        raise ChatNotGranted()
-    if policy.retention == "zero":
-        raise ZeroRetention()
 
-    misses = _page_misses(page_id, session_id, facts, policy, sign, now)
-    if misses:                                                 # 7. one 404 for all
-        req.notes["miss"] = ",".join(misses)   # reason codes only, for operators
-        raise PageNotFound()
-
-    row = facts.page
+async def _read_body(req: Incoming, bucket, row: dict) -> bytes:
+    """The page's bytes with one (ranged) R2 get; missing, wrong length or SHA-256 → 503."""
     t1 = time.monotonic()
-    try:                                                       # 8. one R2 get
+    try:
         if is_legacy_location(row):
             body = await bucket.get(row["r2_key"])
         else:
@@ -172,16 +170,18 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
     if body is None or len(body) != row["byte_length"] or sha256_hex(body) != row["sha256"]:
         req.notes["corrupted"] = "missing" if body is None else "mismatch"
         raise Corrupted()
+    return body
+
+
+def _served(req: Incoming, page_id: str, row: dict, body: bytes) -> Outgoing:
     try:
         messages = json.loads(body.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError is a ValueError
         req.notes["corrupted"] = "unparsable"
         raise Corrupted() from None
-
-    req.notes["page_bytes"] = len(body)                        # 9. 200
+    req.notes["page_bytes"] = len(body)
     doc = {"page_id": page_id, "sha256": row["sha256"], "expires_at": row["expires_at"],
-           "messages": messages,
-           "body_base64": base64.b64encode(body).decode("ascii")}
+           "messages": messages, "body_base64": base64.b64encode(body).decode("ascii")}
     try:
         payload = compact(doc)
     except UnicodeEncodeError:  # a lone surrogate escaped in the page: stay lossless

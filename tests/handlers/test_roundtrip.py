@@ -1,0 +1,39 @@
+"""A paged turn and its retrieval, in-process: the page comes back byte for byte, and
+every miss is the same 404."""
+
+import base64
+import json
+
+from tests.handlers.conftest import KEY, SESSION
+from devkit import roleplay as rp
+
+EXPECTED_404 = (b'{"error":{"type":"not_found_error","code":"context_page_not_found",'
+                b'"message":"Context page not found."}}')
+
+
+def retrieve(edge, page_id, session=SESSION, key=KEY):
+    return edge.request("GET", f"/v1/context/pages/{page_id}?roleplay_session_id={session}",
+                        {"Authorization": f"Bearer {key}"})
+
+
+def test_paged_turn_then_each_page_retrieved_exactly(edge, headers):
+    r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30, tag="RT"))
+    assert r.status == 200
+    pages = r.json()["context_pages"]
+    assert pages and len(edge.bucket.objects) == 1          # one object for the request
+    [obj] = edge.bucket.objects.values()
+    for p in pages:
+        got = retrieve(edge, p["page_id"])
+        assert got.status == 200 and got.header("cache-control") == "private, no-store"
+        doc = got.json()
+        body = base64.b64decode(doc["body_base64"])
+        assert body in obj and json.loads(body) == doc["messages"] and doc["sha256"] == p["sha256"]
+        assert doc["expires_at"] == p["expires_at"]
+
+
+def test_misses_are_one_404(edge, headers):
+    pid = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30)).json()["context_pages"][0]["page_id"]
+    for page_id, session in ((pid, "rps_other"), ("cp_" + "A" * 43, SESSION), (pid[:-1] + "B", SESSION), ("../x", SESSION)):
+        r = retrieve(edge, page_id, session)
+        assert (r.status, r.body) == (404, EXPECTED_404)
+    assert retrieve(edge, pid, key="rpk_wrong").status == 401
