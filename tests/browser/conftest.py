@@ -1,0 +1,143 @@
+"""The browser tier: a real SillyTavern with the extension, driven by Debian's Chromium
+through Playwright, against the local edge runner and a scripted stand-in provider."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.support import roleplay as rp
+from tests.support.fakes import FakeServer, Reply
+from tests.support.runner import Edge
+from tests.support.sillytavern import SillyTavern, seed_character
+
+CHROMIUM = "/usr/bin/chromium"
+# Without the background-networking flags Chromium dials out at start, which a closed
+# network refuses (and slows every launch).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+MODEL = "fake:rp-st"
+CHARACTER = "Aurore"
+LONG_CHAT, SECOND_CHAT = "Aurore - long journey", "Aurore - side quest"
+EXCHANGES = 160
+_started = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if "t0" in _started:
+        terminalreporter.write_line(f"browser tier wall time: {time.monotonic() - _started['t0']:.1f} s")
+
+
+class Models:
+    """The stand-in provider's models/origin side: `/v1/models` for ST's status check."""
+
+    def __call__(self, rec) -> Reply:
+        if rec.path.endswith("/models"):
+            return Reply(chunks=[json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()])
+        return Reply(status=404, chunks=[b'{"error":"not here"}'])
+
+
+class ScriptedModel:
+    """The stand-in provider. `script(body)` → ("tool", page_id) | ("text", text); the
+    reply is streamed (SSE) or whole, as the request asks."""
+
+    def __init__(self):
+        self.script = lambda body: ("text", "…")
+        self._lock = threading.Lock()
+        self.n = 0
+
+    def __call__(self, rec) -> Reply:
+        with self._lock:
+            body = rec.json()
+            kind, value = self.script(body)
+            self.n += 1
+            if kind == "tool":
+                message = {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"call_st{self.n}", "type": "function",
+                     "function": {"name": "multillm_context_retrieve",
+                                  "arguments": json.dumps({"page_id": value})}}]}
+                finish = "tool_calls"
+            else:
+                message, finish = {"role": "assistant", "content": value}, "stop"
+            if not body.get("stream"):
+                doc = {"id": f"chatcmpl-{self.n}", "object": "chat.completion", "created": 0,
+                       "model": "rp-st", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+                return Reply(chunks=[json.dumps(doc).encode()])
+            delta = dict(message)
+            if delta.get("tool_calls"):
+                delta["tool_calls"] = [{"index": 0, **delta["tool_calls"][0]}]
+            chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                      {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+            sse = [b"data: " + json.dumps({"id": f"chatcmpl-{self.n}", "object": "chat.completion.chunk",
+                                           "created": 0, "model": "rp-st", **c}).encode() + b"\n\n"
+                   for c in chunks] + [b"data: [DONE]\n\n"]
+            return Reply(headers=[("content-type", "text/event-stream")], chunks=sse)
+
+
+@pytest.fixture(scope="session")
+def provider():
+    _started.setdefault("t0", time.monotonic())
+    model = ScriptedModel()
+    with FakeServer(model) as server:
+        server.model = model
+        yield server
+
+
+@pytest.fixture(scope="session")
+def origin():
+    with FakeServer(Models()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def edge(provider, origin, tmp_path_factory):
+    with Edge(tmp_path_factory.mktemp("edge"), vars=rp.edge_vars(provider.url, origin.url)) as edge:
+        # A window that ~150 of the chat's 160 exchanges must leave.
+        rp.set_model(edge, MODEL, 14000, 1000)
+        yield edge
+
+
+@pytest.fixture(scope="session")
+def player(edge):
+    key, principal = rp.seed_principal(edge)
+    return key, principal
+
+
+@pytest.fixture(scope="session")
+def sillytavern(tmp_path_factory, provider):
+    def setup_user(user):
+        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3})
+
+    with SillyTavern(tmp_path_factory.mktemp("sillytavern"), setup_user) as st:
+        yield st
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        # launch() gives every run a fresh temporary profile (--user-data-dir).
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def page(browser, sillytavern):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    pg.console_lines = []
+    pg.on("console", lambda m: pg.console_lines.append(m.text))
+    pg.set_default_timeout(30_000)
+    pg.goto(sillytavern.url + "/", wait_until="domcontentloaded")
+    pg.wait_for_function("() => window.SillyTavern && document.getElementById('multillm_paging_settings')",
+                         timeout=120_000)
+    # First run: ST asks for a persona name.
+    welcome = pg.locator(".popup:has-text('Welcome to SillyTavern') .popup-button-ok")
+    welcome.click()
+    welcome.wait_for(state="detached")
+    yield pg
+    context.close()

@@ -1,0 +1,141 @@
+"""SillyTavern with the MultiLLM extension in a real Chromium, against the edge runner.
+
+The tests run in order on one SillyTavern: settings are entered through the UI first,
+then the long chat is played."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from multillm_edge.formats import marker_ids
+from multillm_edge.pages import r2_key
+from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL
+from tests.support.runner import ROOT
+
+DOCS = ROOT / "docs"
+pytestmark = pytest.mark.slow
+
+
+def open_drawer(pg, button: str, content: str):
+    """Open a top-bar panel of ST (idempotent)."""
+    if not pg.locator(content).is_visible():
+        pg.click(button)
+    pg.locator(content).wait_for(state="visible")
+
+
+def close_drawers(pg):
+    pg.locator("#chat").click(position={"x": 5, "y": 5}, force=True)
+
+
+def test_settings_panel_takes_the_key_and_never_shows_it(page, edge, player):
+    key, _ = player
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    drawer = page.locator("#multillm_paging_settings")
+    drawer.locator(".inline-drawer-toggle").click()
+    page.fill("#multillm_paging_url", edge.url)
+    page.locator("#multillm_paging_url").dispatch_event("change")
+    field = page.locator("#multillm_paging_key")
+    assert field.get_attribute("type") == "password"
+    field.fill(key)
+    field.press("Enter")
+    field.dispatch_event("change")
+    assert field.input_value() == ""
+    assert page.locator("#multillm_paging_key_state").inner_text() == "A key is stored. Paste a new one to replace it."
+    assert page.locator("#multillm_paging_enabled").is_checked()
+    assert key not in page.locator("#rm_extensions_block").inner_html()
+    DOCS.mkdir(exist_ok=True)
+    drawer.screenshot(path=str(DOCS / "sillytavern-settings.png"))
+    assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.edgeUrl") == edge.url
+
+
+def test_custom_source_points_at_the_edge(page, edge):
+    open_drawer(page, "#sys-settings-button .drawer-toggle", "#rm_api_block")
+    page.select_option("#main_api", "openai")
+    page.select_option("#chat_completion_source", "custom")
+    page.fill("#custom_api_url_text", edge.url + "/v1")
+    page.fill("#custom_model_id", MODEL)
+    page.click("#api_button_openai")
+    page.locator("#rm_api_block .online_status_text:visible").filter(has_text="Valid").wait_for()
+    open_drawer(page, "#ai-config-button .drawer-toggle", "#left-nav-panel")
+    # ST must send the whole chat: the edge, not ST, decides what leaves the window.
+    page.check("#oai_max_context_unlocked")
+    page.fill("#openai_max_context_counter", "500000")
+    page.locator("#openai_max_context_counter").dispatch_event("input")
+    page.check("#openai_function_calling")
+    assert page.locator("#stream_toggle").is_checked()      # ST's default: streaming
+    settings = page.evaluate("() => SillyTavern.getContext().chatCompletionSettings")
+    assert settings["chat_completion_source"] == "custom" and settings["function_calling"] is True
+    assert settings["openai_max_context"] == 500000
+
+
+def open_chat(page, name):
+    open_drawer(page, "#rightNavDrawerIcon", "#right-nav-panel")
+    page.click("#rm_button_characters")
+    page.locator(f"#rm_print_characters_block .character_select:has-text('{CHARACTER}')").click()
+    page.wait_for_function(f"() => SillyTavern.getContext().getCurrentChatId() === {json.dumps(name)}")
+
+
+def send(page, text):
+    page.fill("#send_textarea", text)
+    page.click("#send_but")
+
+
+def chat_requests(provider):
+    return [r for r in provider.received if r.path.endswith("/chat/completions")]
+
+
+def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider, player):
+    key, principal = player
+    provider.clear()
+    first_ids = []
+
+    def script(body):
+        if not any(m.get("role") == "tool" for m in body["messages"]):
+            ids = [i for m in body["messages"] if m.get("role") == "user" for i in (marker_ids(m.get("content")) or [])]
+            first_ids.extend(ids)
+            return "tool", ids[0]
+        return "text", "Aurore remembers the lantern by the river, 夜の森."
+    provider.model.script = script
+
+    open_chat(page, LONG_CHAT)
+    assert page.locator("#chat .mes").count() >= 2 * EXCHANGES + 1
+    send(page, "Do you remember how this journey began?")
+    last = page.locator("#chat .mes").last.locator(".mes_text")
+    last.filter(has_text="Aurore remembers the lantern by the river").wait_for(timeout=90_000)
+
+    first, second = (r.json() for r in chat_requests(provider))
+    raw_first, raw_second = chat_requests(provider)
+    # First upstream request: the marker naming ≥ 150 pages, the edge's tool schema once,
+    # no capabilities, no roleplay key anywhere.
+    assert len(first_ids) >= 150
+    tools = [t["function"]["name"] for t in first.get("tools", [])]
+    assert tools == ["multillm_context_retrieve"]
+    assert "capabilities" not in first and "capabilities" not in second
+    for rec in (raw_first, raw_second):
+        assert key.encode() not in rec.body and key not in json.dumps(rec.headers)
+        assert "x-roleplay-session-id" not in rec.headers
+    # Second: the tool result is byte for byte the stored page.
+    [row] = edge.sql("SELECT * FROM context_pages WHERE page_id = ?1", first_ids[0])
+    stored = edge.r2_get(row["r2_key"])
+    assert stored is not None and len(stored) == row["byte_length"]
+    [tool_msg] = [m for m in second["messages"] if m.get("role") == "tool"]
+    assert tool_msg["content"].encode("utf-8") == stored
+    call = [m for m in second["messages"] if m.get("tool_calls")][0]["tool_calls"][0]
+    assert call["id"] == tool_msg["tool_call_id"]
+    assert json.loads(call["function"]["arguments"]) == {"page_id": first_ids[0]}
+    # The restored exchange is the chat's first one, as ST sent it.
+    assert [m["content"] for m in json.loads(stored)][0].startswith("u-0000 «Aurore»")
+    # One session for this chat, stored in its metadata; the indicator shows the count.
+    sessions = edge.sql("SELECT session_id FROM roleplay_sessions WHERE principal = ?1", principal)
+    meta = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging")
+    assert [s["session_id"] for s in sessions] == [meta["session_id"]]
+    assert row["session_id"] == meta["session_id"]
+    indicator = page.locator("#multillm_paging_indicator")
+    indicator.filter(has_text="pages stored").wait_for()
+    n_pages = int(indicator.inner_text().split()[1])
+    assert n_pages >= 150 and meta["pages"] == n_pages
+    close_drawers(page)
+    page.screenshot(path=str(DOCS / "sillytavern-chat-paged.png"))
