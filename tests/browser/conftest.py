@@ -141,3 +141,29 @@ def page(browser, sillytavern):
     welcome.wait_for(state="detached")
     yield pg
     context.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    setattr(item, "rep_" + rep.when, rep)
+    return rep
+
+
+@pytest.fixture(autouse=True)
+def explain_failure(request, tmp_path_factory):
+    """On failure: what the browser said, the toasts, ST's log tail and a screenshot."""
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    if not (rep and rep.failed) or "page" not in request.fixturenames:
+        return
+    pg = request.getfixturevalue("page")
+    st = request.getfixturevalue("sillytavern")
+    shot = tmp_path_factory.mktemp("failure") / f"{request.node.name}.png"
+    pg.screenshot(path=str(shot))
+    print(f"\n--- screenshot: {shot}\n--- toasts: {pg.locator('#toast-container').all_inner_texts()}")
+    print("--- console (last 40):\n" + "\n".join(line[:300] for line in pg.console_lines[-40:]))
+    print("--- SillyTavern log (last 30):\n" + "\n".join(line[:300] for line in st.lines[-30:]))
+    if "provider" in request.fixturenames:
+        for rec in request.getfixturevalue("provider").received:
+            print("--- provider got", rec.method, rec.path, rec.body[:300])

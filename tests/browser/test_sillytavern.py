@@ -16,6 +16,7 @@ from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL
 from tests.support.runner import ROOT
 
 DOCS = ROOT / "docs"
+FINAL = "Aurore remembers the lantern by the river, ночью."
 pytestmark = pytest.mark.slow
 
 
@@ -97,14 +98,16 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
             ids = [i for m in body["messages"] if m.get("role") == "user" for i in (marker_ids(m.get("content")) or [])]
             first_ids.extend(ids)
             return "tool", ids[0]
-        return "text", "Aurore remembers the lantern by the river, 夜の森."
+        return "text", FINAL
     provider.model.script = script
 
     open_chat(page, LONG_CHAT)
-    assert page.locator("#chat .mes").count() >= 2 * EXCHANGES + 1
+    # ST renders only the latest messages; the chat itself holds them all.
+    page.wait_for_function(f"() => SillyTavern.getContext().chat.length === {2 * EXCHANGES + 1}")
+    page.locator("#chat .mes").last.wait_for()
     send(page, "Do you remember how this journey began?")
-    last = page.locator("#chat .mes").last.locator(".mes_text")
-    last.filter(has_text="Aurore remembers the lantern by the river").wait_for(timeout=90_000)
+    page.locator("#chat .mes_text").filter(has_text=FINAL).wait_for(timeout=90_000)
+    assert page.evaluate("() => SillyTavern.getContext().chat.at(-1).mes") == FINAL
 
     first, second = (r.json() for r in chat_requests(provider))
     raw_first, raw_second = chat_requests(provider)
@@ -126,8 +129,8 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
     call = [m for m in second["messages"] if m.get("tool_calls")][0]["tool_calls"][0]
     assert call["id"] == tool_msg["tool_call_id"]
     assert json.loads(call["function"]["arguments"]) == {"page_id": first_ids[0]}
-    # The restored exchange is the chat's first one, as ST sent it.
-    assert [m["content"] for m in json.loads(stored)][0].startswith("u-0000 «Aurore»")
+    # The first page is the oldest part of the chat as ST sent it: the greeting.
+    assert json.loads(stored)[0]["content"].startswith("greet-0000 «Aurore»")
     # One session for this chat, stored in its metadata; the indicator shows the count.
     sessions = edge.sql("SELECT session_id FROM roleplay_sessions WHERE principal = ?1", principal)
     meta = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging")

@@ -54,7 +54,7 @@ def character_png(card: dict) -> bytes:
 
 def turn(who: str, i: int, size: int = 300) -> str:
     """A unique, traceable message with Unicode (ST strips carriage returns itself)."""
-    head = f"{who}-{i:04d} «Aurore» 夜の森へ 🌙 ma\u0301gico\t "
+    head = f"{who}-{i:04d} «Aurore» ночной лес · νύχτα · ma\u0301gico\t "
     return head + ("The lantern flickers by the river. " * (size // 35 + 1))[: size - len(head)]
 
 
