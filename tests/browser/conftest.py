@@ -161,9 +161,14 @@ def explain_failure(request, tmp_path_factory):
     st = request.getfixturevalue("sillytavern")
     shot = tmp_path_factory.mktemp("failure") / f"{request.node.name}.png"
     pg.screenshot(path=str(shot))
-    print(f"\n--- screenshot: {shot}\n--- toasts: {pg.locator('#toast-container').all_inner_texts()}")
+    state = pg.evaluate("() => [SillyTavern.getContext().chatMetadata.multillm_paging, "
+                        "document.getElementById('multillm_paging_indicator')?.outerHTML]")
+    print(f"\n--- extension state: {state}")
+    print(f"--- screenshot: {shot}\n--- toasts: {pg.locator('#toast-container').all_inner_texts()}")
     print("--- console (last 40):\n" + "\n".join(line[:300] for line in pg.console_lines[-40:]))
     print("--- SillyTavern log (last 30):\n" + "\n".join(line[:300] for line in st.lines[-30:]))
+    if "edge" in request.fixturenames:
+        print("--- edge log (last 8):\n" + "\n".join(line[:600] for line in request.getfixturevalue("edge").lines[-8:]))
     if "provider" in request.fixturenames:
         for rec in request.getfixturevalue("provider").received:
             print("--- provider got", rec.method, rec.path, rec.body[:300])

@@ -66,10 +66,13 @@ def test_custom_source_points_at_the_edge(page, edge):
     page.fill("#openai_max_context_counter", "500000")
     page.locator("#openai_max_context_counter").dispatch_event("input")
     page.check("#openai_function_calling")
-    assert page.locator("#stream_toggle").is_checked()      # ST's default: streaming
+    # Whole responses: ST relays their JSON (with `context_pages`) but not the edge's
+    # headers, and this edge's streams carry the page list only in a header.
+    assert page.locator("#stream_toggle").is_checked()      # ST's default
+    page.uncheck("#stream_toggle")
     settings = page.evaluate("() => SillyTavern.getContext().chatCompletionSettings")
     assert settings["chat_completion_source"] == "custom" and settings["function_calling"] is True
-    assert settings["openai_max_context"] == 500000
+    assert settings["openai_max_context"] == 500000 and settings["stream_openai"] is False
 
 
 def open_chat(page, name):
