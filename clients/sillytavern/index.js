@@ -147,16 +147,19 @@ function addEdgeFields(data, sessionId) {
     data.custom_include_body = JSON.stringify(body);
 }
 
+// Set when a request for the edge could not get its session: that request is answered
+// locally with the reason instead of leaving without one.
+let refused = null;
+
 async function onSettingsReady(data) {
+    refused = null;
     if (!targetsEdge(data)) return;
-    let sessionId;
     try {
-        sessionId = await sessionForChat();
+        addEdgeFields(data, await sessionForChat());
     } catch (err) {
         toastEdgeError(err, 'MultiLLM: no roleplay session');
-        return;   // the request goes on unchanged; the edge answers it as non-roleplay traffic
+        refused = err;
     }
-    addEdgeFields(data, sessionId);
 }
 
 // --------------------------------------------------------- response watcher
@@ -165,7 +168,7 @@ function showCount() {
     const el = document.getElementById('multillm_paging_indicator');
     if (!el) return;
     const n = settings().enabled ? Number(chatState()?.pages || 0) : 0;
-    el.textContent = n > 0 ? `📄 ${n} page${n === 1 ? '' : 's'} stored` : '';
+    el.innerHTML = n > 0 ? `<i class="fa-solid fa-box-archive"></i> <span>${n} page${n === 1 ? '' : 's'} stored</span>` : '';
     el.title = n > 0 ? 'Older exchanges of this chat are stored by the MultiLLM edge and retrievable by the model.' : '';
 }
 
@@ -225,9 +228,14 @@ function watchGenerateResponses() {
     const send = window.fetch.bind(window);
     window.fetch = async (input, init) => {
         const ours = input === GENERATE_URL && typeof init?.body === 'string' ? JSON.parse(init.body) : null;
-        if (!ours || !targetsEdge(ours) || !String(ours.custom_include_headers).includes('X-Roleplay-Session-ID')) {
-            return send(input, init);
+        if (!ours || !targetsEdge(ours)) return send(input, init);
+        if (refused) {
+            const message = `Not sent: ${refused.message}`;
+            refused = null;
+            return new Response(JSON.stringify({ error: { message } }),
+                { status: 502, headers: { 'content-type': 'application/json' } });
         }
+        if (!String(ours.custom_include_headers).includes('X-Roleplay-Session-ID')) return send(input, init);
         let response = await send(input, init);
         let code = await inspect(response.clone()).catch(() => undefined);
         if (code === 'session_not_found') {

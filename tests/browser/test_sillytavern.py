@@ -13,6 +13,7 @@ import pytest
 from multillm_edge.formats import marker_ids
 from multillm_edge.pages import r2_key
 from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL
+from tests.support import roleplay as rp
 from tests.support.runner import ROOT
 
 DOCS = ROOT / "docs"
@@ -87,6 +88,11 @@ def send(page, text):
     page.click("#send_but")
 
 
+def after_tool(body) -> bool:
+    """This turn's tool result is the newest message."""
+    return body["messages"][-1].get("role") == "tool"
+
+
 def chat_requests(provider):
     return [r for r in provider.received if r.path.endswith("/chat/completions")]
 
@@ -97,7 +103,7 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
     first_ids = []
 
     def script(body):
-        if not any(m.get("role") == "tool" for m in body["messages"]):
+        if not after_tool(body):
             ids = [i for m in body["messages"] if m.get("role") == "user" for i in (marker_ids(m.get("content")) or [])]
             first_ids.extend(ids)
             return "tool", ids[0]
@@ -141,7 +147,79 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
     assert row["session_id"] == meta["session_id"]
     indicator = page.locator("#multillm_paging_indicator")
     indicator.filter(has_text="pages stored").wait_for()
-    n_pages = int(indicator.inner_text().split()[1])
+    n_pages = int(indicator.inner_text().split()[0])
     assert n_pages >= 150 and meta["pages"] == n_pages
     close_drawers(page)
     page.screenshot(path=str(DOCS / "sillytavern-chat-paged.png"))
+
+
+# --- negative paths -------------------------------------------------------------------
+
+def toasts(page, kind="error"):
+    return page.locator(f"#toast-container .toast-{kind}").all_inner_texts()
+
+
+def clear_toasts(page):
+    page.evaluate("() => document.querySelectorAll('#toast-container .toast').forEach(t => t.remove())")
+
+
+def wait_idle(page):
+    """ST is ready for the next message: the send button is back."""
+    page.locator("#send_but").wait_for(state="visible")
+    page.wait_for_function("() => !document.body.dataset.generating && !$('#mes_stop').is(':visible')")
+
+
+def test_a_page_that_is_gone_comes_back_as_tool_text_and_the_turn_goes_on(page, edge, provider):
+    gone = "cp_" + "A" * 43
+    answer = "Then we walk on without that memory."
+    provider.clear()
+    provider.model.script = lambda body: ("text", answer) if after_tool(body) else ("tool", gone)
+    clear_toasts(page)
+    send(page, "And the night before?")
+    page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+    second = chat_requests(provider)[1].json()
+    tool_msg = [m for m in second["messages"] if m.get("role") == "tool"][-1]
+    assert tool_msg["content"] == f"Page {gone} is no longer available (expired or its session ended). Continue without it."
+    assert toasts(page) == []
+    wait_idle(page)
+
+
+def test_a_session_ended_elsewhere_is_replaced_once(page, edge, provider, player):
+    key, principal = player
+    old = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.session_id")
+    r = edge.client.delete(f"/v1/roleplay/sessions/{old}", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200
+    answer = "A new night, the same lantern."
+    provider.clear()
+    provider.model.script = lambda body: ("text", answer)
+    send(page, "Shall we rest?")
+    page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+    new = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.session_id")
+    assert new != old
+    open_sessions = edge.sql("SELECT session_id FROM roleplay_sessions WHERE principal = ?1 AND ended_at IS NULL", principal)
+    assert [s["session_id"] for s in open_sessions] == [new]
+    assert len(chat_requests(provider)) == 1            # the refused request never reached the model
+    assert toasts(page) == []
+    wait_idle(page)
+
+
+def test_context_too_large_shows_the_edge_message(page, edge, provider):
+    """Streaming: ST's server relays the edge's 413 body, and the toast quotes it."""
+    provider.clear()
+    open_drawer(page, "#ai-config-button .drawer-toggle", "#left-nav-panel")
+    page.check("#stream_toggle")
+    close_drawers(page)
+    rp.set_model(edge, MODEL, 2500, 1000)
+    try:
+        clear_toasts(page)
+        send(page, "Tell me everything.")
+        toast = page.locator("#toast-container .toast-error").filter(has_text="MultiLLM edge: context too large")
+        toast.wait_for()
+        assert "context window" in toast.inner_text()
+        assert chat_requests(provider) == []
+        wait_idle(page)
+    finally:
+        rp.set_model(edge, MODEL, 14000, 1000)
+        open_drawer(page, "#ai-config-button .drawer-toggle", "#left-nav-panel")
+        page.uncheck("#stream_toggle")
+        close_drawers(page)
