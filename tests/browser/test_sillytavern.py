@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import pytest
 
 from multillm_edge.formats import marker_ids
 from multillm_edge.pages import r2_key
-from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL
+from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL, SECOND_CHAT
 from tests.support import roleplay as rp
 from tests.support.runner import ROOT
+from tests.support.sillytavern import free_port
 
 DOCS = ROOT / "docs"
 FINAL = "Aurore remembers the lantern by the river, ночью."
@@ -223,3 +225,107 @@ def test_context_too_large_shows_the_edge_message(page, edge, provider):
         open_drawer(page, "#ai-config-button .drawer-toggle", "#left-nav-panel")
         page.uncheck("#stream_toggle")
         close_drawers(page)
+
+
+def set_extension(page, url=None, key=None):
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    if url is not None:
+        page.fill("#multillm_paging_url", url)
+        page.locator("#multillm_paging_url").dispatch_event("change")
+    if key is not None:
+        page.fill("#multillm_paging_key", key)
+        page.locator("#multillm_paging_key").dispatch_event("change")
+        assert page.locator("#multillm_paging_key").input_value() == ""
+    close_drawers(page)
+
+
+def set_custom_url(page, url):
+    open_drawer(page, "#sys-settings-button .drawer-toggle", "#rm_api_block")
+    page.fill("#custom_api_url_text", url)
+    close_drawers(page)
+
+
+def manage_chats(page):
+    page.click("#options_button")
+    page.click("#option_select_chat")
+    popup = page.locator("#select_chat_popup")
+    popup.wait_for(state="visible")
+    return popup
+
+
+def switch_chat(page, name):
+    popup = manage_chats(page)
+    popup.locator(f".select_chat_block[file_name^='{name}']").click()
+    page.wait_for_function(f"() => SillyTavern.getContext().getCurrentChatId() === {json.dumps(name)}")
+    popup.wait_for(state="hidden")
+
+
+def chat_session(page):
+    return page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging?.session_id ?? null")
+
+
+def test_wrong_key_is_a_toast_and_nothing_is_sent(page, edge, provider, player):
+    key, principal = player
+    switch_chat(page, SECOND_CHAT)
+    assert chat_session(page) is None
+    assert page.locator("#multillm_paging_indicator").inner_text() == ""
+    set_extension(page, key="rpk_not-a-key-" + "x" * 20)
+    provider.clear()
+    clear_toasts(page)
+    try:
+        sessions_before = edge.sql("SELECT COUNT(*) AS n FROM roleplay_sessions WHERE principal = ?1", principal)
+        send(page, "Is anyone there?")
+        toast = page.locator("#toast-container .toast-error").filter(has_text="MultiLLM: no roleplay session")
+        toast.wait_for()
+        assert toast.inner_text().endswith("A valid roleplay API key is required. Check the roleplay key in the MultiLLM settings.")
+        wait_idle(page)
+        assert chat_requests(provider) == [] and chat_session(page) is None
+        assert edge.sql("SELECT COUNT(*) AS n FROM roleplay_sessions WHERE principal = ?1", principal) == sessions_before
+        assert "rpk_not-a-key" not in "\n".join(page.console_lines)
+    finally:
+        set_extension(page, key=key)
+
+
+def test_edge_down_is_a_toast_and_st_keeps_working(page, edge, provider, player):
+    key, principal = player
+    dead = f"http://127.0.0.1:{free_port()}"
+    set_extension(page, url=dead)
+    set_custom_url(page, dead + "/v1")
+    provider.clear()
+    clear_toasts(page)
+    send(page, "Hello, forest?")
+    toast = page.locator("#toast-container .toast-error").filter(has_text="MultiLLM: no roleplay session")
+    toast.wait_for()
+    assert f"The MultiLLM edge at {dead} cannot be reached" in toast.inner_text()
+    wait_idle(page)
+    assert chat_requests(provider) == []
+    # The edge is back: the same chat plays on, in a session of its own.
+    set_extension(page, url=edge.url)
+    set_custom_url(page, edge.url + "/v1")
+    answer = "The side quest begins at dawn."
+    provider.model.script = lambda body: ("text", answer)
+    send(page, "Hello again?")
+    page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+    [req] = chat_requests(provider)
+    assert "Hello again?" in req.body.decode()
+    second = chat_session(page)
+    assert second and second not in {s["session_id"] for s in edge.sql(
+        "SELECT session_id FROM context_pages WHERE principal = ?1", principal)}
+    assert page.locator("#multillm_paging_indicator").inner_text() == ""   # this chat fits: no pages
+    wait_idle(page)
+
+
+def test_deleting_a_chat_ends_its_session(page, edge, player):
+    key, principal = player
+    sid = chat_session(page)
+    assert page.evaluate("() => SillyTavern.getContext().getCurrentChatId()") == SECOND_CHAT
+    popup = manage_chats(page)
+    popup.locator(f".PastChat_cross[file_name^='{SECOND_CHAT}']").click()
+    page.locator(".popup:has-text('Delete the Chat File?') .popup-button-ok").click()
+    deadline = time.monotonic() + 30
+    while not edge.sql("SELECT ended_at FROM roleplay_sessions WHERE session_id = ?1", sid)[0]["ended_at"]:
+        assert time.monotonic() < deadline, "the session was not ended"
+        time.sleep(0.2)
+    r = edge.client.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+                         headers={"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": sid})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
