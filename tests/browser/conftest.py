@@ -23,12 +23,22 @@ MODEL = "fake:rp-st"
 CHARACTER = "Aurore"
 LONG_CHAT, SECOND_CHAT = "Aurore - long journey", "Aurore - side quest"
 EXCHANGES = 160
-_started = {}
+_wall = {}
 
 
 def pytest_terminal_summary(terminalreporter):
-    if "t0" in _started:
-        terminalreporter.write_line(f"browser tier wall time: {time.monotonic() - _started['t0']:.1f} s")
+    if "seconds" in _wall:
+        terminalreporter.write_line(f"browser tier wall time: {_wall['seconds']:.1f} s "
+                                    "(SillyTavern, edge runner, Chromium: start, tests, stop)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tier_clock():
+    """The tier's wall time, its servers' start and stop included (they are module-scoped
+    and set up after this fixture, so torn down before it)."""
+    t0 = time.monotonic()
+    yield
+    _wall["seconds"] = _wall.get("seconds", 0) + time.monotonic() - t0
 
 
 class Models:
@@ -77,36 +87,36 @@ class ScriptedModel:
             return Reply(headers=[("content-type", "text/event-stream")], chunks=sse)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def provider():
-    _started.setdefault("t0", time.monotonic())
     model = ScriptedModel()
     with FakeServer(model) as server:
         server.model = model
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def origin():
     with FakeServer(Models()) as server:
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def edge(provider, origin, tmp_path_factory):
-    with Edge(tmp_path_factory.mktemp("edge"), vars=rp.edge_vars(provider.url, origin.url)) as edge:
+    with Edge(tmp_path_factory.mktemp("edge"), vars=rp.edge_vars(provider.url, origin.url),
+              start_timeout=240) as edge:
         # A window that ~150 of the chat's 160 exchanges must leave.
         rp.set_model(edge, MODEL, 14000, 1000)
         yield edge
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def player(edge):
     key, principal = rp.seed_principal(edge)
     return key, principal
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sillytavern(tmp_path_factory, provider):
     def setup_user(user):
         seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3})
@@ -115,7 +125,7 @@ def sillytavern(tmp_path_factory, provider):
         yield st
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
@@ -125,7 +135,7 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def page(browser, sillytavern):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
