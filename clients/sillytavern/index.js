@@ -198,9 +198,10 @@ async function inspect(response) {
         reader.cancel();
         return recordPages(comment[1].split(',').filter(Boolean).length);
     }
-    if (!head.startsWith('{')) {   // a stream without pages
+    if (!head.startsWith('{')) {
+        // A stream: its page list travels in headers ST does not relay; the count stays.
         reader.cancel();
-        return recordPages(0);
+        return undefined;
     }
     let text = head;
     for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) {
@@ -237,13 +238,13 @@ function watchGenerateResponses() {
         }
         if (!String(ours.custom_include_headers).includes('X-Roleplay-Session-ID')) return send(input, init);
         let response = await send(input, init);
-        let code = await inspect(response.clone()).catch(() => undefined);
+        const code = await inspect(response.clone()).catch(() => undefined);
         if (code === 'session_not_found') {
             chatState().session_id = null;
             try {
                 addEdgeFields(ours, await createSession());
                 response = await send(input, { ...init, body: JSON.stringify(ours) });
-                code = await inspect(response.clone()).catch(() => undefined);
+                await inspect(response.clone()).catch(() => undefined);
             } catch (err) {
                 toastEdgeError(err, 'MultiLLM: no roleplay session');
             }
