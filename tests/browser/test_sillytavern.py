@@ -5,14 +5,12 @@ then the long chat is played."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 
 import pytest
 
 from multillm_edge.formats import marker_ids
-from multillm_edge.pages import r2_key
 from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL, SECOND_CHAT
 from tests.support import roleplay as rp
 from tests.support.runner import ROOT
@@ -44,8 +42,7 @@ def test_settings_panel_takes_the_key_and_never_shows_it(page, edge, player):
     field = page.locator("#multillm_paging_key")
     assert field.get_attribute("type") == "password"
     field.fill(key)
-    field.press("Enter")
-    field.dispatch_event("change")
+    field.press("Enter")                    # as the README says: paste, then Enter
     assert field.input_value() == ""
     assert page.locator("#multillm_paging_key_state").inner_text() == "A key is stored. Paste a new one to replace it."
     assert page.locator("#multillm_paging_enabled").is_checked()
@@ -99,7 +96,7 @@ def chat_requests(provider):
     return [r for r in provider.received if r.path.endswith("/chat/completions")]
 
 
-def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider, player):
+def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider, player, sillytavern):
     key, principal = player
     provider.clear()
     first_ids = []
@@ -151,6 +148,8 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
     indicator.filter(has_text="pages stored").wait_for()
     n_pages = int(indicator.inner_text().split()[0])
     assert n_pages >= 150 and meta["pages"] == n_pages
+    # The key reached the edge, and was logged nowhere on the way.
+    assert key not in "\n".join(page.console_lines) and key not in sillytavern.output()
     close_drawers(page)
     page.screenshot(path=str(DOCS / "sillytavern-chat-paged.png"))
 
