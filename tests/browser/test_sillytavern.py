@@ -5,6 +5,7 @@ then the long chat is played."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 
@@ -66,8 +67,8 @@ def test_custom_source_points_at_the_edge(page, edge):
     page.fill("#openai_max_context_counter", "500000")
     page.locator("#openai_max_context_counter").dispatch_event("input")
     page.check("#openai_function_calling")
-    # Whole responses: ST relays their JSON (with `context_pages`) but not the edge's
-    # headers, and this edge's streams carry the page list only in a header.
+    # Whole responses: ST's server relays their JSON, `context_pages` included (never the
+    # edge's headers). The 413 test below plays a streamed turn.
     assert page.locator("#stream_toggle").is_checked()      # ST's default
     page.uncheck("#stream_toggle")
     settings = page.evaluate("() => SillyTavern.getContext().chatCompletionSettings")
@@ -130,8 +131,9 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
         assert "x-roleplay-session-id" not in rec.headers
     # Second: the tool result is byte for byte the stored page.
     [row] = edge.sql("SELECT * FROM context_pages WHERE page_id = ?1", first_ids[0])
-    stored = edge.r2_get(row["r2_key"])
-    assert stored is not None and len(stored) == row["byte_length"]
+    offset = row.get("r2_offset", 0)        # a page may be a byte range of its request's object
+    stored = edge.r2_get(row["r2_key"])[offset:offset + row["byte_length"]]
+    assert len(stored) == row["byte_length"] and hashlib.sha256(stored).hexdigest() == row["sha256"]
     [tool_msg] = [m for m in second["messages"] if m.get("role") == "tool"]
     assert tool_msg["content"].encode("utf-8") == stored
     call = [m for m in second["messages"] if m.get("tool_calls")][0]["tool_calls"][0]
