@@ -57,24 +57,6 @@ export class R2ObjectBody {
 // The proxy transport serializes arguments; it accepts what workerd accepts for
 // bytes (ArrayBuffer views, strings) but not Pyodide proxies. Nothing is converted
 // here: the Worker must hand over real JS bytes, as it must in production.
-// getPlatformProxy's transport cannot take a burst of concurrent R2 writes: under load
-// it answers some with a status its own client asserts on, which the Worker sees as a
-// failed put (a spurious 503 storage_failed). workerd has no such limit, so writes
-// beyond a few at once wait their turn here; what the Worker sees is unchanged.
-const MAX_CONCURRENT_R2_PUTS = 8;
-let r2PutsActive = 0;
-const r2PutsWaiting = [];
-async function r2PutSlot(fn) {
-  while (r2PutsActive >= MAX_CONCURRENT_R2_PUTS) await new Promise(resolve => r2PutsWaiting.push(resolve));
-  r2PutsActive++;
-  try {
-    return await fn();
-  } finally {
-    r2PutsActive--;
-    r2PutsWaiting.shift()?.();
-  }
-}
-
 export class R2Bucket {
   #bucket;
   constructor(bucket) { this.#bucket = bucket; }
@@ -89,7 +71,7 @@ export class R2Bucket {
   async put(key, value, options) {
     counts.r2_puts++;
     if (faults.r2_put) throw new Error("injected R2 put fault");
-    const o = await r2PutSlot(() => options === undefined ? this.#bucket.put(key, value) : this.#bucket.put(key, value, options));
+    const o = await (options === undefined ? this.#bucket.put(key, value) : this.#bucket.put(key, value, options));
     return o && new R2Object(o);
   }
   delete(keys) { counts.r2_deletes++; return this.#bucket.delete(keys); }
