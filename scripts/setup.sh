@@ -21,3 +21,21 @@ fi
 sdk=$(sed -n 's/.*"workers-runtime-sdk==\([^"]*\)".*/\1/p' pyproject.toml)
 [ -f ".cache/wheels/workers_runtime_sdk-$sdk-py3-none-any.whl" ] || \
   .venv/bin/python -m pip download --quiet --no-deps --only-binary=:all: -d .cache/wheels "workers-runtime-sdk==$sdk"
+# Browser tier (tests/browser): Debian's Chromium, driven by Playwright's Python package
+# (requirements-test.txt; Playwright's own browser download is not used), and
+# SillyTavern pinned from npm into a cache outside node_modules (SILLYTAVERN_DIR).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: /usr/bin/chromium is missing; install Debian's chromium package (the browser tier needs it)" >&2
+  fi
+fi
+st_version=1.19.0
+st_dir="${SILLYTAVERN_DIR:-.cache/sillytavern}"
+if ! grep -qs "\"version\": \"$st_version\"" "$st_dir/node_modules/sillytavern/package.json"; then
+  mkdir -p "$st_dir"
+  echo '{"private": true}' > "$st_dir/package.json"
+  (cd "$st_dir" && npm install --no-audit --no-fund --loglevel=error --no-save "sillytavern@$st_version")
+fi

@@ -1,0 +1,184 @@
+"""The browser tier: a real SillyTavern with the extension, driven by Debian's Chromium
+through Playwright, against the local edge runner and a scripted stand-in provider."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.support import roleplay as rp
+from tests.support.fakes import FakeServer, Reply
+from tests.support.runner import Edge
+from tests.support.sillytavern import SillyTavern, seed_character
+
+CHROMIUM = "/usr/bin/chromium"
+# Without the background-networking flags Chromium dials out at start, which a closed
+# network refuses (and slows every launch).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+MODEL = "fake:rp-st"
+CHARACTER = "Aurore"
+LONG_CHAT, SECOND_CHAT = "Aurore - long journey", "Aurore - side quest"
+EXCHANGES = 160
+_wall = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if "seconds" in _wall:
+        terminalreporter.write_line(f"browser tier wall time: {_wall['seconds']:.1f} s "
+                                    "(SillyTavern, edge runner, Chromium: start, tests, stop)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tier_clock():
+    """The tier's wall time, its servers' start and stop included (they are module-scoped
+    and set up after this fixture, so torn down before it)."""
+    t0 = time.monotonic()
+    yield
+    _wall["seconds"] = _wall.get("seconds", 0) + time.monotonic() - t0
+
+
+class Models:
+    """The stand-in provider's models/origin side: `/v1/models` for ST's status check."""
+
+    def __call__(self, rec) -> Reply:
+        if rec.path.endswith("/models"):
+            return Reply(chunks=[json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()])
+        return Reply(status=404, chunks=[b'{"error":"not here"}'])
+
+
+class ScriptedModel:
+    """The stand-in provider. `script(body)` → ("tool", page_id) | ("text", text); the
+    reply is streamed (SSE) or whole, as the request asks."""
+
+    def __init__(self):
+        self.script = lambda body: ("text", "…")
+        self._lock = threading.Lock()
+        self.n = 0
+
+    def __call__(self, rec) -> Reply:
+        with self._lock:
+            body = rec.json()
+            kind, value = self.script(body)
+            self.n += 1
+            if kind == "tool":
+                message = {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"call_st{self.n}", "type": "function",
+                     "function": {"name": "multillm_context_retrieve",
+                                  "arguments": json.dumps({"page_id": value})}}]}
+                finish = "tool_calls"
+            else:
+                message, finish = {"role": "assistant", "content": value}, "stop"
+            if not body.get("stream"):
+                doc = {"id": f"chatcmpl-{self.n}", "object": "chat.completion", "created": 0,
+                       "model": "rp-st", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+                return Reply(chunks=[json.dumps(doc).encode()])
+            delta = dict(message)
+            if delta.get("tool_calls"):
+                delta["tool_calls"] = [{"index": 0, **delta["tool_calls"][0]}]
+            chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                      {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+            sse = [b"data: " + json.dumps({"id": f"chatcmpl-{self.n}", "object": "chat.completion.chunk",
+                                           "created": 0, "model": "rp-st", **c}).encode() + b"\n\n"
+                   for c in chunks] + [b"data: [DONE]\n\n"]
+            return Reply(headers=[("content-type", "text/event-stream")], chunks=sse)
+
+
+@pytest.fixture(scope="module")
+def provider():
+    model = ScriptedModel()
+    with FakeServer(model) as server:
+        server.model = model
+        yield server
+
+
+@pytest.fixture(scope="module")
+def origin():
+    with FakeServer(Models()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def edge(provider, origin, tmp_path_factory):
+    with Edge(tmp_path_factory.mktemp("edge"), vars=rp.edge_vars(provider.url, origin.url),
+              start_timeout=240) as edge:
+        # A window that ~150 of the chat's 160 exchanges must leave.
+        rp.set_model(edge, MODEL, 14000, 1000)
+        yield edge
+
+
+@pytest.fixture(scope="module")
+def player(edge):
+    key, principal = rp.seed_principal(edge)
+    return key, principal
+
+
+@pytest.fixture(scope="module")
+def sillytavern(tmp_path_factory, provider):
+    def setup_user(user):
+        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3})
+
+    with SillyTavern(tmp_path_factory.mktemp("sillytavern"), setup_user) as st:
+        yield st
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        # launch() gives every run a fresh temporary profile (--user-data-dir).
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, sillytavern):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    pg.console_lines = []
+    pg.on("console", lambda m: pg.console_lines.append(m.text))
+    pg.set_default_timeout(30_000)
+    pg.goto(sillytavern.url + "/", wait_until="domcontentloaded")
+    pg.wait_for_function("() => window.SillyTavern && document.getElementById('multillm_paging_settings')",
+                         timeout=120_000)
+    # First run: ST asks for a persona name.
+    welcome = pg.locator(".popup:has-text('Welcome to SillyTavern') .popup-button-ok")
+    welcome.click()
+    welcome.wait_for(state="detached")
+    yield pg
+    context.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    setattr(item, "rep_" + rep.when, rep)
+    return rep
+
+
+@pytest.fixture(autouse=True)
+def explain_failure(request, tmp_path_factory):
+    """On failure: what the browser said, the toasts, ST's log tail and a screenshot."""
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    if not (rep and rep.failed) or "page" not in request.fixturenames:
+        return
+    pg = request.getfixturevalue("page")
+    st = request.getfixturevalue("sillytavern")
+    shot = tmp_path_factory.mktemp("failure") / f"{request.node.name}.png"
+    pg.screenshot(path=str(shot))
+    state = pg.evaluate("() => [SillyTavern.getContext().chatMetadata.multillm_paging, "
+                        "document.getElementById('multillm_paging_indicator')?.outerHTML]")
+    print(f"\n--- extension state: {state}")
+    print(f"--- screenshot: {shot}\n--- toasts: {pg.locator('#toast-container').all_inner_texts()}")
+    print("--- console (last 40):\n" + "\n".join(line[:300] for line in pg.console_lines[-40:]))
+    print("--- SillyTavern log (last 30):\n" + "\n".join(line[:300] for line in st.lines[-30:]))
+    if "edge" in request.fixturenames:
+        print("--- edge log (last 8):\n" + "\n".join(line[:600] for line in request.getfixturevalue("edge").lines[-8:]))
+    if "provider" in request.fixturenames:
+        for rec in request.getfixturevalue("provider").received:
+            print("--- provider got", rec.method, rec.path, rec.body[:300])
