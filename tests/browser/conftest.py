@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tests.support import roleplay as rp
-from tests.support.fakes import FakeServer, Reply
-from tests.support.runner import Edge
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
 from tests.support.sillytavern import SillyTavern, seed_character
 
 CHROMIUM = "/usr/bin/chromium"

@@ -13,8 +13,8 @@ import pytest
 
 from multillm_edge.formats import marker_ids
 from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL, SECOND_CHAT
-from tests.support import roleplay as rp
-from tests.support.runner import ROOT
+from devkit import roleplay as rp
+from devkit.runner import ROOT
 from tests.support.sillytavern import free_port
 
 DOCS = ROOT / "docs"

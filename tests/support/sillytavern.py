@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.runner import ROOT
+from devkit.runner import ROOT
 
 VERSION = "1.19.0"
 EXTENSION_DIR = "multillm-paging"
