@@ -9,6 +9,7 @@ edge's own fields: each marker replaced by its pages' items, the retrieve tool r
 from __future__ import annotations
 
 from multillm_edge import formats
+from multillm_edge.jsonbytes import compact
 
 
 def marker_ids(text):
@@ -60,3 +61,8 @@ def created_tools(fmt: str, body: dict) -> bool:
     """Whether planning ``body`` creates the tools list the retrieve tool goes into."""
     legacy = fmt == "chat" and body.get("tools") is None and isinstance(body.get("functions"), list)
     return ("functions" if legacy else "tools") not in body
+
+
+def body_size(body) -> int:
+    """The byte length of ``body``'s compact serialization: what a plan's size must be."""
+    return len(compact(body))

@@ -16,19 +16,20 @@ see ``generation.consumed_fields``). Kept fields count towards the size.
 from __future__ import annotations
 
 from .errors import EdgeError
-from .paging import _Prepared, per_budget
+from .paging import Plan, per_budget
+from .prepared import Prepared
 
 
 def compact_candidates(fmt: str, body: dict, budgets: list, *, strip: tuple = ()) -> list:
     """One ``(body, dropped_count)`` or 413 EdgeError per budget; grouping and sizing
     are done once for all candidates."""
-    prep = _Prepared(fmt, body, None, strip=strip)
+    prep = Prepared(fmt, body, None, strip=strip)
     return per_budget(lambda b: _compact(prep, b), budgets)
 
 
-def _compact(prep: _Prepared, budget: int):
+def _compact(prep: Prepared, budget: int) -> Plan:
     if prep.total <= budget:
-        return prep.base, 0
+        return Plan(prep.base, [], prep.total, budget, as_received=prep.base is prep.received)
     inner = prep.inner
     sum_units = prep.sum_inner
     n_units = len(prep.groups)
@@ -56,4 +57,4 @@ def _compact(prep: _Prepared, budget: int):
             out_items.extend(items[g.start:g.end])
     out = dict(prep.base)
     out[prep.mod.ITEMS_KEY] = out_items
-    return out, len(dropped)
+    return Plan(out, [], size, budget, dropped=len(dropped))

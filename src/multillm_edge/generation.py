@@ -37,8 +37,8 @@ class Candidate:
     provider: config.Provider
     window: store.ModelWindow
     budget: int
-    plan: object = None             # paging.Plan, or the body/compaction result
-    skipped: str | None = None      # why it was never sent
+    plan: paging.Plan | None = None         # what it sends (paged or compacted alike)
+    skipped: EdgeError | None = None        # why it was never sent
 
 
 @dataclass
@@ -218,8 +218,8 @@ def encode(body: dict) -> bytes:
 
 
 def plan_all(body: dict, cands: list[Candidate], turn: Turn, page_id_for):
-    """Fill each candidate's plan: a paging.Plan, or (body, dropped) for existing
-    behaviour; a candidate that cannot fit is skipped with its 413."""
+    """Fill each candidate's plan (paged, or the existing behaviour: as received or
+    compacted); a candidate that cannot fit is skipped with its 413."""
     live = [c for c in cands if not c.skipped]
     budgets = [c.budget for c in live]
     if turn.paging:
@@ -240,11 +240,11 @@ def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
     received body itself (planning returns a new object whenever it removes a field,
     drops or pages an exchange); otherwise the plan's body, naming the candidate's model
     as its provider wants it."""
-    out = c.plan.body if turn.paging else c.plan[0]
+    out = c.plan.body
     model = c.provider.upstream_model(c.model)
     # With a repeated key, providers disagree on which value wins: send the edge's
     # serialization of the value it validated instead of the raw bytes.
-    if out is body and body.get("model") == model and not has_duplicate_keys(raw):
+    if c.plan.as_received and out.get("model") == model and not has_duplicate_keys(raw):
         return raw
     return encode(out if out.get("model") == model else {**out, "model": model})
 
@@ -462,10 +462,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
                                           cands, body, raw, turn)
     finally:  # the log line keeps every attempt, answered or not
         note(req, turn, cands)
-    if turn.paging:
-        turn.pages = list(chosen.plan.pages)
-    else:
-        turn.compacted = chosen.plan[1]
+    turn.pages, turn.compacted = list(chosen.plan.pages), chosen.plan.dropped
     req.notes.update(pages=len(turn.pages), compacted=turn.compacted, model_index=cands.index(chosen))
     return await respond(upstream, turn)
 

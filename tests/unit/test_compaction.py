@@ -5,7 +5,7 @@ import json
 import pytest
 from hypothesis import given
 
-from devkit.unpage import marker_ids
+from devkit.unpage import body_size, marker_ids
 from multillm_edge import compaction, formats, paging
 from multillm_edge.errors import EdgeError
 from test_paging import chat_body, messages_body, responses_body
@@ -13,11 +13,12 @@ from test_paging_properties import SETTINGS, build, dumps, scenario, truth_pagea
 
 
 def compact(fmt, body, budget, *, strip=()):
-    """One budget's result; its 413 raised."""
+    """One budget's (body, dropped count); its 413 raised."""
     (out,) = compaction.compact_candidates(fmt, body, [budget], strip=strip)
     if isinstance(out, EdgeError):
         raise out
-    return out
+    assert out.pages == [] and out.size == body_size(out.body)
+    return out.body, out.dropped
 
 
 def test_fits_unchanged():
@@ -30,9 +31,9 @@ def test_fits_unchanged():
                                       ("messages", messages_body)])
 def test_drops_oldest_and_counts(fmt, make):
     body = make()
-    full = paging.body_size(body)
+    full = body_size(body)
     out, n = compact(fmt, body, full - 600)
-    assert n >= 1 and paging.body_size(out) <= full - 600
+    assert n >= 1 and body_size(out) <= full - 600
     key = formats.get(fmt).ITEMS_KEY
     assert out[key][-1] == body[key][-1]
     assert "multillm_context_retrieve" not in json.dumps(out.get("tools", []))
@@ -85,6 +86,7 @@ def test_compact_candidates_prepares_once_and_reports_each_budget():
         {"role": "user", "content": "latest"}]}
     full = len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
     fits, dropped, too_small = compact_candidates("chat", body, [full, full - 10, 10])
-    assert fits == (body, 0)
-    assert dropped[1] == 1 and dropped[0]["messages"] == body["messages"][2:]
+    assert (fits.body, fits.dropped) == (body, 0) and fits.body is body and fits.as_received
+    assert dropped.dropped == 1 and dropped.body["messages"] == body["messages"][2:]
+    assert not dropped.as_received
     assert isinstance(too_small, EdgeError) and too_small.code == "context_window_exceeded"

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from multillm_edge.pages import canonical_bytes
-from devkit.unpage import created_tools, marker_ids, unpage
+from devkit.unpage import body_size, created_tools, marker_ids, unpage
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -51,14 +51,14 @@ def test_fits_strips_edge_fields():
     plan = paging.plan_paging("chat", body, 10**6, pid)
     assert "capabilities" not in plan.body and "context_protected_indices" not in plan.body
     assert "capabilities" in body  # input untouched
-    assert plan.size == paging.body_size(plan.body)
+    assert plan.size == body_size(plan.body)
 
 
 def test_chat_pages_oldest_first_with_one_marker_per_run():
     body = chat_body()
-    full = paging.body_size(paging.strip_edge_fields(body))
+    full = body_size(paging.strip_edge_fields(body))
     plan = paging.plan_paging("chat", body, full - 1500, pid)
-    assert plan.size == paging.body_size(plan.body) <= full - 1500
+    assert plan.size == body_size(plan.body) <= full - 1500
     msgs = plan.body["messages"]
     assert msgs[0]["role"] == "system"
     # the greeting (lead group) is the oldest pageable group
@@ -102,7 +102,7 @@ def test_window_exceeded_413_has_figures_and_classifier_words():
     assert e.status == 413 and e.code == "context_window_exceeded"
     assert "context window" in e.message and "maximum context length" in e.message
     assert e.details["budget"] == 300
-    assert e.details["estimated_size"] == paging.body_size(paging.strip_edge_fields(body))
+    assert e.details["estimated_size"] == body_size(paging.strip_edge_fields(body))
     assert e.details["protected_bytes"] > 300
 
 
@@ -110,7 +110,7 @@ def test_page_too_large():
     body = chat_body()
     body["messages"][3]["content"] = "x" * 70000  # first real exchange is huge
     with pytest.raises(EdgeError) as ei:
-        paging.plan_paging("chat", body, paging.body_size(body) - 70000, pid)
+        paging.plan_paging("chat", body, body_size(body) - 70000, pid)
     assert ei.value.code == "context_page_too_large" and ei.value.status == 413
     assert ei.value.details["page_bytes"] > 65536 and ei.value.details["max_page_bytes"] == 65536
     # with a budget it cannot meet anyway the answer is the window error
@@ -145,7 +145,7 @@ def test_identical_exchanges_are_one_page():
 
 def test_plan_candidates_share_pages_and_report_errors_per_candidate():
     body = chat_body()
-    full = paging.body_size(paging.strip_edge_fields(body))
+    full = body_size(paging.strip_edge_fields(body))
     res = paging.plan_candidates("chat", body, [full, full - 1000, full - 2000, 10], pid)
     assert res[0].pages == [] and isinstance(res[3], EdgeError) and res[3].status == 413
     shared = {p.sha256: p for p in res[2].pages}
@@ -171,7 +171,7 @@ def responses_body():
 def test_responses_paging_keeps_instructions_and_calls_together():
     body = responses_body()
     plan = paging.plan_paging("responses", body, 2200, pid)
-    assert plan.size == paging.body_size(plan.body) <= 2200
+    assert plan.size == body_size(plan.body) <= 2200
     assert plan.body["instructions"] == body["instructions"]
     assert plan.body["tools"][0]["name"] == "menu" and plan.body["tools"][-1] == formats.responses.tool_schema()
     assert not created_tools("responses", body)
@@ -187,7 +187,7 @@ def test_responses_string_input_has_nothing_to_page():
     with pytest.raises(EdgeError) as ei:
         paging.plan_paging("responses", body, 500, pid)
     assert ei.value.code == "context_window_exceeded"
-    assert ei.value.details["protected_bytes"] == paging.body_size(body)
+    assert ei.value.details["protected_bytes"] == body_size(body)
 
 
 def messages_body():
@@ -208,7 +208,7 @@ def messages_body():
 def test_messages_marker_never_between_tool_use_and_result():
     body = messages_body()
     plan = paging.plan_paging("messages", body, 2000, pid)
-    assert plan.size == paging.body_size(plan.body) <= 2000
+    assert plan.size == body_size(plan.body) <= 2000
     assert plan.body["system"] == body["system"]
     msgs = plan.body["messages"]
     for i, m in enumerate(msgs):
@@ -228,7 +228,7 @@ def test_output_reservation_and_body_size():
     assert paging.output_reservation("messages", messages_body()) == 1024
     assert paging.output_reservation("messages", {}) is None
     b = {"a": "é🙂", "b": [1, None, True]}
-    assert paging.body_size(b) == len(json.dumps(b, ensure_ascii=False, separators=(",", ":")).encode())
+    assert body_size(b) == len(json.dumps(b, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def test_lone_surrogate_is_a_400():

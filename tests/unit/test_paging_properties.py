@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from multillm_edge.pages import canonical_bytes
-from devkit.unpage import created_tools, unpage
+from devkit.unpage import body_size, created_tools, unpage
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -300,7 +300,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
     if k and any(pageable[i] + 1 == pageable[i + 1] for i in range(k - 1)):
         event("run of >1 consecutive pages")
     # fits, exact size arithmetic
-    assert plan.size == len(dumps(plan.body)) == paging.body_size(plan.body)
+    assert plan.size == len(dumps(plan.body)) == body_size(plan.body)
     assert plan.size <= budget and plan.budget == budget
     # minimal and oldest-first: identical to the reference (which checked k-1 did not fit)
     assert dumps(plan.body) == dumps(ref)
@@ -378,7 +378,7 @@ def check_pairs(fmt, out_items, in_items):
 def test_deterministic_and_candidates_share_pages(sc):
     fmt, segs, frac, protected, tools_present, max_page = sc
     body, items, truth = build(fmt, segs, protected, tools_present)
-    full = paging.body_size(paging.strip_edge_fields(body))
+    full = body_size(paging.strip_edge_fields(body))
     budgets = [int(full * frac), int(full * frac * 0.8), full, int(full * frac)]
 
     def run():

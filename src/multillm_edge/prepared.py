@@ -1,0 +1,182 @@
+"""The prepared history: grouping, protection and sizes, built once per request and
+shared by paging and compaction (docs/design.md §5.5–5.7).
+
+Sizes. The size of a body is the UTF-8 byte length of its compact serialization
+(``jsonbytes.compact``). It is computed once, arithmetically: the body with an empty
+history list (the "skeleton") is serialized once, and each group of items is serialized
+once as a list (those bytes are also the page body when the group is paged). Size of a
+body = skeleton + sum of the groups' inner sizes + one comma between groups. Nothing is
+re-serialized per planning step: the cost is linear in the history size.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from dataclasses import dataclass
+
+from . import formats as _formats
+from .errors import EdgeError, invalid_field
+
+#: Request fields the edge reads itself and providers reject.
+EDGE_FIELDS = ("capabilities", "context_protected_indices")
+
+
+def _make_encode():
+    """``json.dumps(o, ensure_ascii=False, separators=(",", ":"))`` without the per-call
+    set-up: one C encoder (``_json.make_encoder``, what ``json.dumps`` builds on every
+    call) reused for every group. Circular checks are off: parsed JSON has no cycles.
+    Falls back to the stdlib encoder if the C accelerator is missing."""
+    enc = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    try:
+        from json.encoder import c_make_encoder, encode_basestring
+        if c_make_encoder is None:
+            raise ImportError
+        c = c_make_encoder(None, enc.default, encode_basestring, None, ":", ",",
+                           False, False, True)
+    except (ImportError, TypeError):
+        return enc.encode
+    join = "".join
+
+    def encode(o):
+        if isinstance(o, str):
+            return encode_basestring(o)
+        return join(c(o, 0))
+
+    encode("probe")
+    if encode([{"a": ["é", 1.5, None, True]}]) != enc.encode([{"a": ["é", 1.5, None, True]}]):
+        return enc.encode
+    return encode
+
+
+_encode = _make_encode()
+
+
+def _blen(s: str) -> int:
+    return len(s) if s.isascii() else len(s.encode("utf-8"))
+
+
+def _dumps(obj) -> str:
+    try:
+        return _encode(obj)
+    except (TypeError, ValueError) as e:  # not JSON data (never from json.loads)
+        raise EdgeError(400, "invalid_request", "Request body is not JSON data.") from e
+
+
+
+
+def _surrogate_error() -> EdgeError:
+    return EdgeError(400, "invalid_request", "Request body contains a lone surrogate.")
+
+
+@dataclass(frozen=True)
+class Page:
+    page_id: str
+    sha256: str
+    body: bytes
+    items: list  # the original items, in order
+
+
+_object_new = object.__new__
+
+
+def _new_page(page_id: str, sha256: str, body: bytes, items: list) -> Page:
+    # Same object as Page(...), without the frozen dataclass's four
+    # object.__setattr__ calls (thousands of pages per request in Pyodide).
+    p = _object_new(Page)
+    p.__dict__.update(page_id=page_id, sha256=sha256, body=body, items=items)
+    return p
+
+
+def protected_indices(body: dict) -> frozenset:
+    """Validated ``context_protected_indices`` (absent or null -> empty)."""
+    v = body.get("context_protected_indices")
+    if v is None:
+        return frozenset()
+    if not isinstance(v, list) or not all(
+            type(i) is int and i >= 0 for i in v):
+        raise invalid_field("context_protected_indices",
+                            "must be an array of non-negative integers")
+    return frozenset(v)
+
+
+def strip_edge_fields(body: dict, fields: tuple = EDGE_FIELDS) -> dict:
+    """``body`` without ``fields`` (the same object if it has none of them)."""
+    if any(k in body for k in fields):
+        return {k: v for k, v in body.items() if k not in fields}
+    return body
+
+
+class Prepared:
+    """Everything budget-independent about one request body, fully built at once:
+    ``base`` (the body without the stripped fields), ``items``, ``groups``, each group's
+    serialized ``raw`` bytes and ``inner`` size, ``fixed`` (the skeleton's size),
+    ``total``, ``pageable`` (group indices, oldest first) and the marker and tool sizes.
+    Pages are made lazily (``page``): only paging needs them."""
+
+    def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS):
+        if not isinstance(body, dict):
+            raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
+        self.mod = _formats.get(fmt)
+        self.received = body
+        self.base = strip_edge_fields(body, strip)
+        self.page_id_for = page_id_for
+        self.items = self.mod.items(self.base)
+        self._pages: dict = {}     # group index -> Page
+        self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
+        try:
+            self._measure()
+        except UnicodeEncodeError as e:
+            raise _surrogate_error() from e
+        self.sum_inner = sum(self.inner)
+        self.total = self.fixed + self.sum_inner + max(len(self.groups) - 1, 0)
+        self.pageable = self._pageable(protected_indices(body))
+        self.marker_base = _blen(_dumps(self.mod.marker(_formats.MARKER_PREFIX + _formats.MARKER_SUFFIX)))
+        self.marker_sep = _blen(_dumps(_formats.MARKER_SEP)) - 2
+
+    def _measure(self) -> None:
+        mod, items = self.mod, self.items
+        if items is None:
+            # No history list (a string or absent Responses `input`): one unpageable
+            # whole. It fits, or it is a 413; never paged.
+            self.skel, self.groups, self.raw, self.inner = self.base, [], [], []
+        else:
+            self.skel = {**self.base, mod.ITEMS_KEY: []}
+            self.groups = _formats.group_items(items, mod.classify)
+            # each group serialized once, as a list: those bytes are its page body
+            self.raw = [_encode(items[g.start:g.end]).encode("utf-8") for g in self.groups]
+            self.inner = [len(b) - 2 for b in self.raw]
+        self.fixed = _blen(_dumps(self.skel))
+
+    def _pageable(self, protected: frozenset) -> list:
+        """Complete, unprotected groups before the latest genuine user turn, oldest first."""
+        groups = self.groups
+        last_user = next((gi for gi in range(len(groups) - 1, -1, -1)
+                          if groups[gi].kind == _formats.EXCHANGE), 0)
+        prot_groups = set()
+        if protected and groups:
+            starts = [g.start for g in groups]
+            prot_groups = {bisect.bisect_right(starts, i) - 1 for i in protected if i < len(self.items)}
+        return [gi for gi in range(last_user)
+                if groups[gi].kind != _formats.STANDALONE
+                and groups[gi].complete and gi not in prot_groups]
+
+    def page(self, gi: int) -> Page:
+        p = self._pages.get(gi)
+        if p is None:
+            b = self.raw[gi]
+            sha = hashlib.sha256(b).hexdigest()
+            p = self._by_sha.get(sha)
+            if p is None:
+                g = self.groups[gi]
+                p = _new_page(self.page_id_for(sha), sha, b, self.items[g.start:g.end])
+                self._by_sha[sha] = p
+            self._pages[gi] = p
+        return p
+
+    def fixed_with_tool(self) -> int:
+        """The skeleton's size once the retrieve tool is added (paging only)."""
+        skel = dict(self.skel)
+        self.mod.add_tool(skel)
+        return _blen(_dumps(skel))
