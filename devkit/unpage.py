@@ -41,7 +41,7 @@ def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
     mod = formats.get(fmt)
     by_id = {p.page_id: p for p in pages}
     out = dict(body)
-    items = mod.items(out)
+    items = formats.history(out, mod.ITEMS_KEY)
     if items is None or not by_id:
         return out
     restored = []

@@ -117,7 +117,7 @@ def _build(prep: Prepared, chosen: list, size: int, budget: int) -> Plan:
     run_at = -1
 
     def close_run():
-        out_items[run_at] = mod.marker(_formats.marker_text(run_ids))
+        out_items[run_at] = _formats.marker(_formats.marker_text(run_ids))
 
     for gi, g in enumerate(groups):
         if gi in chosen_set:

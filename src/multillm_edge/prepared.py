@@ -122,7 +122,7 @@ class Prepared:
         self.received = body
         self.base = strip_edge_fields(body, strip)
         self.page_id_for = page_id_for
-        self.items = self.mod.items(self.base)
+        self.items = _formats.history(self.base, self.mod.ITEMS_KEY)
         self._pages: dict = {}     # group index -> Page
         self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
         try:
@@ -132,7 +132,7 @@ class Prepared:
         self.sum_inner = sum(self.inner)
         self.total = self.fixed + self.sum_inner + max(len(self.groups) - 1, 0)
         self.pageable = self._pageable(protected_indices(body))
-        self.marker_base = _blen(_dumps(self.mod.marker(_formats.MARKER_PREFIX + _formats.MARKER_SUFFIX)))
+        self.marker_base = _blen(_dumps(_formats.marker(_formats.MARKER_PREFIX + _formats.MARKER_SUFFIX)))
         self.marker_sep = _blen(_dumps(_formats.MARKER_SEP)) - 2
 
     def _measure(self) -> None:

@@ -148,8 +148,8 @@ def test_marker_names_each_handle_and_parses_back():
     assert marker_ids(text) == ["cp_a", "cp_b"]
     assert marker_ids("hello") is None
     for mod in (chat, responses, messages):
-        m = mod.marker(text)
-        assert m["role"] == "user" and mod.marker_content(m) == text
+        m = formats.marker(text)
+        assert m["role"] == "user" and formats.marker_content(m) == text
         assert mod.classify(m)[0] == formats.USER
         json.dumps(m)
 

@@ -222,7 +222,7 @@ def reference_body(fmt, base, items, truth, paged):
         else:
             run = None
             out_items.extend(items[s:e])
-    out_items = [mod.marker(formats.marker_text(x)) if isinstance(x, list) else x
+    out_items = [formats.marker(formats.marker_text(x)) if isinstance(x, list) else x
                  for x in out_items]
     out = dict(base)
     out[mod.ITEMS_KEY] = out_items

@@ -4,15 +4,16 @@ Each format module (``chat``, ``responses``, ``messages``) exposes the same smal
 interface, used by :mod:`multillm_edge.paging` and :mod:`multillm_edge.compaction`:
 
 ``ITEMS_KEY``                 top-level key holding the pageable history
-``items(body)``               that list, or ``None`` when there is nothing to page
 ``classify(item)``            ``(kind, calls, results)``: kind is USER (a genuine user
                               turn), SYSTEM (stands alone) or OTHER; calls/results are
                               keys pairing a tool call with its result
-``marker(text)``              the marker message (role ``user``) carrying ``text``
 ``tool_schema()``             the ``multillm_context_retrieve`` tool in that format
 ``add_tool(body)``            append the schema to the tools of a shallow body copy;
                               returns True when it created the tools key
 ``output_reservation(body)``  the request's max-tokens field, ``None`` if absent
+
+Shared by all three: ``history(body, ITEMS_KEY)`` (the list, or ``None`` when there
+is nothing to page) and ``marker(text)`` (the marker message, role ``user``).
 
 Grouping is shared (:func:`group_items`): an exchange starts at a genuine user turn
 and runs to the next one; a message holding only tool results is not a new turn;

@@ -8,16 +8,12 @@ alone. Content may be a string or an array; it does not matter for grouping.
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
                tool_parameters, tools_list_append)
-from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "messages"
 _NONE = ()
 
-
-def items(body: dict):
-    return history(body, ITEMS_KEY)
 
 
 def classify(m):

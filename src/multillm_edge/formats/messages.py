@@ -15,16 +15,19 @@ complete exchanges, so it never lands between a ``tool_use`` and its ``tool_resu
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
                tool_parameters, tools_list_append)
-from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "messages"
 _NONE = ()
 
 
-def items(body: dict):
-    return history(body, ITEMS_KEY)
+
+def _block_ids(content, kind: str, key: str):
+    """Pairing keys of the `kind` blocks of a content list (none for a string)."""
+    if type(content) is not list:
+        return _NONE
+    return [("t", b.get(key)) for b in content if type(b) is dict and b.get("type") == kind] or _NONE
 
 
 def classify(m):
@@ -33,19 +36,10 @@ def classify(m):
     role = m.get("role")
     c = m.get("content")
     if role == "user":
-        if type(c) is list:
-            results = [("t", b.get("tool_use_id")) for b in c
-                       if type(b) is dict and b.get("type") == "tool_result"]
-            if results:
-                return OTHER, _NONE, results
-        return USER, _NONE, _NONE
+        results = _block_ids(c, "tool_result", "tool_use_id")
+        return (OTHER, _NONE, results) if results else (USER, _NONE, _NONE)
     if role == "assistant":
-        if type(c) is list:
-            calls = [("t", b.get("id")) for b in c
-                     if type(b) is dict and b.get("type") == "tool_use"]
-            if calls:
-                return OTHER, calls, _NONE
-        return OTHER, _NONE, _NONE
+        return OTHER, _block_ids(c, "tool_use", "id"), _NONE
     if role == "system" or role == "developer":
         return SYSTEM, _NONE, _NONE
     return OTHER, _NONE, _NONE

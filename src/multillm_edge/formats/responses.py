@@ -12,16 +12,12 @@ exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, history, int_field,
+from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
                tool_parameters, tools_list_append)
-from . import marker, marker_content  # noqa: F401  (part of every format's interface)
 
 ITEMS_KEY = "input"
 _NONE = ()
 
-
-def items(body: dict):
-    return history(body, ITEMS_KEY)
 
 
 def classify(it):
