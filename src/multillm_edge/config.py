@@ -100,20 +100,22 @@ def flag_state(env_value: Optional[str], warn: Callable[[str], None]) -> bool:
 _DIGITS = re.compile(r"[0-9]+\Z")
 
 
+def _decimal(value, default: int, low: int, high: int) -> int:
+    """A non-negative decimal integer setting within [low, high]; unset, empty,
+    malformed or out of range -> ``default``. Never a bool."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str) and _DIGITS.match(value.strip()) and len(value.strip()) <= 12:
+        n = int(value.strip())
+    else:
+        return default
+    return n if low <= n <= high else default
+
+
 def safety_tokens(value: Optional[str]) -> int:
     """CONTEXT_SAFETY_TOKENS: a non-negative decimal integer; unset, empty, negative,
     non-numeric or above MAX_SAFETY_TOKENS -> DEFAULT_SAFETY_TOKENS."""
-    if isinstance(value, bool):
-        return DEFAULT_SAFETY_TOKENS
-    if isinstance(value, int):
-        return value if 0 <= value <= MAX_SAFETY_TOKENS else DEFAULT_SAFETY_TOKENS
-    if not isinstance(value, str):
-        return DEFAULT_SAFETY_TOKENS
-    v = value.strip()
-    if not _DIGITS.match(v) or len(v) > 9:
-        return DEFAULT_SAFETY_TOKENS
-    n = int(v)
-    return n if n <= MAX_SAFETY_TOKENS else DEFAULT_SAFETY_TOKENS
+    return _decimal(value, DEFAULT_SAFETY_TOKENS, 0, MAX_SAFETY_TOKENS)
 
 
 # ---------------------------------------------------------------------------
@@ -146,24 +148,13 @@ def seconds(value: Optional[str], default: float) -> float:
 _MAX_SECONDS = 10 * 365 * 86400
 
 
-def _whole_seconds(value: Optional[str], default: int) -> int:
-    """A duration setting: a positive decimal number of seconds (at most ten years);
-    unset, empty or anything else -> default."""
-    if not isinstance(value, str):
-        return default
-    v = value.strip()
-    if not _DIGITS.match(v) or len(v) > 10:
-        return default
-    n = int(v)
-    return n if 0 < n <= _MAX_SECONDS else default
-
-
 def rewrite_after(value: Optional[str]) -> int:
-    return _whole_seconds(value, DEFAULT_PAGE_REWRITE_AFTER_SECONDS)
+    return _decimal(value if isinstance(value, str) else None, DEFAULT_PAGE_REWRITE_AFTER_SECONDS, 1, _MAX_SECONDS)
 
 
 def expired_row_retention(value: Optional[str]) -> int:
-    return _whole_seconds(value, DEFAULT_EXPIRED_ROW_RETENTION_SECONDS)
+    return _decimal(value if isinstance(value, str) else None, DEFAULT_EXPIRED_ROW_RETENTION_SECONDS, 1,
+                    _MAX_SECONDS)
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,6 @@ ITEMS_KEY = "messages"
 _NONE = ()
 
 
-
 def classify(m):
     if type(m) is not dict:
         return OTHER, _NONE, _NONE

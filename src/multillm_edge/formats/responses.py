@@ -19,7 +19,6 @@ ITEMS_KEY = "input"
 _NONE = ()
 
 
-
 def classify(it):
     if type(it) is not dict:
         return OTHER, _NONE, _NONE
