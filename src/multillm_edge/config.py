@@ -148,13 +148,17 @@ def seconds(value: Optional[str], default: float) -> float:
 _MAX_SECONDS = 10 * 365 * 86400
 
 
+def _duration(value, default: int) -> int:
+    """A duration var (a string of whole seconds, up to ten years)."""
+    return _decimal(value if isinstance(value, str) else None, default, 1, _MAX_SECONDS)
+
+
 def rewrite_after(value: Optional[str]) -> int:
-    return _decimal(value if isinstance(value, str) else None, DEFAULT_PAGE_REWRITE_AFTER_SECONDS, 1, _MAX_SECONDS)
+    return _duration(value, DEFAULT_PAGE_REWRITE_AFTER_SECONDS)
 
 
 def expired_row_retention(value: Optional[str]) -> int:
-    return _decimal(value if isinstance(value, str) else None, DEFAULT_EXPIRED_ROW_RETENTION_SECONDS, 1,
-                    _MAX_SECONDS)
+    return _duration(value, DEFAULT_EXPIRED_ROW_RETENTION_SECONDS)
 
 
 # ---------------------------------------------------------------------------
