@@ -86,6 +86,11 @@ def roleplay_body(n: int) -> dict:
             "capabilities": ["multillm_context_retrieve"]}
 
 
+def plan_one(fmt, body, budget, page_id_for):
+    """The edge's plan for one candidate (``paging.plan_candidates`` with one budget)."""
+    return paging.plan_candidates(fmt, body, [budget], page_id_for)[0]
+
+
 def _median_ms(fn, reps: int) -> float:
     fn()  # warm-up
     ts = []
@@ -110,13 +115,13 @@ def run(sizes=SIZES, reps: int | None = None) -> list[dict]:
                            .encode("utf-8")).hexdigest()
 
         def plan():
-            return paging.plan_paging("chat", validation.parse_request("chat", raw), budget,
+            return plan_one("chat", validation.parse_request("chat", raw), budget,
                                       page_id_for_request())
 
         p = plan()
         assert p.size <= budget and p.pages
         body = json.loads(raw)
-        plan_only = _median_ms(lambda: paging.plan_paging("chat", body, budget, page_id_for_request()), r)
+        plan_only = _median_ms(lambda: plan_one("chat", body, budget, page_id_for_request()), r)
         signed = _median_ms(lambda: first_paging_rows(p), r)
         f = _median_ms(floor, r)
         t = _median_ms(plan, r)

@@ -72,9 +72,6 @@ class StorageError(Exception):
     """A D1 or R2 call failed. The edge answers 503 and dispatches nothing."""
 
 
-def bad_request(code: str, message: str, **details) -> EdgeError:
-    return EdgeError(400, code, message, **details)
-
 
 def invalid_field(param: str, message: str) -> EdgeError:
     """400 for a field of the wrong type; ``param`` is its path (``messages[3].role``),

@@ -143,11 +143,6 @@ def _build(prep: Prepared, chosen: list, size: int, budget: int) -> Plan:
     return Plan(out, pages, size, budget)
 
 
-def plan_paging(fmt: str, body: dict, budget: int, page_id_for: Callable[[str], str],
-                *, max_page_bytes: int = MAX_PAGE_BYTES) -> Plan:
-    """Plan the upstream body for one budget. Raises EdgeError (400/413)."""
-    return _plan(Prepared(fmt, body, page_id_for), budget, max_page_bytes)
-
 
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
                     *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS) -> list:

@@ -91,10 +91,6 @@ class GenerationContext:
     active_pages: Mapping[str, ActivePage]
     active_bytes: int  # SUM(byte_length) of the active pages (current revision, unexpired)
 
-    @property
-    def active_page_ids(self) -> frozenset:
-        return frozenset(self.active_pages)
-
 
 @dataclass(frozen=True)
 class Upserted:

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from devkit.unpage import marker_ids
+from devkit.plans import marker_ids
 from multillm_edge import formats
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Received, Reply

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from examples.retrieve_loop import TOOL_NAME, run_turn
-from devkit.unpage import marker_ids
+from devkit.plans import marker_ids
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.runner import Edge

@@ -5,7 +5,7 @@ import json
 import pytest
 from hypothesis import given
 
-from devkit.unpage import body_size, marker_ids
+from devkit.plans import body_size, marker_ids
 from multillm_edge import compaction, formats, paging
 from multillm_edge.errors import EdgeError
 from test_paging import chat_body, messages_body, responses_body

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from devkit.unpage import marker_ids, remove_tool
+from devkit.plans import marker_content, marker_ids, remove_tool
 from multillm_edge import formats
 from multillm_edge.formats import EXCHANGE, LEAD, STANDALONE, chat, messages, responses
 
@@ -149,7 +149,7 @@ def test_marker_names_each_handle_and_parses_back():
     assert marker_ids("hello") is None
     for mod in (chat, responses, messages):
         m = formats.marker(text)
-        assert m["role"] == "user" and formats.marker_content(m) == text
+        assert m["role"] == "user" and marker_content(m) == text
         assert mod.classify(m)[0] == formats.USER
         json.dumps(m)
 

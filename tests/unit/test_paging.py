@@ -6,7 +6,7 @@ import json
 import pytest
 
 from multillm_edge.pages import canonical_bytes
-from devkit.unpage import body_size, created_tools, marker_ids, unpage
+from devkit.plans import body_size, created_tools, marker_ids, plan_paging, unpage
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -42,13 +42,13 @@ def chat_body(n=8, **extra):
 def test_fits_returns_body_unchanged_and_same_object_without_edge_fields():
     body = chat_body()
     del body["capabilities"]
-    plan = paging.plan_paging("chat", body, 10**6, pid)
+    plan = plan_paging("chat", body, 10**6, pid)
     assert plan.body is body and plan.pages == [] and plan.size == len(dumps(body))
 
 
 def test_fits_strips_edge_fields():
     body = chat_body(context_protected_indices=[3])
-    plan = paging.plan_paging("chat", body, 10**6, pid)
+    plan = plan_paging("chat", body, 10**6, pid)
     assert "capabilities" not in plan.body and "context_protected_indices" not in plan.body
     assert "capabilities" in body  # input untouched
     assert plan.size == body_size(plan.body)
@@ -57,7 +57,7 @@ def test_fits_strips_edge_fields():
 def test_chat_pages_oldest_first_with_one_marker_per_run():
     body = chat_body()
     full = body_size(paging.strip_edge_fields(body))
-    plan = paging.plan_paging("chat", body, full - 1500, pid)
+    plan = plan_paging("chat", body, full - 1500, pid)
     assert plan.size == body_size(plan.body) <= full - 1500
     msgs = plan.body["messages"]
     assert msgs[0]["role"] == "system"
@@ -80,13 +80,13 @@ def test_chat_pages_oldest_first_with_one_marker_per_run():
 
 def min_size(fmt, body):
     with pytest.raises(EdgeError) as ei:
-        paging.plan_paging(fmt, body, 0, pid)
+        plan_paging(fmt, body, 0, pid)
     return ei.value.details["protected_bytes"]
 
 
 def test_protected_index_splits_runs_into_two_markers():
     body = chat_body(context_protected_indices=[4])  # index 4: inside exchange of port 1
-    plan = paging.plan_paging("chat", body, min_size("chat", body), pid)
+    plan = plan_paging("chat", body, min_size("chat", body), pid)
     msgs = plan.body["messages"]
     markers = [i for i, m in enumerate(msgs) if marker_ids(m.get("content")) is not None]
     assert len(markers) == 2
@@ -97,7 +97,7 @@ def test_protected_index_splits_runs_into_two_markers():
 def test_window_exceeded_413_has_figures_and_classifier_words():
     body = chat_body()
     with pytest.raises(EdgeError) as ei:
-        paging.plan_paging("chat", body, 300, pid)
+        plan_paging("chat", body, 300, pid)
     e = ei.value
     assert e.status == 413 and e.code == "context_window_exceeded"
     assert "context window" in e.message and "maximum context length" in e.message
@@ -110,23 +110,23 @@ def test_page_too_large():
     body = chat_body()
     body["messages"][3]["content"] = "x" * 70000  # first real exchange is huge
     with pytest.raises(EdgeError) as ei:
-        paging.plan_paging("chat", body, body_size(body) - 70000, pid)
+        plan_paging("chat", body, body_size(body) - 70000, pid)
     assert ei.value.code == "context_page_too_large" and ei.value.status == 413
     assert ei.value.details["page_bytes"] > 65536 and ei.value.details["max_page_bytes"] == 65536
     # with a budget it cannot meet anyway the answer is the window error
     with pytest.raises(EdgeError) as ei:
-        paging.plan_paging("chat", body, 100, pid)
+        plan_paging("chat", body, 100, pid)
     assert ei.value.code == "context_window_exceeded"
 
 
 def test_invalid_protected_indices():
     for bad in ("1", [1, -1], [1.0], [True], {"a": 1}):
         with pytest.raises(EdgeError) as ei:
-            paging.plan_paging("chat", chat_body(context_protected_indices=bad), 10**6, pid)
+            plan_paging("chat", chat_body(context_protected_indices=bad), 10**6, pid)
         assert ei.value.status == 400 and ei.value.code == "invalid_request"
     # null and out-of-range are harmless
-    paging.plan_paging("chat", chat_body(context_protected_indices=None), 10**6, pid)
-    paging.plan_paging("chat", chat_body(context_protected_indices=[10**6]), 1500, pid)
+    plan_paging("chat", chat_body(context_protected_indices=None), 10**6, pid)
+    plan_paging("chat", chat_body(context_protected_indices=[10**6]), 1500, pid)
 
 
 def test_identical_exchanges_are_one_page():
@@ -135,7 +135,7 @@ def test_identical_exchanges_are_one_page():
         {"role": "system", "content": "s"},
         {"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi " * 300},
         {"role": "user", "content": "last"}]}
-    plan = paging.plan_paging("chat", body, min_size("chat", body), pid)
+    plan = plan_paging("chat", body, min_size("chat", body), pid)
     assert len(plan.pages) == 1
     ids = [marker_ids(m["content"]) for m in plan.body["messages"] if m["role"] == "user"
            and marker_ids(m["content"])]
@@ -170,7 +170,7 @@ def responses_body():
 
 def test_responses_paging_keeps_instructions_and_calls_together():
     body = responses_body()
-    plan = paging.plan_paging("responses", body, 2200, pid)
+    plan = plan_paging("responses", body, 2200, pid)
     assert plan.size == body_size(plan.body) <= 2200
     assert plan.body["instructions"] == body["instructions"]
     assert plan.body["tools"][0]["name"] == "menu" and plan.body["tools"][-1] == formats.responses.tool_schema()
@@ -183,9 +183,9 @@ def test_responses_paging_keeps_instructions_and_calls_together():
 
 def test_responses_string_input_has_nothing_to_page():
     body = {"model": "m", "input": "x" * 1000, "instructions": "be nice"}
-    assert paging.plan_paging("responses", body, 5000, pid).pages == []
+    assert plan_paging("responses", body, 5000, pid).pages == []
     with pytest.raises(EdgeError) as ei:
-        paging.plan_paging("responses", body, 500, pid)
+        plan_paging("responses", body, 500, pid)
     assert ei.value.code == "context_window_exceeded"
     assert ei.value.details["protected_bytes"] == body_size(body)
 
@@ -207,7 +207,7 @@ def messages_body():
 
 def test_messages_marker_never_between_tool_use_and_result():
     body = messages_body()
-    plan = paging.plan_paging("messages", body, 2000, pid)
+    plan = plan_paging("messages", body, 2000, pid)
     assert plan.size == body_size(plan.body) <= 2000
     assert plan.body["system"] == body["system"]
     msgs = plan.body["messages"]
@@ -233,7 +233,7 @@ def test_output_reservation_and_body_size():
 
 def test_lone_surrogate_is_a_400():
     with pytest.raises(EdgeError) as ei:
-        paging.plan_paging("chat", {"messages": [{"role": "user", "content": "\ud800"}]}, 10, pid)
+        plan_paging("chat", {"messages": [{"role": "user", "content": "\ud800"}]}, 10, pid)
     assert ei.value.status == 400
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from multillm_edge.pages import canonical_bytes
-from devkit.unpage import body_size, created_tools, unpage
+from devkit.plans import body_size, created_tools, plan_paging, unpage
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
 
@@ -272,7 +272,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
             break
 
     try:
-        plan = paging.plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page)
+        plan = plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page)
     except EdgeError as e:
         event(e.code)
         assert e.status == 413
@@ -395,7 +395,7 @@ def test_deterministic_and_candidates_share_pages(sc):
     res = paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page)
     for b, r in zip(budgets, res):
         try:
-            single = paging.plan_paging(fmt, body, b, page_id_for, max_page_bytes=max_page)
+            single = plan_paging(fmt, body, b, page_id_for, max_page_bytes=max_page)
             assert not isinstance(r, EdgeError)
             assert dumps(single.body) == dumps(r.body) and single.size == r.size
         except EdgeError as e:

@@ -79,7 +79,7 @@ def test_generation_context_happy(db):
     assert ctx.session == store.SessionState(exists=True, owned=True, ended=False) and ctx.session.open
     assert ctx.models == {"openai:gpt-4o": store.ModelWindow(128000, 16384),
                           "anthropic:claude": store.ModelWindow(200000, 8192)}
-    assert ctx.active_page_ids == {p1["page_id"]}
+    assert set(ctx.active_pages) == {p1["page_id"]}
     assert ctx.active_bytes == 100
 
 
@@ -91,7 +91,7 @@ def test_generation_context_no_policy_no_session_no_models(db):
     ctx = run(store.load_generation_context(db, KEY_B, "rps_missing", [], NOW))
     assert ctx.principal == "bob" and ctx.policy is None
     assert ctx.session == store.SessionState(False, False, False) and not ctx.session.open
-    assert ctx.models == {} and ctx.active_page_ids == frozenset() and ctx.active_bytes == 0
+    assert ctx.models == {} and set(ctx.active_pages) == set() and ctx.active_bytes == 0
 
 
 def test_generation_context_foreign_session(db):
@@ -111,7 +111,7 @@ def test_generation_context_expired_pages_not_active(db):
     live, dead = page(b"live", 10), page(b"dead", 20, expires=NOW + 5)
     assert upsert(db, [live, dead])
     ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW + 5))
-    assert ctx.active_page_ids == {live["page_id"]} and ctx.active_bytes == 10
+    assert set(ctx.active_pages) == {live["page_id"]} and ctx.active_bytes == 10
 
 
 def test_generation_context_many_models_one_param(db):
@@ -413,7 +413,7 @@ def test_context_lists_active_pages_with_their_location(db):
     assert upsert(db, [a, dead])
     ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW + 1))
     assert ctx.active_pages == {a["page_id"]: store.ActivePage(NOW + 3600, NOW - 7, OBJ_A, 5)}
-    assert ctx.active_page_ids == {a["page_id"]} and ctx.active_bytes == 10
+    assert set(ctx.active_pages) == {a["page_id"]} and ctx.active_bytes == 10
 
 
 def test_allowance_counts_the_current_revision_only(db):

@@ -80,12 +80,6 @@ def marker(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
-def marker_content(item):
-    """The text of an item shaped exactly like `marker(...)`, else None."""
-    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
-        return item.get("content")
-    return None
-
 
 def marker_text(page_ids) -> str:
     return MARKER_PREFIX + MARKER_SEP.join(page_ids) + MARKER_SUFFIX

@@ -1,4 +1,5 @@
-"""The inverse of a paging plan, for tests and diagnostics (the Worker never needs it).
+"""Plans seen from outside, for tests, benches and diagnostics (the Worker never needs
+these): one budget's plan, the inverse of a plan, marker parsing, body sizes.
 
 ``unpage(fmt, plan.body, plan.pages, created)`` gives back the request body minus the
 edge's own fields: each marker replaced by its pages' items, the retrieve tool removed
@@ -8,7 +9,9 @@ edge's own fields: each marker replaced by its pages' items, the retrieve tool r
 
 from __future__ import annotations
 
-from multillm_edge import formats
+from multillm_edge import formats, paging
+from multillm_edge.config import MAX_PAGE_BYTES
+from multillm_edge.errors import EdgeError
 from multillm_edge.jsonbytes import compact
 
 
@@ -46,7 +49,7 @@ def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
         return out
     restored = []
     for it in items:
-        ids = marker_ids(formats.marker_content(it))
+        ids = marker_ids(marker_content(it))
         if ids is not None and all(i in by_id for i in ids):
             for i in ids:
                 restored.extend(by_id[i].items)
@@ -66,3 +69,19 @@ def created_tools(fmt: str, body: dict) -> bool:
 def body_size(body) -> int:
     """The byte length of ``body``'s compact serialization: what a plan's size must be."""
     return len(compact(body))
+
+
+def marker_content(item):
+    """The text of an item shaped exactly like `marker(...)`, else None."""
+    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
+        return item.get("content")
+    return None
+
+
+def plan_paging(fmt: str, body: dict, budget: int, page_id_for, *,
+                max_page_bytes: int = MAX_PAGE_BYTES) -> paging.Plan:
+    """The plan for one budget; its 413 (or any 400) raised."""
+    (plan,) = paging.plan_candidates(fmt, body, [budget], page_id_for, max_page_bytes=max_page_bytes)
+    if isinstance(plan, EdgeError):
+        raise plan
+    return plan
