@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-from itertools import accumulate, count, repeat
-from operator import mul, sub
-
 from .errors import EdgeError, invalid_field
 
 #: Deepest nesting of arrays/objects accepted. Real chat bodies and tool schemas nest
@@ -27,37 +24,55 @@ MAX_MODELS = 16
 #: Longest `X-Roleplay-Session-ID` accepted (the edge's ids are 36 characters).
 MAX_SESSION_ID = 256
 
-# Openers -> 1, closers -> 0; every other byte deleted.
-_OPEN_CLOSE = bytes(1 if c in b"[{" else 0 for c in range(256))
-_NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+#: More arrays and objects than any chat body of MAX_REQUEST_BYTES holds (a dense one,
+#: `{"role":"user","content":"x"},` per message, has ~540,000): bounds the check below.
+MAX_BRACKETS = 1 << 20
+
+_ONLY_QUOTES_AND_BRACKETS = bytes(c for c in range(256) if c not in b'"[]{}')
+_PARENS = bytes.maketrans(b"[{]}", b"(())")
 
 
 def _invalid_json(message: str) -> EdgeError:
     return EdgeError(400, "invalid_json", message)
 
 
-def _outside_strings(raw: bytes) -> bytes:
-    """``raw`` without the contents of its JSON strings, in C-speed passes. Escapes pair
-    a backslash with the next byte, left to right, as `bytes.replace` does: once
-    escaped backslashes and escaped quotes are neutralized, every remaining quote
-    delimits a string. Where ``raw`` stops being JSON the parse stops too, and up to
-    there this is exact, so the parse never nests deeper than the result says."""
-    if b"\\" in raw:
-        raw = raw.replace(b"\\\\", b"__").replace(b'\\"', b"__")
-    return b"".join(raw.split(b'"')[::2])
+def _brackets(raw: bytes) -> bytes:
+    """The arrays' and objects' brackets outside JSON strings, as ``(`` and ``)``, in
+    C-speed passes. Only an escaped quote can move a string boundary: escapes pair a
+    backslash with the next byte left to right, as `bytes.replace` does, so once escaped
+    backslashes and quotes are neutralized every remaining quote delimits a string.
+    Where ``raw`` stops being JSON the parse stops too, and up to there this is exact."""
+    if b'\\"' in raw:
+        if b'\\\\"' in raw:          # a quote after 2+ backslashes: pair them all first
+            raw = raw.replace(b"\\\\", b"__")
+        raw = raw.replace(b'\\"', b"__")
+    outside = b"".join(raw.translate(None, _ONLY_QUOTES_AND_BRACKETS).split(b'"')[::2])
+    return outside.translate(_PARENS)
 
 
 def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
     """Whether arrays/objects nest deeper than ``limit`` (brackets inside strings do
-    not count). Ordinary bodies are cleared by two C-speed counts; otherwise the depth
-    is a running sum over the brackets, computed with C iterators (no Python loop)."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    not count)."""
+    return _nests_deeper(_brackets(raw), limit)
+
+
+def _nests_deeper(brackets: bytes, limit: int) -> bool:
+    """Each pass removes every innermost ``()``, lowering the depth of a balanced
+    structure by exactly one, so a run of ``limit + 1 - passes`` openers proves it too
+    deep and a pass that removes nothing proves it is not. Never an underestimate (a
+    truncated body may be overestimated: it is invalid JSON anyway). At most
+    ``limit + 1`` passes over at most 2 × MAX_BRACKETS bytes."""
+    if brackets.count(b"(") <= limit:
         return False
-    ups = _outside_strings(raw).translate(_OPEN_CLOSE, _NOT_BRACKET)  # 1 per opener, 0 per closer
-    if ups.count(1) <= limit:
-        return False
-    # depth after i brackets = openers - closers = 2 * openers_so_far - i
-    return max(map(sub, map(mul, accumulate(ups), repeat(2)), count(1))) > limit
+    run = b"(" * (limit + 1)
+    for passes in range(limit + 1):
+        if run[passes:] in brackets:
+            return True
+        shorter = brackets.replace(b"()", b"")
+        if len(shorter) == len(brackets):
+            return False
+        brackets = shorter
+    return True
 
 
 def _reject_constant(name: str):
@@ -73,7 +88,10 @@ def _finite_float(text: str) -> float:
 
 def parse_json(raw: bytes):
     """Strict JSON: UTF-8, nesting ≤ MAX_DEPTH, no NaN/Infinity, finite numbers."""
-    if too_deep(raw):
+    brackets = _brackets(raw)
+    if len(brackets) > 2 * MAX_BRACKETS:
+        raise _invalid_json(f"Request body holds more than {MAX_BRACKETS} arrays and objects.")
+    if _nests_deeper(brackets, MAX_DEPTH):
         raise _invalid_json(f"Request body nests deeper than {MAX_DEPTH} levels.")
     try:
         text = raw.decode("utf-8")
@@ -113,6 +131,7 @@ def has_duplicate_keys(raw: bytes) -> bool:
 # ---------------------------------------------------------------------------
 
 _STR = (str,)
+_PLAIN_ROLES = frozenset({"user", "assistant", "system", "developer"})
 _STR_LIST_NULL = (str, list, type(None))
 _STR_LIST = (str, list)
 _TYPE_NAMES = {str: "a string", list: "an array", dict: "an object", type(None): "null"}
@@ -205,10 +224,12 @@ def _history(body: dict, key: str, check_item, required: bool, allow_string: boo
         raise invalid_field(key, "must be " + ("a string or " if allow_string else "")
                             + "an array of objects")
     for i, item in enumerate(value):
-        where = f"{key}[{i}]"
         if type(item) is not dict:
-            raise invalid_field(where, "must be an object")
-        check_item(item, where)
+            raise invalid_field(f"{key}[{i}]", "must be an object")
+        # The common message, {"role": "user", "content": "text"}, has nothing else to check.
+        if len(item) == 2 and item.get("role") in _PLAIN_ROLES and type(item.get("content")) is str:
+            continue
+        check_item(item, f"{key}[{i}]")
 
 
 def _chat(body: dict) -> None:

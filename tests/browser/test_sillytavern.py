@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from multillm_edge.formats import marker_ids
+from devkit.plans import marker_ids
 from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL, SECOND_CHAT
 from devkit import roleplay as rp
 from devkit.runner import ROOT

@@ -245,3 +245,17 @@ def test_too_deep_matches_a_reference_scanner(value, limit, ascii_only):
 def test_closers_inside_strings_cannot_offset_real_openers(hider):
     raw = b"[" + hider + b"," + nested(300) + b"]"
     assert reference_depth(raw) == 301 and too_deep(raw)
+
+
+def test_a_body_of_brackets_alone_is_refused_whatever_its_depth():
+    wide = b"[" + b"[]," * (validation.MAX_BRACKETS + 10) + b"[]]"
+    assert not too_deep(wide)
+    status, code, _ = code_of(parse_json, wide)
+    assert (status, code) == (400, "invalid_json")
+
+
+@pytest.mark.parametrize("body", [b"[" * 100 + b"1" + b"]" * 100,
+                                  b'{"a":' * 40 + b"[[]]" + b"}" * 40])
+def test_truncated_bodies_are_invalid_json(body):
+    for cut in (1, len(body) // 2, len(body) - 1):
+        assert code_of(parse_json, body[:cut])[:2] == (400, "invalid_json")
