@@ -227,7 +227,9 @@ def _history(body: dict, key: str, check_item, required: bool, allow_string: boo
         if type(item) is not dict:
             raise invalid_field(f"{key}[{i}]", "must be an object")
         # The common message, {"role": "user", "content": "text"}, has nothing else to check.
-        if len(item) == 2 and item.get("role") in _PLAIN_ROLES and type(item.get("content")) is str:
+        role = item.get("role")
+        if len(item) == 2 and type(role) is str and role in _PLAIN_ROLES \
+                and type(item.get("content")) is str:
             continue
         check_item(item, f"{key}[{i}]")
 
