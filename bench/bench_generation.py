@@ -91,19 +91,20 @@ def steady(edge: Edge, args, out: dict) -> tuple[dict, dict]:
           f"window {window} tokens, +1 exchange per turn")
     print(f"{'turn':>6} {'D1 stmts':>8} {'rows chg':>8} {'rows wr':>7} {'R2 puts':>7} {'pages':>5} "
           f"{'new':>4} {'wall ms':>8} {'store ms':>8}")
-    msgs = body["messages"]
+    msgs = sent = body["messages"]
     rows = []
     for i in range(args.turns + 1):
         row = turn(edge, {**body, "messages": msgs}, h)
+        sent = msgs
         rows.append(row)
         print(f"{i + 1:>6} {row['d1']:>8} {row['changed']:>8} {row['written']:>7} {row['puts']:>7} "
               f"{row['pages']:>5} {row['new']:>4} {row['wall_ms']:>8.1f} {row['store_ms']:>8.1f}")
         msgs = grow(msgs, i, args.size)
-    same = turn(edge, {**body, "messages": msgs}, h)      # nothing new: the history resent
+    same = turn(edge, {**body, "messages": sent}, h)      # nothing new: the last turn resent
     edge.set_clock(1900)
     try:
-        refresh = turn(edge, {**body, "messages": msgs}, h)
-        again = turn(edge, {**body, "messages": grow(msgs, 999, args.size)}, h)
+        refresh = turn(edge, {**body, "messages": sent}, h)
+        again = turn(edge, {**body, "messages": msgs}, h)
     finally:
         edge.set_clock(0)
     for name, row in (("same", same), ("+1900s", refresh), ("next", again)):
