@@ -30,21 +30,26 @@ MAX_SESSION_ID = 256
 # Openers -> 1, closers -> 0; every other byte deleted.
 _OPEN_CLOSE = bytes(1 if c in b"[{" else 0 for c in range(256))
 _NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+_NOT_BRACKET_OR_QUOTE = bytes(c for c in range(256) if c not in b'[]{}"')
 
 
 def _invalid_json(message: str) -> EdgeError:
     return EdgeError(400, "invalid_json", message)
 
 
-def _outside_strings(raw: bytes) -> bytes:
-    """``raw`` without the contents of its JSON strings, in C-speed passes. Escapes pair
-    a backslash with the next byte, left to right, as `bytes.replace` does: once
-    escaped backslashes and escaped quotes are neutralized, every remaining quote
+def _brackets_outside_strings(raw: bytes) -> bytes:
+    """The brackets of ``raw`` outside its JSON strings, in order, in C-speed passes.
+    Escapes pair a backslash with the next byte, left to right, as `bytes.replace` does:
+    once escaped backslashes and escaped quotes are neutralized, every remaining quote
     delimits a string. Where ``raw`` stops being JSON the parse stops too, and up to
-    there this is exact, so the parse never nests deeper than the result says."""
-    if b"\\" in raw:
-        raw = raw.replace(b"\\\\", b"__").replace(b'\\"', b"__")
-    return b"".join(raw.split(b'"')[::2])
+    there this is exact, so the parse never nests deeper than the result says. Only
+    brackets and quotes are kept before splitting: the split works on a few KB, not on
+    the body (each replace runs only if its pattern occurs)."""
+    if b"\\\\" in raw:
+        raw = raw.replace(b"\\\\", b"__")
+    if b'\\"' in raw:
+        raw = raw.replace(b'\\"', b"__")
+    return b"".join(raw.translate(None, _NOT_BRACKET_OR_QUOTE).split(b'"')[::2])
 
 
 def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
@@ -53,7 +58,7 @@ def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
     is a running sum over the brackets, computed with C iterators (no Python loop)."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
-    ups = _outside_strings(raw).translate(_OPEN_CLOSE, _NOT_BRACKET)  # 1 per opener, 0 per closer
+    ups = _brackets_outside_strings(raw).translate(_OPEN_CLOSE)  # 1 per opener, 0 per closer
     if ups.count(1) <= limit:
         return False
     # depth after i brackets = openers - closers = 2 * openers_so_far - i
@@ -205,10 +210,17 @@ def _history(body: dict, key: str, check_item, required: bool, allow_string: boo
         raise invalid_field(key, "must be " + ("a string or " if allow_string else "")
                             + "an array of objects")
     for i, item in enumerate(value):
-        where = f"{key}[{i}]"
         if type(item) is not dict:
-            raise invalid_field(where, "must be an object")
-        check_item(item, where)
+            raise invalid_field(f"{key}[{i}]", "must be an object")
+        if not _plain(item):
+            check_item(item, f"{key}[{i}]")
+
+
+def _plain(item: dict) -> bool:
+    """The common history item, `{"role": str, "content": str}` with a role that needs
+    no other field: valid in every format, recognised without building field paths."""
+    return (len(item) == 2 and type(item.get("role")) is str and type(item.get("content")) is str
+            and item["role"] not in ("tool", "function"))
 
 
 def _chat(body: dict) -> None:
