@@ -249,8 +249,11 @@ def cpu_session(edge: Edge, n: int, args, profile: int = 0) -> dict:
         if i == args.turns + 1 and profile:
             edge.client.post("/__runner/profile", json={"action": "start"}).raise_for_status()
         log = post_turn(edge, raw, h)
+        if i > args.turns:          # profiled: the floor would show in the profile
+            msgs = grow(msgs, i, args.size)
+            continue
         floor = edge.client.post("/__runner/floor", content=raw).json()["ms"][0]
-        if 0 < i <= args.turns:
+        if i > 0:
             row = {p: log.get(f"cpu_{p}_ms", 0.0) for p in PHASES}
             row.update(total=sum(row.values()), floor=floor, pages=log.get("pages", 0),
                        new=log.get("new_pages", 0), mb=len(raw) / 1e6)
