@@ -250,8 +250,11 @@ def cpu_session(edge: Edge, n: int, args, profile: int = 0) -> dict:
         if i == args.turns + 1 and profile:
             edge.client.post("/__runner/profile", json={"action": "start"}).raise_for_status()
         log = post_turn(edge, raw, h)
+        if i > args.turns:          # profiled: the floor would show in the profile
+            msgs = grow(msgs, i, args.size)
+            continue
         floor = edge.client.post("/__runner/floor", content=raw).json()["ms"][0]
-        if 0 < i <= args.turns:
+        if i > 0:
             row = {p: log.get(f"cpu_{p}_ms", 0.0) for p in PHASES}
             row.update(total=sum(row.values()), floor=floor, pages=log.get("pages", 0),
                        new=log.get("new_pages", 0), mb=len(raw) / 1e6)
@@ -266,17 +269,19 @@ def cpu_session(edge: Edge, n: int, args, profile: int = 0) -> dict:
 
 
 def cpu_mode(edge: Edge, args) -> dict:
-    rp.set_model(edge, "fake:rp-small", args.window, 1000)
     sizes = [int(x) for x in args.cpu_sizes.split(",")]
     print(f"== Worker CPU per steady turn by phase (ms, median of {args.turns} turns, "
-          f"+1 exchange per turn, window {args.window} tokens, Pyodide in the runner)")
-    print("| exchanges | body MB | pages | " + " | ".join(PHASES) + " | total | floor | total/floor |")
-    print("|---:" * (len(PHASES) + 6) + "|")
+          f"+1 exchange per turn, Pyodide in the runner)")
+    print("| exchanges | window | body MB | pages | " + " | ".join(PHASES) + " | total | floor | total/floor |")
+    print("|---:" * (len(PHASES) + 7) + "|")
     out = {}
     for n in sizes:
+        # The markers of n pages must fit too: ~48 bytes of page id each.
+        window = max(args.window, 100 * n)
+        rp.set_model(edge, "fake:rp-small", window, 1000)
         m = cpu_session(edge, n, args, profile=args.profile if n == 200 else 0)
         out[n] = m
-        print(f"| {n:,} | {m['mb']:.2f} | {m['pages']:g} | "
+        print(f"| {n:,} | {window:,} | {m['mb']:.2f} | {m['pages']:g} | "
               + " | ".join(f"{m[p]:.2f}" for p in PHASES)
               + f" | {m['total']:.2f} | {m['floor']:.2f} | {m['ratio']:.2f} |", flush=True)
     if 200 in out and 800 in out:

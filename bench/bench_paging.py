@@ -7,7 +7,7 @@ What is measured, per history size (100, 500, 1,000 and 5,000 roleplay exchanges
            re-serializes and hashes the body pays.
 * plan   = what the edge does per request: the request boundary
            (``validation.parse_request``: depth check, strict parse, field types) +
-           ``paging.plan_paging`` with a budget of 40 % of the body size (so most of the
+           ``paging.plan_candidates`` with one budget of 40 % of the body size (so most of the
            history is paged: grouping, sizing, page bytes, SHA-256 and a page id from the
            production ``PageSigner`` for every page, the marker and the upstream body).
            The upstream body is not re-serialized (the dispatcher does that in both cases).

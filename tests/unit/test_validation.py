@@ -262,3 +262,19 @@ def test_a_body_of_brackets_alone_is_refused_whatever_its_depth():
 def test_truncated_bodies_are_invalid_json(body):
     for cut in (1, len(body) // 2, len(body) - 1):
         assert code_of(parse_json, body[:cut])[:2] == (400, "invalid_json")
+
+
+@pytest.mark.parametrize("fmt,key", [("chat", "messages"), ("messages", "messages"), ("responses", "input")])
+def test_plain_items_take_the_short_path_and_anything_else_the_full_check(fmt, key):
+    """`{"role", "content"}` strings are valid as they are; one field more, or a role
+    that needs another field, is checked in full (and refused where it must be)."""
+    ok = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]
+    assert check_body(fmt, {key: ok, "max_tokens": 5} if fmt != "responses" else {key: ok})
+    for bad in ({"role": 1, "content": "x"}, {"role": "user", "content": 5},
+                {"role": "user", "content": [7]}, {"role": None, "content": "x"}):
+        status, _, param = code_of(check_body, fmt, {key: ok + [bad]})
+        assert status == 400 and param.startswith(f"{key}[2]"), (bad, param)
+    if fmt == "chat":
+        for needs in ({"role": "tool", "content": "17"}, {"role": "function", "content": "x"}):
+            status, _, param = code_of(check_body, fmt, {key: ok + [needs]})
+            assert status == 400 and param.startswith(f"{key}[2]"), (needs, param)
