@@ -50,7 +50,7 @@ PRINCIPAL, SESSION, REVISION = "a3" * 32, "rps_bench0123456789abcdef", 7
 
 def page_id_for_request():
     """What generation.py hands the plan for one request: the production page-id function."""
-    return lambda sha: SIGNER.page_id("roleplay", PRINCIPAL, SESSION, REVISION, sha)
+    return SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION)
 
 
 def first_paging_rows(plan) -> list:
