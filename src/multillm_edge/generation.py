@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import ChainMap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -153,7 +152,8 @@ async def store_pages(scope: Scope, pages, turn: Turn, stored: set) -> None:
     now = platform.now()
     horizon = config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS"))
     t = time.perf_counter()
-    known = ChainMap(turn.rows, ctx.active_pages)      # an earlier candidate's rows first
+    # an earlier candidate's rows first; a plain dict (ChainMap lookups run in Python)
+    known = {**ctx.active_pages, **turn.rows} if turn.rows else ctx.active_pages
     w = page_writes.classify(pages, known, now, config.PAGE_TTL_SECONDS, horizon)
     # The D1 upsert enforces the allowance atomically; checking the figures read with the
     # context first avoids writing an object that could never get a row.
