@@ -50,12 +50,6 @@ def _brackets(raw: bytes) -> bytes:
     return outside.translate(_PARENS)
 
 
-def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
-    """Whether arrays/objects nest deeper than ``limit`` (brackets inside strings do
-    not count)."""
-    return _nests_deeper(_brackets(raw), limit)
-
-
 def _nests_deeper(brackets: bytes, limit: int) -> bool:
     """Each pass removes every innermost ``()``, lowering the depth of a balanced
     structure by exactly one, so a run of ``limit + 1 - passes`` openers proves it too

@@ -8,7 +8,12 @@ import pytest
 
 from multillm_edge import validation
 from multillm_edge.errors import EdgeError, PageNotFound, Unauthorized
-from multillm_edge.validation import MAX_DEPTH, check_body, parse_json, too_deep
+from multillm_edge.validation import MAX_DEPTH, check_body, parse_json
+
+
+def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
+    """The boundary's depth verdict (brackets inside strings do not count)."""
+    return validation._nests_deeper(validation._brackets(raw), limit)
 
 
 def nested(depth: int, inner: bytes = b"") -> bytes:
