@@ -156,6 +156,6 @@ def test_store_statements_on_local_d1(persist):
     ctx = run(store.load_generation_context(db, key, "rps_d1", ["openai:gpt-4o", "x:y"], now))
     assert ctx.principal == "carol" and ctx.session.open and ctx.policy.has_grant("chat")
     assert set(ctx.models) == {"openai:gpt-4o"} and ctx.active_bytes == 1000
-    assert ctx.active_page_ids == {a["page_id"], b["page_id"]}
+    assert set(ctx.active_pages) == {a["page_id"], b["page_id"]}
     f = run(store.load_page_for_retrieval(db, key, "rps_d1", a["page_id"], now))
     assert f.page == a and f.page_active and signer.verify_row(f.page)
