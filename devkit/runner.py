@@ -14,6 +14,17 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def stop_process(proc: subprocess.Popen, grace: float = 15) -> None:
+    """Terminate ``proc`` if it still runs; kill it if it outlives ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Edge:
     """A running runner: its base URL, its state dir and everything it printed."""
 
@@ -103,13 +114,7 @@ class Edge:
     def stop(self):
         if getattr(self, "client", None):
             self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         if self.log_file:
             self.log_file.close()
 

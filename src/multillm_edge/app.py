@@ -48,21 +48,18 @@ class Route:
     when: Callable[[Incoming], bool] = lambda req: True
     constants: dict = field(default_factory=dict)
     envelope: str = "openai"             # "anthropic": errors in Anthropic's shape
+    regex: re.Pattern = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # `{name}` -> a named group; compiled once, with the table
+        path = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>.*)", re.escape(self.pattern))
+        object.__setattr__(self, "regex", re.compile(path))
 
     def match(self, req: Incoming) -> dict | None:
         if req.method not in self.methods or not self.when(req):
             return None
-        m = _compiled(self.pattern).fullmatch(req.path)
+        m = self.regex.fullmatch(req.path)
         return None if m is None else {**self.constants, **m.groupdict()}
-
-
-_PATTERNS: dict = {}
-
-
-def _compiled(pattern: str):
-    if pattern not in _PATTERNS:
-        _PATTERNS[pattern] = re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>.*)", re.escape(pattern)))
-    return _PATTERNS[pattern]
 
 
 def _roleplay(req: Incoming) -> bool:

@@ -56,6 +56,7 @@ class Turn:
     timings: dict = field(default_factory=dict)
     timeout: float = config.DEFAULT_UPSTREAM_TIMEOUT_SECONDS
     idle: float = config.DEFAULT_UPSTREAM_IDLE_SECONDS
+    repeats_a_key: bool | None = None           # the raw body repeats a key (checked lazily)
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,16 @@ def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
     model = c.provider.upstream_model(c.model)
     # With a repeated key, providers disagree on which value wins: send the edge's
     # serialization of the value it validated instead of the raw bytes.
-    if c.plan.as_received and out.get("model") == model and not has_duplicate_keys(raw):
+    if c.plan.as_received and out.get("model") == model and not _repeats_a_key(raw, turn):
         return raw
     return encode(out if out.get("model") == model else {**out, "model": model})
+
+
+def _repeats_a_key(raw: bytes, turn: Turn) -> bool:
+    """`has_duplicate_keys(raw)`, parsed at most once per request (fallbacks ask again)."""
+    if turn.repeats_a_key is None:
+        turn.repeats_a_key = has_duplicate_keys(raw)
+    return turn.repeats_a_key
 
 
 def _expires_at(turn: Turn, page_id: str):

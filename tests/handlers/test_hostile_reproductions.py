@@ -7,6 +7,7 @@ import pytest
 
 from multillm_edge import generation
 from tests.handlers.conftest import KEY, MODEL
+from tests.support.inprocess import Answer
 from devkit import roleplay as rp
 
 CHAT = "/v1/chat/completions"
@@ -118,3 +119,17 @@ def test_6_an_unexpected_exception_is_a_logged_500_in_the_routes_envelope(edge, 
     assert line["status"] == 500 and line["exception"] == "KeyError"
     assert "secret-content" not in json.dumps(edge.logs) and KEY not in json.dumps(edge.logs)
     nothing_happened(edge)
+
+
+def test_5_every_fallback_gets_the_validated_value_of_a_repeated_key(edge, headers):
+    edge.set_model("fake:other", 6000, 1000)
+    seen = []
+
+    def upstream(sent):
+        seen.append(sent.body)
+        return Answer(status=503 if len(seen) == 1 else 200)
+    edge.upstream = upstream
+    raw = (b'{"model": "fake:rp-small", "models": ["fake:other"], "messages": [{"role": "user", '
+           b'"content": "first"}], "messages": [{"role": "user", "content": "last"}]}')
+    assert edge.request("POST", CHAT, headers, raw).status == 200
+    assert len(seen) == 2 and all(b"first" not in b and b'"last"' in b for b in seen)

@@ -60,6 +60,17 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
         body["models"] = [MODEL, "fake:tiny"]
     if rng.random() < 0.2:
         body["stream"] = True
+    # Every other field the edge reads, so type swaps reach them too.
+    if rng.random() < 0.3:
+        body["context_protected_indices"] = [1, 3]
+    if rng.random() < 0.2:
+        body["tools"] = [{"type": "function", "function": {"name": "roll_dice", "parameters": {}}}]
+    if fmt == "chat" and rng.random() < 0.2:
+        body["max_completion_tokens"] = 150
+    if fmt == "chat" and rng.random() < 0.1:
+        body["functions"] = [{"name": "roll_dice", "parameters": {}}]
+    if fmt == "messages" and rng.random() < 0.3:
+        body["system"] = [{"type": "text", "text": "You are Aurore."}]
     return body
 
 
@@ -180,7 +191,7 @@ def roleplay_headers(rng: random.Random) -> tuple[str, dict]:
         return "valid", headers
     variant = rng.choice(["empty_session", "blank_session", "long_session", "sql_session",
                           "no_key", "bearer_only", "x_api_key", "wrong_key", "other_key",
-                          "content_type", "no_content_type", "lower_bearer"])
+                          "content_type", "no_content_type", "lower_bearer", "passed_headers"])
     if variant == "empty_session":
         headers["X-Roleplay-Session-ID"] = ""
     elif variant == "blank_session":
@@ -204,6 +215,10 @@ def roleplay_headers(rng: random.Random) -> tuple[str, dict]:
         headers["Content-Type"] = rng.choice(["text/plain", "multipart/form-data; boundary=x", "application/x-www-form-urlencoded"])
     elif variant == "no_content_type":
         del headers["Content-Type"]
+    elif variant == "passed_headers":           # the client headers the edge passes upstream
+        headers.update({"anthropic-version": rng.choice(["", "2023-06-01", "x" * 300]),
+                        "anthropic-beta": "tools-2024", "openai-beta": "assistants=v2",
+                        "Accept": "text/event-stream"})
     else:
         headers["Authorization"] = f"bearer {KEY}"
     return variant, headers

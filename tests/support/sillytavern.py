@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from devkit.runner import ROOT
+from devkit.runner import ROOT, stop_process
 
 VERSION = "1.19.0"
 EXTENSION_DIR = "multillm-paging"
@@ -134,13 +134,7 @@ class SillyTavern:
         return "\n".join(self.lines)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
 
     def __enter__(self):
