@@ -9,12 +9,11 @@ provider is called, and leaves no object behind; nothing is ever truncated to ma
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from . import compaction, config, page_writes, paging, store
+from . import annotation, compaction, config, page_writes, paging, store
 from .auth import (SESSION_HEADER, check_principal, database, key_digest, page_bodies,
                    paging_enabled, signer)
 from .errors import EdgeError, SessionNotFound, StorageError
@@ -265,24 +264,11 @@ def _expires_at(turn: Turn, page_id: str):
 
 def annotate(payload: bytes, turn: Turn) -> bytes:
     """Add `context_pages` / `context_compaction` to a complete JSON response."""
-    extra = {}
+    pages = None
     if turn.pages:
-        schema = format_module(turn.fmt).tool_schema()
-        extra["context_pages"] = [{"page_id": p.page_id, "sha256": p.sha256,
-                                   "expires_at": _expires_at(turn, p.page_id), "tool_schema": schema}
-                                  for p in turn.pages]
-    if turn.compacted:
-        extra["context_compaction"] = {"dropped_exchanges": turn.compacted}
-    if not extra:
-        return payload
-    try:
-        doc = json.loads(payload)
-    except ValueError:
-        return payload
-    if not isinstance(doc, dict):
-        return payload
-    doc.update(extra)
-    return encode(doc)
+        pages = annotation.pages_text(turn.pages, lambda pid: _expires_at(turn, pid),
+                                      format_module(turn.fmt).tool_schema())
+    return annotation.annotate(payload, pages, turn.compacted)
 
 
 def info_headers(turn: Turn) -> list:

@@ -138,16 +138,18 @@ def _b64(digest: bytes) -> str:
     return binascii.b2a_base64(digest, newline=False).rstrip(b"=").translate(_URLSAFE).decode("ascii")
 
 
-def _mac_for(key: bytes) -> Callable[[bytes], bytes]:
-    """HMAC-SHA256 under `key`, one call per message. CPython: OpenSSL's one-shot
-    `hmac.digest`. Without the OpenSSL module (Pyodide does not bundle it, and hmac then
-    falls back to pure Python), the RFC 2104 pads are hashed once and copied per message."""
+def _mac_for(key: bytes, prefix: bytes = b"") -> Callable[[bytes], bytes]:
+    """HMAC-SHA256 under `key` of `prefix + data`, one call per message. CPython:
+    OpenSSL's one-shot `hmac.digest`. Without the OpenSSL module (Pyodide does not bundle
+    it, and hmac then falls back to pure Python), the RFC 2104 pads and the prefix are
+    hashed once and the hash states copied per message."""
     if getattr(hmac, "_hashopenssl", None) is not None:
-        return lambda data: hmac.digest(key, data, "sha256")
+        return lambda data: hmac.digest(key, prefix + data, "sha256")
     if len(key) > 64:
         key = hashlib.sha256(key).digest()
     key = key.ljust(64, b"\0")
     inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+    inner.update(prefix)
     outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
 
     def mac(data: bytes) -> bytes:
@@ -238,12 +240,12 @@ class PageSigner:
         not be placed between the quotes unescaped), is refused, never signed."""
         data = self._id_data(authority, principal, session_id, revision, "0" * 64)
         head, tail = data[:-66], data[-2:]          # [..., "   <64 hex digits>   "]
-        mac = self._id_macs[0]
+        mac = _mac_for(self._id_keys[0], head)      # the head hashed once per request
 
         def page_id(sha256: str) -> str:
             if len(sha256) != 64 or not sha256.isalnum():
                 raise ValueError("sha256 must be 64 lowercase hex characters")
-            return PAGE_ID_PREFIX + _b64(mac(head + sha256.encode("ascii") + tail))
+            return PAGE_ID_PREFIX + _b64(mac(sha256.encode("ascii") + tail))
         return page_id
 
     def verify_page_id(self, page_id: Any, authority: Any, principal: Any,

@@ -4,9 +4,12 @@ compaction are reported to the client."""
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from multillm_edge.config import Provider
 from multillm_edge.errors import EdgeError
+from multillm_edge.formats import chat
+from multillm_edge.jsonbytes import compact
 from multillm_edge.generation import Turn, annotate, candidates, idle_event, info_headers, page_list_comment
 from multillm_edge.paging import Page
 from multillm_edge.store import ActivePage, GenerationContext, ModelWindow, SessionState
@@ -126,3 +129,29 @@ def test_idle_event_is_one_sse_event_in_the_providers_error_shape(fmt):
         doc = json.loads(lines[0][len(b"data: "):])
         assert doc["error"]["code"] == "upstream_idle_timeout"
     assert "60 seconds" in json.dumps(doc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc=st.dictionaries(st.text(max_size=8), st.recursive(
+           st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+           max_leaves=8), max_size=6),
+       n_pages=st.integers(0, 4), compacted=st.integers(0, 3),
+       expiries=st.lists(st.none() | st.integers(0, 2**40), min_size=4, max_size=4))
+def test_the_response_annotation_is_the_docs_compact_encoding_with_the_keys_appended(
+        doc, n_pages, compacted, expiries):
+    """The text-built context_pages equal encoding the dicts (what it replaced)."""
+    turn = Turn("chat", pages=pages(n_pages), compacted=compacted)
+    for p, exp in zip(turn.pages, expiries):
+        if exp is not None:
+            turn.rows[p.page_id] = ActivePage(exp, 0, "k", 0)
+    expected = {k: v for k, v in doc.items() if k not in ("context_pages", "context_compaction")}
+    if n_pages:
+        expected["context_pages"] = [
+            {"page_id": p.page_id, "sha256": p.sha256, "expires_at": turn.rows[p.page_id].expires_at
+             if p.page_id in turn.rows else None, "tool_schema": chat.tool_schema()} for p in turn.pages]
+    if compacted:
+        expected["context_compaction"] = {"dropped_exchanges": compacted}
+    payload = json.dumps(doc).encode()
+    want = payload if not (n_pages or compacted) else compact(expected)
+    assert annotate(payload, turn) == want

@@ -92,6 +92,11 @@ def test_without_openssl_the_same_ids_and_signatures(monkeypatch):
         assert mac.__name__ == "mac"          # the pads path, not OpenSSL's
         assert mac(b"message") == hmac.new(key, b"message", hashlib.sha256).digest()
         assert mac(b"") == hmac.new(key, b"", hashlib.sha256).digest()
+        with monkeypatch.context() as m:
+            m.setattr(hmac, "_hashopenssl", None)
+            head = pages._mac_for(key, b"x" * 70)   # the prefix spans a block boundary
+        assert head(b"tail") == head(b"tail") == hmac.new(key, b"x" * 70 + b"tail", hashlib.sha256).digest()
+        assert pages._mac_for(key, b"h")(b"t") == hmac.new(key, b"ht", hashlib.sha256).digest()
     monkeypatch.setattr(hmac, "_hashopenssl", None)
     s = PageSigner(SECRET, b"old-secret")
     for fields, pid, v1, v2 in VECTORS:

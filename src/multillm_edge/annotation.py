@@ -1,0 +1,50 @@
+"""What a complete JSON response gains (docs/design.md §5.11): ``context_pages`` and
+``context_compaction``, added after the provider's own fields.
+
+A paged turn lists every page of its plan, each with the same tool schema: hundreds of
+entries. Encoding them as dicts was the costliest step of a steady turn's response, so
+the list is written as text, the schema encoded once. Page ids and digests are the
+edge's own ASCII (``cp_`` + base64url, lowercase hex): nothing in them needs escaping.
+The output is byte-identical to encoding the doc with the keys appended (tested).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .jsonbytes import compact_text
+
+ADDED_KEYS = ("context_pages", "context_compaction")
+
+
+def pages_text(pages, expiry, schema: dict) -> str:
+    """The ``context_pages`` array as compact JSON. ``expiry(page_id)`` is the row's
+    expiry (an int) or None."""
+    entry = '{"page_id":"%s","sha256":"%s","expires_at":%s,"tool_schema":' + compact_text(schema) + "}"
+    out = []
+    for p in pages:
+        exp = expiry(p.page_id)
+        out.append(entry % (p.page_id, p.sha256, "null" if exp is None else int(exp)))
+    return "[" + ",".join(out) + "]"
+
+
+def annotate(payload: bytes, pages_json: str | None, compacted: int) -> bytes:
+    """``payload`` (a provider's JSON object) with the added keys; anything that is not
+    a JSON object passes unchanged."""
+    if pages_json is None and not compacted:
+        return payload
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        return payload
+    if not isinstance(doc, dict):
+        return payload
+    extra = []
+    if pages_json is not None:
+        extra.append('"context_pages":' + pages_json)
+    if compacted:
+        extra.append('"context_compaction":' + compact_text({"dropped_exchanges": compacted}))
+    for k in ADDED_KEYS:   # a provider's own key of that name is replaced
+        doc.pop(k, None)
+    text = compact_text(doc)
+    return (text[:-1] + ("," if len(doc) else "") + ",".join(extra) + "}").encode("utf-8")
