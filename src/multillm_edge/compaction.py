@@ -16,7 +16,7 @@ see ``generation.consumed_fields``). Kept fields count towards the size.
 from __future__ import annotations
 
 from .errors import EdgeError
-from .paging import Plan, per_budget
+from .paging import Plan, per_budget, unpaged
 from .prepared import Prepared
 
 
@@ -29,7 +29,7 @@ def compact_candidates(fmt: str, body: dict, budgets: list, *, strip: tuple = ()
 
 def _compact(prep: Prepared, budget: int) -> Plan:
     if prep.total <= budget:
-        return Plan(prep.base, [], prep.total, budget, as_received=prep.base is prep.received)
+        return unpaged(prep, budget)
     inner = prep.inner
     sum_units = prep.sum_inner
     n_units = len(prep.groups)
@@ -57,4 +57,5 @@ def _compact(prep: Prepared, budget: int) -> Plan:
             out_items.extend(items[g.start:g.end])
     out = dict(prep.base)
     out[prep.mod.ITEMS_KEY] = out_items
-    return Plan(out, [], size, budget, dropped=len(dropped))
+    return Plan(out, [], size, budget, dropped=len(dropped), items_bytes=prep.items_bytes(drop),
+                items_key=prep.mod.ITEMS_KEY)

@@ -246,7 +246,7 @@ def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
     # serialization of the value it validated instead of the raw bytes.
     if c.plan.as_received and out.get("model") == model and not _repeats_a_key(raw, turn):
         return raw
-    return encode(out if out.get("model") == model else {**out, "model": model})
+    return c.plan.encoded(model)
 
 
 def _repeats_a_key(raw: bytes, turn: Turn) -> bool:

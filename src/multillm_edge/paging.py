@@ -30,6 +30,7 @@ from typing import Callable
 from . import formats as _formats
 from .config import MAX_PAGE_BYTES
 from .errors import EdgeError
+from .jsonbytes import compact, compact_with_list
 from .prepared import EDGE_FIELDS, Page, Prepared, _blen, _dumps, strip_edge_fields  # noqa: F401
 
 @dataclass
@@ -41,6 +42,19 @@ class Plan:
     budget: int
     dropped: int = 0    # exchanges compaction removed (never with pages)
     as_received: bool = False   # `body` is the request body itself: its bytes may go as sent
+    # The history list's items as the plan already holds them encoded (comma-joined), so
+    # the upstream bytes need no second encoding of the history; None: encode `body`.
+    items_bytes: bytes | None = None
+    items_key: str = ""
+
+    def encoded(self, model: str | None = None) -> bytes:
+        """``compact(body)``, naming ``model`` when given (the provider's name for it)."""
+        body = self.body
+        if model is not None and body.get("model") != model:
+            body = {**body, "model": model}
+        if self.items_bytes is None:
+            return compact(body)
+        return compact_with_list(body, self.items_key, self.items_bytes)
 
 
 def output_reservation(fmt: str, body: dict):
@@ -66,9 +80,17 @@ def _window_error(budget: int, estimated: int, protected_bytes: int) -> EdgeErro
         budget=budget, estimated_size=estimated, protected_bytes=protected_bytes)
 
 
+def unpaged(prep: Prepared, budget: int) -> Plan:
+    """The history as received; its bytes ready unless the body may go as sent."""
+    if prep.base is prep.received:
+        return Plan(prep.base, [], prep.total, budget, as_received=True)
+    return Plan(prep.base, [], prep.total, budget, items_bytes=prep.items_bytes(),
+                items_key=prep.mod.ITEMS_KEY)
+
+
 def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
     if prep.total <= budget:
-        return Plan(prep.base, [], prep.total, budget, as_received=prep.base is prep.received)
+        return unpaged(prep, budget)
     if not prep.pageable:
         raise _window_error(budget, prep.total, prep.total)
     fixed = prep.fixed_with_tool()
@@ -78,7 +100,7 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
     sum_units = prep.sum_inner
     n_units = len(prep.groups)
     prev = -2
-    chosen = []
+    chosen = {}                  # group index -> its Page
     oversize = None
     size = None
     for gi in prep.pageable:
@@ -92,7 +114,7 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
         else:                    # a new run: a new marker replaces the group
             sum_units += mbase + _id_len(p.page_id)
         prev = gi
-        chosen.append(gi)
+        chosen[gi] = p
         size = fixed + sum_units + (n_units - 1 if n_units else 0)
         if size <= budget:
             break
@@ -109,42 +131,47 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
     return _build(prep, chosen, size, budget)
 
 
-def _build(prep: Prepared, chosen: list, size: int, budget: int) -> Plan:
+def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     mod = prep.mod
     items = prep.items
     groups = prep.groups
-    chosen_set = set(chosen)
+    raw = prep.raw
     out_items: list = []
+    pieces: list = []          # out_items' encodings: a group's bytes, or a marker's
     pages: list = []
     seen = set()
     run_ids = None
     run_at = -1
 
     def close_run():
-        out_items[run_at] = _formats.marker(_formats.marker_text(run_ids))
+        m = _formats.marker(_formats.marker_text(run_ids))
+        out_items[run_at] = m
+        pieces[run_piece] = _dumps(m).encode("utf-8")
 
     for gi, g in enumerate(groups):
-        if gi in chosen_set:
-            p = prep.page(gi)
+        p = chosen.get(gi)
+        if p is not None:
             if p.sha256 not in seen:
                 seen.add(p.sha256)
                 pages.append(p)
             if run_ids is None:
                 run_ids = []
-                run_at = len(out_items)
+                run_at, run_piece = len(out_items), len(pieces)
                 out_items.append(None)
+                pieces.append(None)
             run_ids.append(p.page_id)
         else:
             if run_ids is not None:
                 close_run()
                 run_ids = None
             out_items.extend(items[g.start:g.end])
+            pieces.append(raw[gi][1:-1])
     if run_ids is not None:
         close_run()
     out = dict(prep.base)
     out[mod.ITEMS_KEY] = out_items
     mod.add_tool(out)
-    return Plan(out, pages, size, budget)
+    return Plan(out, pages, size, budget, items_bytes=b",".join(pieces), items_key=mod.ITEMS_KEY)
 
 
 

@@ -162,6 +162,13 @@ class Prepared:
                 if groups[gi].kind != _formats.STANDALONE
                 and groups[gi].complete and gi not in prot_groups]
 
+    def items_bytes(self, skip=frozenset()):
+        """The history's items but the groups in ``skip``, encoded and comma-joined (the
+        groups' bytes, already made); None when the body has no history list."""
+        if self.items is None:
+            return None
+        return b",".join([b[1:-1] for gi, b in enumerate(self.raw) if gi not in skip])
+
     def page(self, gi: int) -> Page:
         p = self._pages.get(gi)
         if p is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from .jsonbytes import compact_text
 from .pages import ROLEPLAY
@@ -71,9 +71,9 @@ class PrincipalInfo:
     policy: Optional[Policy]
 
 
-@dataclass(frozen=True)
-class ActivePage:
-    """Where an active page row's body is, and until when the row lives."""
+class ActivePage(NamedTuple):
+    """Where an active page row's body is, and until when the row lives. A tuple: a
+    steady turn decodes one per stored page of the session."""
     expires_at: int
     body_written_at: int
     r2_key: str
@@ -189,6 +189,18 @@ async def read_generation_row(db: Executor, key_sha256: str, session_id: str,
                           [key_sha256, session_id, _json_list(models), int(now), ROLEPLAY])
 
 
+def _active_pages(text: Optional[str]) -> dict:
+    """page_id -> ActivePage from the JSON array the statement aggregates. SQLite's
+    json_array writes INTEGER columns as JSON integers: only a REAL needs `_int`."""
+    out = {}
+    for pid, exp, written, key, offset in json.loads(text or "[]"):
+        if type(exp) is int and type(written) is int and type(offset) is int:
+            out[pid] = ActivePage(exp, written, key, offset)
+        else:
+            out[pid] = ActivePage(_int(exp), _int(written), key, _int(offset))
+    return out
+
+
 def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
     """Decode the row of `read_generation_row` (pure CPU: timed apart from the read)."""
     if row is None:
@@ -203,8 +215,7 @@ def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
         policy=_policy(row),
         session=_session(row),
         models=windows,
-        active_pages={pid: ActivePage(_int(exp), _int(written), key, _int(offset))
-                      for pid, exp, written, key, offset in json.loads(row.get("active_pages") or "[]")},
+        active_pages=_active_pages(row.get("active_pages")),
         active_bytes=_int(row.get("active_bytes") or 0),
     )
 

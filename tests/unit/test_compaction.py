@@ -9,7 +9,7 @@ from devkit.plans import body_size, marker_ids
 from multillm_edge import compaction, formats, paging
 from multillm_edge.errors import EdgeError
 from test_paging import chat_body, messages_body, responses_body
-from test_paging_properties import SETTINGS, build, dumps, scenario, truth_pageable
+from test_paging_properties import SETTINGS, assert_upstream_bytes, build, dumps, scenario, truth_pageable
 
 
 def compact(fmt, body, budget, *, strip=()):
@@ -18,6 +18,7 @@ def compact(fmt, body, budget, *, strip=()):
     if isinstance(out, EdgeError):
         raise out
     assert out.pages == [] and out.size == body_size(out.body)
+    assert_upstream_bytes(out)
     return out.body, out.dropped
 
 

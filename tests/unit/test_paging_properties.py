@@ -190,6 +190,13 @@ def make_body(fmt, items, extra, protected, tools_present):
     return body
 
 
+def assert_upstream_bytes(plan) -> None:
+    """What is dispatched: the plan's body encoded, the history from the bytes it holds."""
+    assert plan.encoded() == dumps(plan.body)
+    assert plan.encoded("z:other") == dumps({**plan.body, "model": "z:other"})
+    assert plan.encoded(plan.body.get("model")) == dumps(plan.body)
+
+
 def dumps(o) -> bytes:
     return json.dumps(o, ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -301,6 +308,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
         event("run of >1 consecutive pages")
     # fits, exact size arithmetic
     assert plan.size == len(dumps(plan.body)) == body_size(plan.body)
+    assert_upstream_bytes(plan)
     assert plan.size <= budget and plan.budget == budget
     # minimal and oldest-first: identical to the reference (which checked k-1 did not fit)
     assert dumps(plan.body) == dumps(ref)
