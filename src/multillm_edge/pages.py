@@ -138,6 +138,10 @@ def _b64(digest: bytes) -> str:
     return binascii.b2a_base64(digest, newline=False).rstrip(b"=").translate(_URLSAFE).decode("ascii")
 
 
+_XOR_36 = bytes(b ^ 0x36 for b in range(256))   # RFC 2104 pads, as translate tables
+_XOR_5C = bytes(b ^ 0x5C for b in range(256))
+
+
 def _mac_for(key: bytes, prefix: bytes = b"") -> Callable[[bytes], bytes]:
     """HMAC-SHA256 under `key` of `prefix + data`, one call per message. CPython:
     OpenSSL's one-shot `hmac.digest`. Without the OpenSSL module (Pyodide does not bundle
@@ -148,9 +152,9 @@ def _mac_for(key: bytes, prefix: bytes = b"") -> Callable[[bytes], bytes]:
     if len(key) > 64:
         key = hashlib.sha256(key).digest()
     key = key.ljust(64, b"\0")
-    inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+    inner = hashlib.sha256(key.translate(_XOR_36))
     inner.update(prefix)
-    outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+    outer = hashlib.sha256(key.translate(_XOR_5C))
 
     def mac(data: bytes) -> bytes:
         h = inner.copy()

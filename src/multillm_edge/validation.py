@@ -41,12 +41,17 @@ def _brackets(raw: bytes) -> bytes:
     C-speed passes. Only an escaped quote can move a string boundary: escapes pair a
     backslash with the next byte left to right, as `bytes.replace` does, so once escaped
     backslashes and quotes are neutralized every remaining quote delimits a string.
-    Where ``raw`` stops being JSON the parse stops too, and up to there this is exact."""
+    Where ``raw`` stops being JSON the parse stops too, and up to there this is exact.
+    Quotes then alternate open/close, so removing two adjacent ones either drops an empty
+    string or fuses two strings: no bracket changes sides, and most quotes go in one
+    C pass (strings rarely hold brackets) before the split."""
     if b'\\"' in raw:
         if b'\\\\"' in raw:          # a quote after 2+ backslashes: pair them all first
             raw = raw.replace(b"\\\\", b"__")
         raw = raw.replace(b'\\"', b"__")
-    outside = b"".join(raw.translate(None, _ONLY_QUOTES_AND_BRACKETS).split(b'"')[::2])
+    outside = raw.translate(None, _ONLY_QUOTES_AND_BRACKETS).replace(b'""', b"")
+    if b'"' in outside:
+        outside = b"".join(outside.split(b'"')[::2])
     return outside.translate(_PARENS)
 
 
