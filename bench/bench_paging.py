@@ -10,7 +10,9 @@ What is measured, per history size (100, 500, 1,000 and 5,000 roleplay exchanges
            ``paging.plan_candidates`` with one budget of 40 % of the body size (so most of the
            history is paged: grouping, sizing, page bytes, SHA-256 and a page id from the
            production ``PageSigner`` for every page, the marker and the upstream body).
-           The upstream body is not re-serialized (the dispatcher does that in both cases).
+           The upstream bytes are not made here: the dispatcher joins the plan's group
+           bytes around the encoded rest of the body (``Plan.encoded``, the Worker's
+           ``encode`` phase in ``bench_generation.py --cpu``).
 * first-paging rows = ``page_writes.rows`` for every page of that plan (what a request
            that pages an existing history for the first time signs; a steady turn signs
            only its new and due rows). Reported, not part of the ratio.
