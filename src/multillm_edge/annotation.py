@@ -17,14 +17,15 @@ from .jsonbytes import compact_text
 ADDED_KEYS = ("context_pages", "context_compaction")
 
 
-def pages_text(pages, expiry, schema: dict) -> str:
-    """The ``context_pages`` array as compact JSON. ``expiry(page_id)`` is the row's
-    expiry (an int) or None."""
+def pages_text(pages, rows, schema: dict) -> str:
+    """The ``context_pages`` array as compact JSON; ``rows`` maps a page id to its row
+    as stored (``store.ActivePage``: the real expiry), null for a page without one."""
     entry = '{"page_id":"%s","sha256":"%s","expires_at":%s,"tool_schema":' + compact_text(schema) + "}"
+    get = rows.get
     out = []
     for p in pages:
-        exp = expiry(p.page_id)
-        out.append(entry % (p.page_id, p.sha256, "null" if exp is None else int(exp)))
+        row = get(p.page_id)
+        out.append(entry % (p.page_id, p.sha256, "null" if row is None else row.expires_at))
     return "[" + ",".join(out) + "]"
 
 

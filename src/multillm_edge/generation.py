@@ -256,18 +256,11 @@ def _repeats_a_key(raw: bytes, turn: Turn) -> bool:
     return turn.repeats_a_key
 
 
-def _expires_at(turn: Turn, page_id: str):
-    """The page row's real expiry (every page of the dispatched plan has been stored)."""
-    row = turn.rows.get(page_id)
-    return row.expires_at if row is not None else None
-
-
 def annotate(payload: bytes, turn: Turn) -> bytes:
     """Add `context_pages` / `context_compaction` to a complete JSON response."""
     pages = None
     if turn.pages:
-        pages = annotation.pages_text(turn.pages, lambda pid: _expires_at(turn, pid),
-                                      format_module(turn.fmt).tool_schema())
+        pages = annotation.pages_text(turn.pages, turn.rows, format_module(turn.fmt).tool_schema())
     return annotation.annotate(payload, pages, turn.compacted)
 
 

@@ -62,10 +62,13 @@ def output_reservation(fmt: str, body: dict):
     return _formats.get(fmt).output_reservation(body)
 
 
+_ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
 def _id_len(page_id: str) -> int:
     """Serialized length of a page id inside the marker text. The signer's ids are
     ASCII letters, digits, `_` and `-`: nothing to escape, so no encoder call per page."""
-    if page_id.isascii() and page_id.isprintable() and '"' not in page_id and "\\" not in page_id:
+    if not page_id.strip(_ID_CHARS):
         return len(page_id)
     return _blen(_dumps(page_id)) - 2
 

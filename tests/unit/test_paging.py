@@ -241,3 +241,9 @@ def test_page_bytes_exact():
     items = [{"role": "user", "content": "a\tb \r\n é 🙂 \u202e"}]
     assert canonical_bytes(items) == json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
     assert json.loads(canonical_bytes(items)) == items
+
+
+@pytest.mark.parametrize("page_id", ["cp_" + "A-_z09" * 7 + "x", 'cp_"quoted"', "cp_back\\slash",
+                                     "cp_é", "cp_\n", "cp_ ", ""])
+def test_a_page_ids_length_in_the_marker_is_its_json_escaped_length(page_id):
+    assert paging._id_len(page_id) == len(json.dumps(page_id, ensure_ascii=False).encode()) - 2
