@@ -22,7 +22,7 @@ from .formats import get as format_module
 from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
 from .http import Incoming, Outgoing
 from .jsonbytes import compact
-from .pages import ROLEPLAY as AUTHORITY, PageSigner
+from .pages import ROLEPLAY as AUTHORITY, Lifetime, Owner, PageSigner
 
 CAPABILITY = "multillm_context_retrieve"
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -176,16 +176,16 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     `clock` is (now, rewrite horizon)."""
     ctx, session_id, (now, horizon) = scope.ctx, scope.session_id, clock
     t = time.perf_counter()
-    key, data, rows = page_writes.rows(w, scope.sign, AUTHORITY, ctx.principal, session_id,
-                                       ctx.policy.revision, now, config.PAGE_TTL_SECONDS)
+    owner = Owner(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
+    key, data, rows = page_writes.rows(w, scope.sign, owner, Lifetime(now, config.PAGE_TTL_SECONDS))
     spent(turn, "sign", t)
     ours = key is not None and all(a.r2_key != key for a in known.values())
     try:
         if key is not None:
             await bucket.put(key, data)
             _count(turn, "r2_puts")
-        done = await store.upsert_pages(scope.db, rows, ctx.principal, session_id, now,
-                                        config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
+        done = await store.upsert_pages(scope.db, rows, store.PageSession(ctx.principal, session_id),
+                                        now, config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
     except StorageError:
         if ours:
             await discard_object(bucket, key, turn)

@@ -93,6 +93,13 @@ class GenerationContext:
 
 
 @dataclass(frozen=True)
+class PageSession:
+    """The principal and session whose page rows `upsert_pages` writes."""
+    principal: str
+    session_id: str
+
+
+@dataclass(frozen=True)
 class Upserted:
     """The verdict of `upsert_pages`, and each written row as it now stands."""
     accepted: bool
@@ -385,9 +392,9 @@ def _upsert_payload(items: list[dict]) -> tuple[str, str]:
     return _json_list(rows), _json_list(keys)
 
 
-async def upsert_pages(db: Executor, rows: Sequence[dict], principal: str, session_id: str,
-                       now: int, allowance: int, young_after: Optional[int] = None) -> Upserted:
-    """Write page rows for (principal, session_id) iff the session's active allowance
+async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, now: int,
+                       allowance: int, young_after: Optional[int] = None) -> Upserted:
+    """Write page rows for `owner` (principal, session_id) iff the session's active allowance
     holds: SUM(byte_length) of active rows (expires_at > now, same policy revision) not
     among the incoming page_ids + SUM(incoming byte_length) <= allowance. Existing rows
     are rewritten (expires_at, location, signature), never double counted, except one a
@@ -399,7 +406,7 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], principal: str, sessi
     byte_length, r2_key, r2_offset, body_written_at, expires_at, signature (created_at
     is `now` for a new or revived row). One authority and revision per call. Rows
     repeating a page_id must be identical (they are written once)."""
-    now = int(now)
+    now, principal, session_id = int(now), owner.principal, owner.session_id
     by_id: dict[str, dict] = {}
     for r in rows:
         item = _upsert_item(r, principal, session_id, now)
