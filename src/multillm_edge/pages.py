@@ -85,18 +85,18 @@ class Owner:
 
 
 @dataclass(frozen=True)
-class Lifetime:
-    """A row written at ``now`` lives ``ttl`` seconds (expires_at = now + ttl)."""
-    now: int
-    ttl: int
-
-
-@dataclass(frozen=True)
 class Location:
     """Where a row's body is: ``offset`` into the R2 object ``key``, written at ``written_at``."""
     key: str
     offset: int
     written_at: int
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """A row written at ``now`` lives ``ttl`` seconds (expires_at = now + ttl)."""
+    now: int
+    ttl: int
 
 
 def canonical_bytes(items: Any) -> bytes:

@@ -93,13 +93,6 @@ class GenerationContext:
 
 
 @dataclass(frozen=True)
-class PageSession:
-    """The principal and session whose page rows `upsert_pages` writes."""
-    principal: str
-    session_id: str
-
-
-@dataclass(frozen=True)
 class Upserted:
     """The verdict of `upsert_pages`, and each written row as it now stands."""
     accepted: bool
@@ -141,6 +134,12 @@ def _policy(row: dict) -> Optional[Policy]:
     if retention not in RETENTIONS:
         retention = "zero"  # unknown retention: fail closed (never store)
     return Policy(revision=_int(row["policy_revision"]), grants=grants, retention=retention)
+
+
+def _key_facts(row: dict) -> dict:
+    """The key's principal, revocation and current policy: the head of every read below."""
+    return {"principal": row["principal"], "key_revoked": bool(row["key_revoked"]),
+            "policy": _policy(row)}
 
 
 def _session(row: dict) -> SessionState:
@@ -205,9 +204,7 @@ def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
         windows[name] = ModelWindow(input_tokens=_int(w["input_tokens"]),
                                     max_output_tokens=_int(w["max_output_tokens"]))
     return GenerationContext(
-        principal=row["principal"],
-        key_revoked=bool(row["key_revoked"]),
-        policy=_policy(row),
+        **_key_facts(row),
         session=_session(row),
         models=windows,
         active_pages={pid: ActivePage(_int(exp), _int(written), key, _int(offset))
@@ -250,9 +247,7 @@ async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str
                   "created_at", "expires_at"):
             page[c] = _int(page[c])
     return RetrievalFacts(
-        principal=row["principal"],
-        key_revoked=bool(row["key_revoked"]),
-        policy=_policy(row),
+        **_key_facts(row),
         session=_session(row),
         page=page,
         page_active=bool(row["page_active"]),
@@ -274,8 +269,7 @@ async def load_principal(db: Executor, key_sha256: str) -> Optional[PrincipalInf
     row = await db.first(SQL_LOAD_PRINCIPAL, [key_sha256])
     if row is None:
         return None
-    return PrincipalInfo(principal=row["principal"], key_revoked=bool(row["key_revoked"]),
-                         policy=_policy(row))
+    return PrincipalInfo(**_key_facts(row))
 
 
 SQL_MISSING_TABLES = """
@@ -390,6 +384,13 @@ def _upsert_payload(items: list[dict]) -> tuple[str, str]:
         rows.append([i["page_id"], i["sha256"], i["byte_length"], k, i["r2_offset"],
                      i["body_written_at"], i["expires_at"], i["signature"]])
     return _json_list(rows), _json_list(keys)
+
+
+@dataclass(frozen=True)
+class PageSession:
+    """The principal and session whose page rows `upsert_pages` writes."""
+    principal: str
+    session_id: str
 
 
 async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, now: int,
