@@ -5,7 +5,8 @@
 returns None and it is forwarded to the Flask origin unchanged, docs/design.md §7.)
 
 Order of the checks — nothing is read from R2 until every metadata check passed, and
-nothing leaves the edge until the body's length and SHA-256 match the signed row:
+nothing leaves the edge until the body's length and SHA-256 match the signed row
+(2–6 but the retention: `auth.request_context`, as for generation):
 
 1. no key at all                         → 401 (no storage touched)
 2. paging disabled (flag off / invalid)  → 404 PageNotFound (no storage touched:
