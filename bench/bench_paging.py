@@ -41,7 +41,7 @@ if os.path.isdir(SRC) and SRC not in sys.path:
     sys.path.insert(0, SRC)
 
 from multillm_edge import page_writes, paging, validation  # noqa: E402
-from multillm_edge.pages import PageSigner  # noqa: E402
+from multillm_edge.pages import Lifetime, Owner, PageSigner  # noqa: E402
 
 SIZES = (100, 500, 1000, 5000)
 # The production signer, fed as generation.py feeds it (a roleplay key's principal is a
@@ -58,7 +58,8 @@ def page_id_for_request():
 def first_paging_rows(plan) -> list:
     """The rows a first paging signs (every page new): page_writes, as the Worker does."""
     w = page_writes.classify(plan.pages, {}, 1_800_000_000, 3600, 600)
-    return page_writes.rows(w, SIGNER, "roleplay", PRINCIPAL, SESSION, REVISION, 1_800_000_000, 3600)[2]
+    return page_writes.rows(w, SIGNER, Owner("roleplay", PRINCIPAL, SESSION, REVISION),
+                            Lifetime(1_800_000_000, 3600))[2]
 
 
 def roleplay_body(n: int) -> dict:

@@ -1,11 +1,14 @@
-"""Roleplay key extraction and the checks every roleplay route shares (docs/design.md §2, §3, §5.2)."""
+"""Roleplay key extraction and the checks every roleplay route shares (docs/design.md §2, §3,
+§5.2, §6): `request_context` resolves a generation or a retrieval once."""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from . import config, store
-from .errors import ChatNotGranted, EdgeError, Unauthorized
+from .errors import ChatNotGranted, EdgeError, PageNotFound, Unauthorized
 from .http import Incoming
 from .pages import PageSigner
 
@@ -59,3 +62,51 @@ def signer(platform) -> PageSigner:
     if secrets is None:
         raise EdgeError(503, "signing_not_configured", "Page signing is not configured.")
     return PageSigner(*secrets)
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What a roleplay request resolved once and its later steps read: the platform and
+    database, the caller's facts as the route's one D1 read returned them (principal,
+    policy, session, the route's rows), key and grant checked, the session id, the clock
+    reading the read was made at, the paging flag and, when resolved, the signer."""
+    platform: object
+    db: object
+    caller: object          # store.GenerationContext | store.RetrievalFacts
+    policy: store.Policy
+    session_id: str
+    now: int
+    paging: bool            # CONTEXT_PAGING_ENABLED
+    sign: PageSigner | None = None
+
+    def signer(self) -> PageSigner:
+        """The page signer (503 if signing is not configured)."""
+        return self.sign or signer(self.platform)
+
+    def page_bodies(self):
+        """The R2 bucket of page bodies (503 if not bound)."""
+        return page_bodies(self.platform)
+
+
+Load = Callable[[object, int], Awaitable[object]]   # (db, now) -> the caller's facts
+
+
+async def request_context(req: Incoming, platform, session_id: str, load: Load,
+                          paged: bool = False) -> RequestContext:
+    """Resolve a request whose key and session id were read: the paging flag; for a
+    `paged` route (retrieval: it does not exist with the flag off, 404) the signer and
+    the R2 binding, in that order; the D1 binding (503); the route's one D1 read; then
+    the key and chat grant (401/403). Generation makes its signer only when it pages."""
+    flag = paging_enabled(platform)
+    sign = None
+    if paged:
+        if not flag:
+            req.notes["miss"] = "paging_disabled"
+            raise PageNotFound()
+        sign = signer(platform)
+    db = database(platform)
+    if paged:
+        page_bodies(platform)
+    now = platform.now()
+    caller = await load(db, now)
+    return RequestContext(platform, db, caller, check_principal(caller), session_id, now, flag, sign)

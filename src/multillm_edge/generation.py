@@ -10,18 +10,18 @@ provider is called, and leaves no object behind; nothing is ever truncated to ma
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 from . import annotation, compaction, config, page_writes, paging, store
-from .auth import (SESSION_HEADER, check_principal, database, key_digest, page_bodies,
-                   paging_enabled, signer)
+from .auth import SESSION_HEADER, RequestContext, key_digest, request_context
 from .errors import EdgeError, SessionNotFound, StorageError
 from .formats import get as format_module
 from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
 from .http import Incoming, Outgoing
 from .jsonbytes import compact
-from .pages import ROLEPLAY as AUTHORITY, PageSigner
+from .pages import ROLEPLAY as AUTHORITY, Lifetime, Owner, PageSigner
+from .timing import timed
 
 CAPABILITY = "multillm_context_retrieve"
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -41,34 +41,43 @@ class Candidate:
 
 @dataclass
 class Turn:
-    """What one generation request learned, for the response and the log line."""
-    fmt: str
-    paging: bool = False
-    pages: list = field(default_factory=list)   # Page objects of the dispatched plan
+    """The running record of one generation request, for the response and the log line."""
+    notes: dict = field(default_factory=dict)   # storage counts and CPU for the log line
     rows: dict = field(default_factory=dict)    # page_id -> store.ActivePage, as stored now
     new_bytes: int = 0                          # page bytes this request added to the session
-    notes: dict = field(default_factory=dict)   # storage counts for the request's log line
-    strip: tuple = ()                           # request fields the upstream body goes without
-    compacted: int = 0
     new_pages: int = 0
     attempts: list = field(default_factory=list)   # {model_index, status, ms} per provider call
     timings: dict = field(default_factory=dict)
-    timeout: float = config.DEFAULT_UPSTREAM_TIMEOUT_SECONDS
-    idle: float = config.DEFAULT_UPSTREAM_IDLE_SECONDS
     repeats_a_key: bool | None = None           # the raw body repeats a key (checked lazily)
+    pages: list = field(default_factory=list)   # Page objects of the dispatched plan
+    compacted: int = 0                          # exchanges the dispatched plan dropped
 
 
 @dataclass(frozen=True)
 class Scope:
-    """What one generation request resolved once and every later step reads: the
-    request, its platform and database, the caller's context (principal, policy,
-    session, active pages), the session id and, when paging, the signer."""
+    """What one generation request fixed before planning; every later step reads it,
+    none writes it: the request, its context (auth.RequestContext: platform, database,
+    caller, session), the wire format, whether it is paged (docs/design.md §5.3) and its
+    signer then, the fields the upstream body goes without, the provider timeouts."""
     req: Incoming
-    platform: object
-    db: object
-    ctx: store.GenerationContext
-    session_id: str
-    sign: PageSigner | None = None
+    rc: RequestContext
+    fmt: str
+    paging: bool
+    strip: tuple                    # request fields the upstream body goes without
+    timeout: float                  # seconds to the provider's response headers
+    idle: float                     # longest silence inside a provider stream
+    sign: PageSigner | None         # when paging
+
+
+def settle(req: Incoming, rc: RequestContext, fmt: str, asked: bool) -> Scope:
+    """The request's Scope: paged when the flag is on, the capability asked and the
+    retention not zero; its signer then (503 if not configured)."""
+    var = rc.platform.var
+    paged = rc.paging and asked and rc.policy.retention != "zero"
+    return Scope(req, rc, fmt, paged, consumed_fields(rc.paging),
+                 config.seconds(var("UPSTREAM_TIMEOUT_SECONDS"), config.DEFAULT_UPSTREAM_TIMEOUT_SECONDS),
+                 config.seconds(var("UPSTREAM_IDLE_SECONDS"), config.DEFAULT_UPSTREAM_IDLE_SECONDS),
+                 rc.signer() if paged else None)
 
 
 def _error(code: str, message: str, status: int = 400) -> EdgeError:
@@ -147,8 +156,8 @@ async def store_pages(scope: Scope, pages, turn: Turn, stored: set) -> None:
     new or due. `stored` collects the ids of the pages whose bodies this request wrote."""
     if not pages:
         return
-    platform, ctx = scope.platform, scope.ctx
-    bucket = page_bodies(platform)
+    platform, ctx = scope.rc.platform, scope.rc.caller
+    bucket = scope.rc.page_bodies()
     now = platform.now()
     horizon = config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS"))
     t = time.perf_counter()
@@ -173,18 +182,18 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     Refused or failed after the put: the object is deleted (no orphan) unless rows
     already point into it (the same pages rewritten: same content, same key).
     `clock` is (now, rewrite horizon)."""
-    ctx, session_id, (now, horizon) = scope.ctx, scope.session_id, clock
+    ctx, session_id, (now, horizon) = scope.rc.caller, scope.rc.session_id, clock
     t = time.perf_counter()
-    key, data, rows = page_writes.rows(w, scope.sign, AUTHORITY, ctx.principal, session_id,
-                                       ctx.policy.revision, now, config.PAGE_TTL_SECONDS)
+    owner = Owner(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
+    key, data, rows = page_writes.rows(w, scope.sign, owner, Lifetime(now, config.PAGE_TTL_SECONDS))
     spent(turn, "sign", t)
     ours = key is not None and all(a.r2_key != key for a in known.values())
     try:
         if key is not None:
             await bucket.put(key, data)
             _count(turn, "r2_puts")
-        done = await store.upsert_pages(scope.db, rows, ctx.principal, session_id, now,
-                                        config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
+        done = await store.upsert_pages(scope.rc.db, rows, store.PageSession(ctx.principal, session_id),
+                                        now, config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
     except StorageError:
         if ours:
             await discard_object(bucket, key, turn)
@@ -217,15 +226,19 @@ def encode(body: dict) -> bytes:
     return compact(body)
 
 
-def plan_all(body: dict, cands: list[Candidate], turn: Turn, page_id_for):
+def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
     """Fill each candidate's plan (paged, or the existing behaviour: as received or
     compacted); a candidate that cannot fit is skipped with its 413."""
     live = [c for c in cands if not c.skipped]
     budgets = [c.budget for c in live]
-    if turn.paging:
-        results = paging.plan_candidates(turn.fmt, body, budgets, page_id_for, strip=turn.strip)
+    if scope.paging:
+        # One id function per request: its fixed fields are encoded once, not per page.
+        ctx = scope.rc.caller
+        page_id_for = scope.sign.page_ids(AUTHORITY, ctx.principal, scope.rc.session_id,
+                                          ctx.policy.revision)
+        results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip)
     else:
-        results = compaction.compact_candidates(turn.fmt, body, budgets, strip=turn.strip)
+        results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip)
     for c, result in zip(live, results):
         if isinstance(result, EdgeError):
             c.skipped = result
@@ -256,11 +269,11 @@ def _repeats_a_key(raw: bytes, turn: Turn) -> bool:
     return turn.repeats_a_key
 
 
-def annotate(payload: bytes, turn: Turn) -> bytes:
+def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
     """Add `context_pages` / `context_compaction` to a complete JSON response."""
     pages = None
     if turn.pages:
-        pages = annotation.pages_text(turn.pages, turn.rows, format_module(turn.fmt).tool_schema())
+        pages = annotation.pages_text(turn.pages, turn.rows, format_module(fmt).tool_schema())
     return annotation.annotate(payload, pages, turn.compacted)
 
 
@@ -298,7 +311,7 @@ def idle_event(fmt: str, idle: float) -> bytes:
     return b"data: " + encode(doc) + b"\n\n"
 
 
-async def respond(upstream, turn: Turn) -> Outgoing:
+async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
     t = time.perf_counter()
     headers = [(k, v) for k, v in upstream.headers
                if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
@@ -306,16 +319,16 @@ async def respond(upstream, turn: Turn) -> Outgoing:
     if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
         spent(turn, "response", t)
         try:
-            payload = await upstream.read(turn.idle)
+            payload = await upstream.read(scope.idle)
         except TimeoutError:
             raise _error("upstream_timeout", "The provider stopped sending its response.", 504) from None
         t = time.perf_counter()
-        out = Outgoing(upstream.status, headers + info_headers(turn), annotate(payload, turn))
+        out = Outgoing(upstream.status, headers + info_headers(turn), annotate(payload, turn, scope.fmt))
         spent(turn, "response", t)
         return out
     sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
     prefix = page_list_comment(turn) if sse and 200 <= upstream.status < 300 else b""
-    stream = upstream.relay(prefix, turn.idle, idle_event(turn.fmt, turn.idle) if sse else None)
+    stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None)
     spent(turn, "response", t)
     return Outgoing(upstream.status, headers + info_headers(turn), stream=stream)
 
@@ -327,39 +340,28 @@ def spent(turn: Turn, phase: str, since: float) -> None:
     turn.notes[key] = round(turn.notes.get(key, 0) + (time.perf_counter() - since) * 1000, 2)
 
 
-@contextmanager
-def timed(turn: Turn, name: str):
-    started = time.monotonic()
-    try:
-        yield
-    finally:  # summed: a fallback's store adds to the first one's
-        spent = (time.monotonic() - started) * 1000
-        turn.timings[name] = round(turn.timings.get(name, 0) + spent, 1)
-
-
-async def load_context(platform, db, digest: str, session_id: str, models: list, turn: Turn):
-    """The one D1 read of a turn, then the key, grant and session checks."""
-    with timed(turn, "load_ms"):
+async def load_context(turn: Turn, digest: str, session_id: str, models: list, db,
+                       now: int) -> store.GenerationContext | None:
+    """The one D1 read of a turn (auth.request_context then checks key and grant)."""
+    with timed(turn.timings, "load_ms"):
         try:
-            row = await store.read_generation_row(db, digest, session_id, models, platform.now())
+            row = await store.read_generation_row(db, digest, session_id, models, now)
         except StorageError:
             raise _error("storage_failed", "Roleplay state could not be read.", 503) from None
     t = time.perf_counter()
     ctx = store.generation_context(row)
     spent(turn, "load", t)
-    check_principal(ctx)
-    if not ctx.session.open:
-        raise SessionNotFound()
     return ctx
 
 
-async def attempt(platform, c: Candidate, index: int, headers: list, payload: bytes, turn: Turn):
+async def attempt(scope: Scope, c: Candidate, index: int, headers: list, payload: bytes,
+                  turn: Turn):
     """One provider call, recorded in `turn.attempts` → its answer, or None if it gave none
     (network error, or no response headers within UPSTREAM_TIMEOUT_SECONDS)."""
     started, status = time.monotonic(), "client_closed"
     try:
-        answer = await platform.fetch(c.provider.endpoint(turn.fmt), "POST", headers, payload,
-                                      timeout=turn.timeout)
+        answer = await scope.rc.platform.fetch(c.provider.endpoint(scope.fmt), "POST", headers,
+                                               payload, timeout=scope.timeout)
         status = answer.status
         return answer
     except TimeoutError:
@@ -385,24 +387,24 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
     """Try each candidate in order, storing its pages first → (upstream, candidate).
     A retryable answer is relayed if no later candidate gives a better one; a candidate
     whose provider is misconfigured is skipped like one that cannot fit."""
-    req, platform = scope.req, scope.platform
+    req, platform = scope.req, scope.rc.platform
     stored: set = set()
     upstream = chosen = None
     for index, c in enumerate(cands):
         if c.skipped:
             continue
         try:  # its provider key first: a misconfigured provider stores nothing
-            headers = upstream_headers(req, turn.fmt, c.provider, platform)
+            headers = upstream_headers(req, scope.fmt, c.provider, platform)
         except EdgeError as err:
             c.skipped = err
             continue
-        if turn.paging:
-            with timed(turn, "store_ms"):
+        if scope.paging:
+            with timed(turn.timings, "store_ms"):
                 await store_pages(scope, c.plan.pages, turn, stored)
         t = time.perf_counter()
         payload = dispatch_body(c, body, raw, turn)
         spent(turn, "encode", t)
-        answer = await attempt(platform, c, index, headers, payload, turn)
+        answer = await attempt(scope, c, index, headers, payload, turn)
         if answer is None:
             continue
         if upstream is not None:
@@ -416,46 +418,38 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
 
 
 async def generate(req: Incoming, platform) -> Outgoing:
-    turn = Turn(req.params["fmt"], notes=req.notes)
-    digest = key_digest(req)
-    session_id = valid_session_id(req.header(SESSION_HEADER))
-    raw = await platform.read_body(config.MAX_REQUEST_BYTES)
+    """route (app: `req.params["fmt"]`) → context → load → plan → store → dispatch → respond."""
+    fmt, turn = req.params["fmt"], Turn(notes=req.notes)
+    digest = key_digest(req)                                       # 401 before anything
+    session_id = valid_session_id(req.header(SESSION_HEADER))     # 400
+    raw = await platform.read_body(config.MAX_REQUEST_BYTES)       # 413
     t = time.perf_counter()
-    body = parse_request(turn.fmt, raw)
+    body = parse_request(fmt, raw)
     models = requested_models(body)
-    asked = wants_paging(body)
-    flag_on = paging_enabled(platform)
-    db = database(platform)
     spent(turn, "parse", t)
-    ctx = await load_context(platform, db, digest, session_id, models, turn)
+    # context + load: flag, D1 binding (503), the one D1 read, key and grant (401/403)
+    rc = await request_context(req, platform, session_id,
+                               partial(load_context, turn, digest, session_id, models))
+    if not rc.caller.session.open:
+        raise SessionNotFound()
     t = time.perf_counter()
-    cands = candidates(turn.fmt, body, models, ctx, config.parse_providers(platform.var("PROVIDERS")),
+    cands = candidates(fmt, body, models, rc.caller, config.parse_providers(platform.var("PROVIDERS")),
                        config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
-    turn.paging = flag_on and asked and ctx.policy.retention != "zero"
-    turn.strip = consumed_fields(flag_on)
-    turn.timeout = config.seconds(platform.var("UPSTREAM_TIMEOUT_SECONDS"),
-                                  config.DEFAULT_UPSTREAM_TIMEOUT_SECONDS)
-    turn.idle = config.seconds(platform.var("UPSTREAM_IDLE_SECONDS"), config.DEFAULT_UPSTREAM_IDLE_SECONDS)
-    sign = signer(platform) if turn.paging else None
-
-    # One id function per request: its fixed fields are encoded once, not per page.
-    page_id_for = sign and sign.page_ids(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
-
-    with timed(turn, "plan_ms"):
-        plan_all(body, cands, turn, page_id_for)
+    scope = settle(req, rc, fmt, wants_paging(body))
+    with timed(turn.timings, "plan_ms"):
+        plan_all(scope, body, cands)
     spent(turn, "plan", t)
-    try:
-        upstream, chosen = await dispatch(Scope(req, platform, db, ctx, session_id, sign),
-                                          cands, body, raw, turn)
+    try:  # store → dispatch, per candidate
+        upstream, chosen = await dispatch(scope, cands, body, raw, turn)
     finally:  # the log line keeps every attempt, answered or not
-        note(req, turn, cands)
+        note(req, scope, turn, cands)
     turn.pages, turn.compacted = list(chosen.plan.pages), chosen.plan.dropped
     req.notes.update(pages=len(turn.pages), compacted=turn.compacted, model_index=cands.index(chosen))
-    return await respond(upstream, turn)
+    return await respond(scope, upstream, turn)
 
 
-def note(req: Incoming, turn: Turn, cands: list) -> None:
-    req.notes.update(paging=turn.paging, new_pages=turn.new_pages, attempts=turn.attempts,
+def note(req: Incoming, scope: Scope, turn: Turn, cands: list) -> None:
+    req.notes.update(paging=scope.paging, new_pages=turn.new_pages, attempts=turn.attempts,
                      **turn.timings)
     skipped = [c.skipped.code for c in cands if c.skipped]
     if skipped:

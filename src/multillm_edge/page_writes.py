@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .pages import PageSigner, pack
+from .pages import Lifetime, Location, Owner, PageSigner, pack
 from .store import ActivePage
 
 
@@ -57,17 +57,16 @@ def classify(pages, known: Mapping[str, ActivePage], now: int, ttl: int, horizon
     return w
 
 
-def rows(w: Writes, sign: PageSigner, authority: str, principal: str, session_id: str,
-         revision: int, now: int, ttl: int) -> tuple[str | None, bytes, list[dict]]:
+def rows(w: Writes, sign: PageSigner, owner: Owner,
+         life: Lifetime) -> tuple[str | None, bytes, list[dict]]:
     """(object key or None, object bytes, signed rows) for the writes: written bodies
     point into the one object, refreshed rows keep their body where it is."""
     key, data, offsets = pack(w.bodies) if w.bodies else (None, b"", {})
 
-    def row(p, location, written):
-        return sign.make_row(authority, principal, session_id, revision, p.sha256, len(p.body),
-                             now, ttl, location=location, body_written_at=written,
+    def row(p, body: Location):
+        return sign.make_row(owner, p.sha256, len(p.body), life, body,
                              page_id=p.page_id)   # the plan's id, made by this signer
 
-    out = [row(p, (key, offsets[p.page_id]), now) for p in w.bodies]
-    out += [row(p, (a.r2_key, a.r2_offset), a.body_written_at) for p, a in w.refresh]
+    out = [row(p, Location(key, offsets[p.page_id], life.now)) for p in w.bodies]
+    out += [row(p, Location(a.r2_key, a.r2_offset, a.body_written_at)) for p, a in w.refresh]
     return key, data, out

@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 PAGE_ID_PREFIX = "cp_"
@@ -72,6 +73,30 @@ _INT_FIELDS = frozenset({"policy_revision", "byte_length", "r2_offset", "expires
 _SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 OBJECT_KEY_PREFIX = "context-pages/obj_"
 _OBJECT_KEY_RE = re.compile(r"context-pages/obj_[A-Za-z0-9_-]{43}\Z")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose pages a row holds: every field a page id signs but the body's SHA-256."""
+    authority: str
+    principal: str
+    session_id: str
+    revision: int       # the principal's policy revision
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a row's body is: ``offset`` into the R2 object ``key``, written at ``written_at``."""
+    key: str
+    offset: int
+    written_at: int
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """A row written at ``now`` lives ``ttl`` seconds (expires_at = now + ttl)."""
+    now: int
+    ttl: int
 
 
 def canonical_bytes(items: Any) -> bytes:
@@ -285,22 +310,20 @@ class PageSigner:
         or ROW_SIGNED_FIELDS_V1 ("v1") for a row in its legacy per-page object."""
         return _b64(self._row_macs[0](self._row_data(row)))
 
-    def make_row(self, authority: str, principal: str, session_id: str, revision: int,
-                 sha256: str, byte_length: int, now: int, ttl: int,
-                 location: tuple[str, int] | None = None,
-                 body_written_at: int | None = None, page_id: str | None = None) -> dict:
-        """A complete, signed context_pages row (all columns) written at ``now``:
-        expires_at = now + ttl; the body at ``location`` = (object key, offset), by
-        default the legacy per-page object; body_written_at defaults to ``now``.
-        ``page_id``: the id this signer already made for these fields (a plan's page),
-        so it is not computed twice; by default computed here."""
-        pid = page_id or self.page_id(authority, principal, session_id, revision, sha256)
-        key, offset = location if location is not None else (r2_key(pid), 0)
-        row = {"page_id": pid, "authority": authority, "principal": principal,
-               "session_id": session_id, "policy_revision": _int(revision), "sha256": sha256,
-               "byte_length": _int(byte_length), "r2_key": _str(key), "r2_offset": _int(offset),
-               "body_written_at": _int(now if body_written_at is None else body_written_at),
-               "created_at": _int(now), "expires_at": _int(now) + _int(ttl)}
+    def make_row(self, owner: Owner, sha256: str, byte_length: int, life: Lifetime,
+                 body: Location | None = None, page_id: str | None = None) -> dict:
+        """A complete, signed context_pages row (all columns) written at ``life.now``:
+        expires_at = now + ttl; the body at ``body``, by default the legacy per-page
+        object (offset 0, written now). ``page_id``: the id this signer already made for
+        these fields (a plan's page), so it is not computed twice; by default computed here."""
+        o = owner
+        pid = page_id or self.page_id(o.authority, o.principal, o.session_id, o.revision, sha256)
+        at = body if body is not None else Location(r2_key(pid), 0, life.now)
+        row = {"page_id": pid, "authority": o.authority, "principal": o.principal,
+               "session_id": o.session_id, "policy_revision": _int(o.revision), "sha256": sha256,
+               "byte_length": _int(byte_length), "r2_key": _str(at.key), "r2_offset": _int(at.offset),
+               "body_written_at": _int(at.written_at),
+               "created_at": _int(life.now), "expires_at": _int(life.now) + _int(life.ttl)}
         row["signature"] = self.row_signature(row)
         return row
 

@@ -5,7 +5,8 @@
 returns None and it is forwarded to the Flask origin unchanged, docs/design.md §7.)
 
 Order of the checks — nothing is read from R2 until every metadata check passed, and
-nothing leaves the edge until the body's length and SHA-256 match the signed row:
+nothing leaves the edge until the body's length and SHA-256 match the signed row
+(2–6 but the retention: `auth.request_context`, as for generation):
 
 1. no key at all                         → 401 (no storage touched)
 2. paging disabled (flag off / invalid)  → 404 PageNotFound (no storage touched:
@@ -44,13 +45,14 @@ from __future__ import annotations
 
 import base64
 import json
-import time
+from functools import partial
 
 from . import store
-from .auth import check_principal, database, key_digest, page_bodies, paging_enabled, signer
+from .auth import key_digest, request_context
 from .errors import EdgeError, PageNotFound, StorageError
 from .http import Incoming, Outgoing
 from .jsonbytes import compact
+from .timing import timed
 from .pages import ROLEPLAY as AUTHORITY, PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
 
 SESSION_PARAM = "roleplay_session_id"
@@ -120,53 +122,46 @@ def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
 
 async def retrieve_page(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)                                   # 1. 401 without a key
-    if not paging_enabled(platform):                           # 2. feature off → 404
-        req.notes["miss"] = "paging_disabled"
-        raise PageNotFound()
-    sign, db, bucket = signer(platform), database(platform), page_bodies(platform)  # 3. → 503
     page_id = req.params["page_id"]
     values = req.query.get(SESSION_PARAM) or [""]
     session_id = values[0] if len(set(values)) == 1 else ""
-    now = platform.now()
-    facts = await _load(req, db, (digest, session_id, page_id), now)   # 4. one D1 statement
-    policy = check_principal(facts)                            # 5. 401, 6. 403 (principal only)
-    if policy.retention == "zero":
+    # 2. flag off → 404, 3. signer, D1, R2 → 503, 4. one D1 statement, 5. 401, 6. 403 (grant)
+    rc = await request_context(req, platform, session_id,
+                               partial(_load, req, digest, session_id, page_id), paged=True)
+    if rc.policy.retention == "zero":                          # 6. 403 (principal only)
         raise ZeroRetention()
-    misses = _page_misses(page_id, session_id, facts, policy, sign, now)
+    facts = rc.caller
+    misses = _page_misses(page_id, session_id, facts, rc.policy, rc.sign, rc.now)
     if misses:                                                 # 7. one 404 for all
         req.notes["miss"] = ",".join(misses)   # reason codes only, for operators
         raise PageNotFound()
-    body = await _read_body(req, bucket, facts.page)           # 8. one R2 get, checked
+    body = await _read_body(req, rc.page_bodies(), facts.page)   # 8. one R2 get, checked
     return _served(req, page_id, facts.page, body)             # 9. 200
 
 
-async def _load(req: Incoming, db, who: tuple, now: int) -> store.RetrievalFacts:
+async def _load(req: Incoming, digest: str, session_id: str, page_id: str, db,
+                now: int) -> store.RetrievalFacts:
     """The one D1 statement. A malformed id is never sent to D1 (it cannot match; this
     also bounds the parameter size). It still costs the statement, so a bad key is a
     401 and the timing does not say whether the id was well formed."""
-    digest, session_id, page_id = who
     lookup_id = page_id if is_well_formed_page_id(page_id) else ""
-    t0 = time.monotonic()
-    try:
-        return await store.load_page_for_retrieval(db, digest, session_id, lookup_id, now)
-    except StorageError:
-        raise EdgeError(503, "storage_failed", "Context page metadata could not be read.") from None
-    finally:
-        req.notes["d1_ms"] = round((time.monotonic() - t0) * 1000, 1)
+    with timed(req.notes, "d1_ms"):
+        try:
+            return await store.load_page_for_retrieval(db, digest, session_id, lookup_id, now)
+        except StorageError:
+            raise EdgeError(503, "storage_failed", "Context page metadata could not be read.") from None
 
 
 async def _read_body(req: Incoming, bucket, row: dict) -> bytes:
     """The page's bytes with one (ranged) R2 get; missing, wrong length or SHA-256 → 503."""
-    t1 = time.monotonic()
-    try:
-        if is_legacy_location(row):
-            body = await bucket.get(row["r2_key"])
-        else:
-            body = await bucket.get(row["r2_key"], row["r2_offset"], row["byte_length"])
-    except StorageError:
-        raise EdgeError(503, "storage_failed", "The context page could not be read.") from None
-    finally:
-        req.notes["r2_ms"] = round((time.monotonic() - t1) * 1000, 1)
+    with timed(req.notes, "r2_ms"):
+        try:
+            if is_legacy_location(row):
+                body = await bucket.get(row["r2_key"])
+            else:
+                body = await bucket.get(row["r2_key"], row["r2_offset"], row["byte_length"])
+        except StorageError:
+            raise EdgeError(503, "storage_failed", "The context page could not be read.") from None
     if body is None or len(body) != row["byte_length"] or sha256_hex(body) != row["sha256"]:
         req.notes["corrupted"] = "missing" if body is None else "mismatch"
         raise Corrupted()

@@ -136,6 +136,12 @@ def _policy(row: dict) -> Optional[Policy]:
     return Policy(revision=_int(row["policy_revision"]), grants=grants, retention=retention)
 
 
+def _key_facts(row: dict) -> dict:
+    """The key's principal, revocation and current policy: the head of every read below."""
+    return {"principal": row["principal"], "key_revoked": bool(row["key_revoked"]),
+            "policy": _policy(row)}
+
+
 def _session(row: dict) -> SessionState:
     owner = row.get("session_principal")
     exists = owner is not None
@@ -210,9 +216,7 @@ def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
         windows[name] = ModelWindow(input_tokens=_int(w["input_tokens"]),
                                     max_output_tokens=_int(w["max_output_tokens"]))
     return GenerationContext(
-        principal=row["principal"],
-        key_revoked=bool(row["key_revoked"]),
-        policy=_policy(row),
+        **_key_facts(row),
         session=_session(row),
         models=windows,
         active_pages=_active_pages(row.get("active_pages")),
@@ -254,9 +258,7 @@ async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str
                   "created_at", "expires_at"):
             page[c] = _int(page[c])
     return RetrievalFacts(
-        principal=row["principal"],
-        key_revoked=bool(row["key_revoked"]),
-        policy=_policy(row),
+        **_key_facts(row),
         session=_session(row),
         page=page,
         page_active=bool(row["page_active"]),
@@ -278,8 +280,7 @@ async def load_principal(db: Executor, key_sha256: str) -> Optional[PrincipalInf
     row = await db.first(SQL_LOAD_PRINCIPAL, [key_sha256])
     if row is None:
         return None
-    return PrincipalInfo(principal=row["principal"], key_revoked=bool(row["key_revoked"]),
-                         policy=_policy(row))
+    return PrincipalInfo(**_key_facts(row))
 
 
 SQL_MISSING_TABLES = """
@@ -396,9 +397,16 @@ def _upsert_payload(items: list[dict]) -> tuple[str, str]:
     return _json_list(rows), _json_list(keys)
 
 
-async def upsert_pages(db: Executor, rows: Sequence[dict], principal: str, session_id: str,
-                       now: int, allowance: int, young_after: Optional[int] = None) -> Upserted:
-    """Write page rows for (principal, session_id) iff the session's active allowance
+@dataclass(frozen=True)
+class PageSession:
+    """The principal and session whose page rows `upsert_pages` writes."""
+    principal: str
+    session_id: str
+
+
+async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, now: int,
+                       allowance: int, young_after: Optional[int] = None) -> Upserted:
+    """Write page rows for `owner` (principal, session_id) iff the session's active allowance
     holds: SUM(byte_length) of active rows (expires_at > now, same policy revision) not
     among the incoming page_ids + SUM(incoming byte_length) <= allowance. Existing rows
     are rewritten (expires_at, location, signature), never double counted, except one a
@@ -410,7 +418,7 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], principal: str, sessi
     byte_length, r2_key, r2_offset, body_written_at, expires_at, signature (created_at
     is `now` for a new or revived row). One authority and revision per call. Rows
     repeating a page_id must be identical (they are written once)."""
-    now = int(now)
+    now, principal, session_id = int(now), owner.principal, owner.session_id
     by_id: dict[str, dict] = {}
     for r in rows:
         item = _upsert_item(r, principal, session_id, now)

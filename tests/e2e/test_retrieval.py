@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from multillm_edge.pages import PageSigner, canonical_bytes, object_key, r2_key, sha256_hex
+from multillm_edge.pages import Lifetime, Owner, PageSigner, canonical_bytes, object_key, r2_key, sha256_hex
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.runner import Edge
@@ -280,8 +280,9 @@ def test_properly_signed_managed_page_is_not_served(edge):
     c = paged_convo(edge)
     body = canonical_bytes([{"role": "user", "content": c.tag + " managed secret lantern"}])
     sign = PageSigner(rp.SIGNING_SECRET)
-    row = sign.make_row("managed", c.principal, c.sid, 1, sha256_hex(body), len(body),
-                        edge.sql("SELECT CAST(strftime('%s','now') AS INTEGER) AS t")[0]["t"], 3600)
+    now = edge.sql("SELECT CAST(strftime('%s','now') AS INTEGER) AS t")[0]["t"]
+    row = sign.make_row(Owner("managed", c.principal, c.sid, 1), sha256_hex(body), len(body),
+                        Lifetime(now, 3600))
     assert sign.verify_row(row)
     edge.r2_put(row["r2_key"], body)
     cols = list(row)

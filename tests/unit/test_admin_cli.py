@@ -150,9 +150,10 @@ def test_store_statements_on_local_d1(persist):
         return row
 
     a, b = page(b"a", 600), page(b"b", 400)
-    assert run(store.upsert_pages(db, [a, b], "carol", "rps_d1", now, 1000))  # exactly at limit
-    assert not run(store.upsert_pages(db, [page(b"c", 1)], "carol", "rps_d1", now, 1000))
-    assert run(store.upsert_pages(db, [a], "carol", "rps_d1", now + 1, 1000))  # refresh, no double count
+    carol = store.PageSession("carol", "rps_d1")
+    assert run(store.upsert_pages(db, [a, b], carol, now, 1000))  # exactly at limit
+    assert not run(store.upsert_pages(db, [page(b"c", 1)], carol, now, 1000))
+    assert run(store.upsert_pages(db, [a], carol, now + 1, 1000))  # refresh, no double count
     ctx = run(store.load_generation_context(db, key, "rps_d1", ["openai:gpt-4o", "x:y"], now))
     assert ctx.principal == "carol" and ctx.session.open and ctx.policy.has_grant("chat")
     assert set(ctx.models) == {"openai:gpt-4o"} and ctx.active_bytes == 1000

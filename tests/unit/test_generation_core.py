@@ -57,26 +57,26 @@ def pages(n):
 
 
 def test_headers_list_page_ids_while_small():
-    turn = Turn("chat", pages=pages(3))
+    turn = Turn(pages=pages(3))
     assert dict(info_headers(turn)) == {"x-multillm-context-page-count": "3",
                                         "x-multillm-context-pages": ",".join(p.page_id for p in turn.pages)}
 
 
 def test_long_page_lists_are_left_to_the_body_and_the_count():
-    turn = Turn("chat", pages=pages(200))
+    turn = Turn(pages=pages(200))
     assert dict(info_headers(turn)) == {"x-multillm-context-page-count": "200"}
 
 
 def test_compaction_is_announced():
-    assert dict(info_headers(Turn("chat", compacted=4))) == {"x-multillm-context-compaction": "4"}
-    body = annotate(b'{"id": "x"}', Turn("chat", compacted=4))
+    assert dict(info_headers(Turn(compacted=4))) == {"x-multillm-context-compaction": "4"}
+    body = annotate(b'{"id": "x"}', Turn(compacted=4), "chat")
     assert json.loads(body) == {"id": "x", "context_compaction": {"dropped_exchanges": 4}}
 
 
 def test_context_pages_carry_the_tool_schema_of_the_format():
-    turn = Turn("messages", pages=pages(1))
+    turn = Turn(pages=pages(1))
     turn.rows[turn.pages[0].page_id] = ActivePage(123, 0, "k", 0)
-    doc = json.loads(annotate(b'{"id": "msg"}', turn))
+    doc = json.loads(annotate(b'{"id": "msg"}', turn, "messages"))
     assert doc["context_pages"] == [{"page_id": turn.pages[0].page_id, "sha256": "ab" * 32,
                                      "expires_at": 123, "tool_schema": doc["context_pages"][0]["tool_schema"]}]
     assert doc["context_pages"][0]["tool_schema"]["name"] == "multillm_context_retrieve"
@@ -85,17 +85,17 @@ def test_context_pages_carry_the_tool_schema_of_the_format():
 
 def test_each_page_reports_its_own_rows_expiry():
     """Lazy refresh: a reused page keeps its row's expiry, a new one gets now + TTL."""
-    turn = Turn("chat", pages=pages(3))
+    turn = Turn(pages=pages(3))
     for i, p in enumerate(turn.pages):
         turn.rows[p.page_id] = ActivePage(1000 + i, 0, "k", 0)
-    doc = json.loads(annotate(b'{"id": "c"}', turn))
+    doc = json.loads(annotate(b'{"id": "c"}', turn, "chat"))
     assert [p["expires_at"] for p in doc["context_pages"]] == [1000, 1001, 1002]
 
 
 def test_non_object_or_invalid_json_passes_unchanged():
-    turn = Turn("chat", pages=pages(1))
-    assert annotate(b"[1,2]", turn) == b"[1,2]"
-    assert annotate(b"not json", turn) == b"not json"
+    turn = Turn(pages=pages(1))
+    assert annotate(b"[1,2]", turn, "chat") == b"[1,2]"
+    assert annotate(b"not json", turn, "chat") == b"not json"
 
 
 def test_a_candidate_no_provider_serves_is_skipped_when_another_can_be_tried():
@@ -107,12 +107,12 @@ def test_a_candidate_no_provider_serves_is_skipped_when_another_can_be_tried():
 
 
 def test_a_paged_stream_leads_with_one_comment_line_listing_every_page():
-    turn = Turn("chat", pages=pages(200))
+    turn = Turn(pages=pages(200))
     line = page_list_comment(turn)
     assert line.startswith(b": multillm-context-pages ") and line.endswith(b"\n\n")
     assert line.count(b"\n") == 2           # one comment line, then the blank line ending it
     assert line[len(b": multillm-context-pages "):-2].decode().split(",") == [p.page_id for p in turn.pages]
-    assert page_list_comment(Turn("chat")) == b""
+    assert page_list_comment(Turn()) == b""
 
 
 @pytest.mark.parametrize("fmt", ["chat", "responses", "messages"])
@@ -141,7 +141,7 @@ def test_idle_event_is_one_sse_event_in_the_providers_error_shape(fmt):
 def test_the_response_annotation_is_the_docs_compact_encoding_with_the_keys_appended(
         doc, n_pages, compacted, expiries):
     """The text-built context_pages equal encoding the dicts (what it replaced)."""
-    turn = Turn("chat", pages=pages(n_pages), compacted=compacted)
+    turn = Turn(pages=pages(n_pages), compacted=compacted)
     for p, exp in zip(turn.pages, expiries):
         if exp is not None:
             turn.rows[p.page_id] = ActivePage(exp, 0, "k", 0)
@@ -154,4 +154,4 @@ def test_the_response_annotation_is_the_docs_compact_encoding_with_the_keys_appe
         expected["context_compaction"] = {"dropped_exchanges": compacted}
     payload = json.dumps(doc).encode()
     want = payload if not (n_pages or compacted) else compact(expected)
-    assert annotate(payload, turn) == want
+    assert annotate(payload, turn, "chat") == want

@@ -3,12 +3,13 @@
 import hashlib
 
 from multillm_edge import page_writes
-from multillm_edge.pages import PageSigner, object_key
+from multillm_edge.pages import Lifetime, Owner, PageSigner, object_key
 from multillm_edge.paging import Page
 from multillm_edge.store import ActivePage
 
 SIGN = PageSigner(b"k")
 NOW, TTL, HORIZON = 1_000_000, 3600, 86400
+OWNER = Owner("roleplay", "alice", "rps", 1)
 OLD_OBJ = "context-pages/obj_" + "Q" * 42 + "A"
 
 
@@ -41,14 +42,14 @@ def test_a_steady_turn_writes_nothing():
     known = {p.page_id: active(expires_in=TTL - 60, written_ago=60) for p in pages}
     w = page_writes.classify(pages, known, NOW, TTL, HORIZON)
     assert w.empty and w.new_bytes == 0 and set(w.reused) == set(known)
-    assert page_writes.rows(w, SIGN, "roleplay", "alice", "rps", 1, NOW, TTL) == (None, b"", [])
+    assert page_writes.rows(w, SIGN, OWNER, Lifetime(NOW, TTL)) == (None, b"", [])
 
 
 def test_rows_point_into_one_object_and_refreshed_rows_stay_put():
     a, b, due = page("a"), page("bb"), page("due")
     known = {due.page_id: active(expires_in=100, written_ago=500, offset=77)}
     w = page_writes.classify([a, due, b], known, NOW, TTL, HORIZON)
-    key, data, rows = page_writes.rows(w, SIGN, "roleplay", "alice", "rps", 1, NOW, TTL)
+    key, data, rows = page_writes.rows(w, SIGN, OWNER, Lifetime(NOW, TTL))
     assert key == object_key([a.page_id, b.page_id])
     by_id = {r["page_id"]: r for r in rows}
     for p in (a, b):
@@ -64,5 +65,5 @@ def test_rows_point_into_one_object_and_refreshed_rows_stay_put():
 def test_only_refreshes_means_no_object():
     due = page("due")
     w = page_writes.classify([due], {due.page_id: active(expires_in=10)}, NOW, TTL, HORIZON)
-    key, data, rows = page_writes.rows(w, SIGN, "roleplay", "alice", "rps", 1, NOW, TTL)
+    key, data, rows = page_writes.rows(w, SIGN, OWNER, Lifetime(NOW, TTL))
     assert key is None and data == b"" and len(rows) == 1

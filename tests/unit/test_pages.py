@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from multillm_edge import pages
-from multillm_edge.pages import PageSigner, canonical_bytes, is_well_formed_page_id, r2_key, sha256_hex
+from multillm_edge.pages import Lifetime, Location, Owner, PageSigner, canonical_bytes, is_well_formed_page_id, r2_key, sha256_hex
 
 SHA = hashlib.sha256(b"x").hexdigest()
 
@@ -172,7 +172,7 @@ def test_invalid_inputs():
 
 def test_make_row():
     s = PageSigner(b"k")
-    row = s.make_row("roleplay", "alice", "rps_1", 2, SHA, 77, 1000, 3600)
+    row = s.make_row(Owner("roleplay", "alice", "rps_1", 2), SHA, 77, Lifetime(1000, 3600))
     assert row["page_id"] == s.page_id("roleplay", "alice", "rps_1", 2, SHA)
     assert row["r2_key"] == "context-pages/" + row["page_id"] and row["r2_offset"] == 0
     assert (row["created_at"], row["expires_at"], row["byte_length"]) == (1000, 4600, 77)
@@ -181,8 +181,8 @@ def test_make_row():
     assert set(row) == {"page_id", "authority", "principal", "session_id", "policy_revision",
                         "sha256", "byte_length", "r2_key", "r2_offset", "body_written_at",
                         "created_at", "expires_at", "signature"}
-    shared = s.make_row("roleplay", "alice", "rps_1", 2, SHA, 77, 1000, 3600,
-                        location=(OBJ, 123), body_written_at=900)
+    shared = s.make_row(Owner("roleplay", "alice", "rps_1", 2), SHA, 77, Lifetime(1000, 3600),
+                        Location(OBJ, 123, 900))
     assert (shared["r2_key"], shared["r2_offset"], shared["body_written_at"]) == (OBJ, 123, 900)
     assert s.verify_row(shared) and shared["signature"] != row["signature"]
 
@@ -203,7 +203,7 @@ V2_SIGNATURE = "pr_wCFKBaPenpZLESJUmE1ZzCKiiu3K6Vaz2MZwb840"
 
 def test_v1_vector_still_made_and_verified():
     s = PageSigner(VECTOR_SECRET)
-    made = s.make_row("roleplay", "alice", "rps_1", 3, "ab" * 32, 1234, 1_700_000_000, 3600)
+    made = s.make_row(Owner("roleplay", "alice", "rps_1", 3), "ab" * 32, 1234, Lifetime(1_700_000_000, 3600))
     assert made["page_id"] == V1_ROW["page_id"] and made["signature"] == V1_ROW["signature"]
     assert s.verify_row(V1_ROW)
     # As D1 returns it after migration 0002: the added columns at their defaults.
@@ -213,8 +213,8 @@ def test_v1_vector_still_made_and_verified():
 
 def test_v2_vector():
     s = PageSigner(VECTOR_SECRET)
-    row = s.make_row("roleplay", "alice", "rps_1", 3, "ab" * 32, 1234, 1_700_000_000, 3600,
-                     location=(OBJ, 5678), body_written_at=1_699_990_000)
+    row = s.make_row(Owner("roleplay", "alice", "rps_1", 3), "ab" * 32, 1234, Lifetime(1_700_000_000, 3600),
+                     Location(OBJ, 5678, 1_699_990_000))
     assert row["signature"] == V2_SIGNATURE
     assert s.verify_row(row)
     assert s.verify_row(dict(row, body_written_at=1, created_at=2))   # informational, unsigned
@@ -222,14 +222,14 @@ def test_v2_vector():
 
 def test_v2_signature_covers_key_offset_and_length():
     s = PageSigner(b"secret")
-    row = s.make_row("roleplay", "alice", "rps_1", 3, SHA, 1234, 100, 3600, location=(OBJ, 40))
+    row = s.make_row(Owner("roleplay", "alice", "rps_1", 3), SHA, 1234, Lifetime(100, 3600), Location(OBJ, 40, 100))
     for field, value in [("r2_offset", 41), ("r2_offset", 0), ("byte_length", 1233),
                          ("r2_key", OBJ[:-1] + "I"), ("expires_at", row["expires_at"] + 60)]:
         assert not s.verify_row(dict(row, **{field: value})), field
     # A v2 row moved to the legacy location is checked as v1, which it never signed.
     assert not s.verify_row(dict(row, r2_key=r2_key(row["page_id"]), r2_offset=0))
     # A v1 row given an offset is checked as v2, which it never signed.
-    v1 = s.make_row("roleplay", "alice", "rps_1", 3, SHA, 1234, 100, 3600)
+    v1 = s.make_row(Owner("roleplay", "alice", "rps_1", 3), SHA, 1234, Lifetime(100, 3600))
     assert s.verify_row(v1) and not s.verify_row(dict(v1, r2_offset=7))
     for bad in (True, "40", -1.5, None):
         assert not s.verify_row(dict(row, r2_offset=bad)), bad

@@ -7,11 +7,12 @@ import hashlib
 import pytest
 
 from multillm_edge import pages
-from multillm_edge.pages import PageSigner
+from multillm_edge.pages import Lifetime, Location, Owner, PageSigner
 
 SECRET = b"vector-secret-13"
 OBJ = "context-pages/obj_" + "Q" * 42 + "w"
 NOW, TTL, WRITTEN, LENGTH, OFFSET = 1_800_000_000, 3600, 1_799_999_000, 999, 4321
+LIFE = Lifetime(NOW, TTL)
 
 # (authority, principal, session_id, revision, sha256) -> page id, v1 signature, v2 signature
 VECTORS = [
@@ -45,8 +46,8 @@ def test_page_id_vectors(fields, pid):
 @pytest.mark.parametrize("fields,pid,v1,v2", VECTORS)
 def test_row_signature_vectors(fields, pid, v1, v2):
     s = PageSigner(SECRET)
-    legacy = s.make_row(*fields, LENGTH, NOW, TTL)
-    shared = s.make_row(*fields, LENGTH, NOW, TTL, location=(OBJ, OFFSET), body_written_at=WRITTEN)
+    legacy = s.make_row(Owner(*fields[:4]), fields[4], LENGTH, LIFE)
+    shared = s.make_row(Owner(*fields[:4]), fields[4], LENGTH, LIFE, Location(OBJ, OFFSET, WRITTEN))
     assert (legacy["page_id"], legacy["signature"]) == (pid, v1)
     assert (shared["page_id"], shared["signature"]) == (pid, v2)
     for row in (legacy, shared):
@@ -74,12 +75,12 @@ def test_per_request_page_ids_refuse_what_they_cannot_frame():
 @pytest.mark.parametrize("fields,pid,v1,v2", VECTORS)
 def test_rows_from_a_plans_page_id_are_the_same_rows(fields, pid, v1, v2):
     s = PageSigner(SECRET)
-    given = s.make_row(*fields, LENGTH, NOW, TTL, location=(OBJ, OFFSET), body_written_at=WRITTEN,
+    given = s.make_row(Owner(*fields[:4]), fields[4], LENGTH, LIFE, Location(OBJ, OFFSET, WRITTEN),
                        page_id=pid)
-    assert given == s.make_row(*fields, LENGTH, NOW, TTL, location=(OBJ, OFFSET),
-                               body_written_at=WRITTEN)
+    assert given == s.make_row(Owner(*fields[:4]), fields[4], LENGTH, LIFE,
+                               Location(OBJ, OFFSET, WRITTEN))
     assert (given["page_id"], given["signature"]) == (pid, v2)
-    assert s.make_row(*fields, LENGTH, NOW, TTL, page_id=pid)["signature"] == v1
+    assert s.make_row(Owner(*fields[:4]), fields[4], LENGTH, LIFE, page_id=pid)["signature"] == v1
 
 
 def test_the_hmac_from_pads_is_rfc_2104s_and_gives_the_pinned_vectors(monkeypatch):
@@ -97,6 +98,6 @@ def test_the_hmac_from_pads_is_rfc_2104s_and_gives_the_pinned_vectors(monkeypatc
     s = PageSigner(SECRET, b"old-secret")
     for fields, pid, v1, v2 in VECTORS:
         assert s.page_id(*fields) == s.page_ids(*fields[:4])(fields[4]) == pid
-        assert s.make_row(*fields, LENGTH, NOW, TTL)["signature"] == v1
-        row = s.make_row(*fields, LENGTH, NOW, TTL, location=(OBJ, OFFSET), body_written_at=WRITTEN)
+        assert s.make_row(Owner(*fields[:4]), fields[4], LENGTH, LIFE)["signature"] == v1
+        row = s.make_row(Owner(*fields[:4]), fields[4], LENGTH, LIFE, Location(OBJ, OFFSET, WRITTEN))
         assert row["signature"] == v2 and s.verify_row(row) and s.verify_page_id(pid, *fields)

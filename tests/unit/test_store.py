@@ -10,7 +10,7 @@ import pytest
 from devkit import admin_sql
 from devkit.sqlite import SqliteExecutor
 from multillm_edge import store
-from multillm_edge.pages import PageSigner, r2_key
+from multillm_edge.pages import Lifetime, Owner, PageSigner, r2_key
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOW = 1000
@@ -62,8 +62,11 @@ def rows_of(ex):
     return run(ex.all("SELECT * FROM context_pages ORDER BY page_id", []))
 
 
+ALICE_A = store.PageSession("alice", "rps_a")
+
+
 def upsert(ex, rows, principal="alice", session="rps_a", now=NOW, allowance=ALLOW):
-    return run(store.upsert_pages(ex, rows, principal, session, now, allowance))
+    return run(store.upsert_pages(ex, rows, store.PageSession(principal, session), now, allowance))
 
 
 # -- generation context ---------------------------------------------------------
@@ -243,9 +246,9 @@ def test_upsert_empty_is_noop(db):
 
 def test_upsert_many_rows_one_param(db):
     rows = [page(str(i).encode(), 1) for i in range(500)]
-    assert run(store.upsert_pages(db, rows, "alice", "rps_a", NOW, 500))
+    assert run(store.upsert_pages(db, rows, ALICE_A, NOW, 500))
     assert len(rows_of(db)) == 500
-    assert not run(store.upsert_pages(db, rows + [page(b"x", 1)], "alice", "rps_a", NOW, 500))
+    assert not run(store.upsert_pages(db, rows + [page(b"x", 1)], ALICE_A, NOW, 500))
 
 
 def test_unicode_and_quotes_round_trip(db):
@@ -418,7 +421,7 @@ def test_context_lists_active_pages_with_their_location(db):
 
 def test_allowance_counts_the_current_revision_only(db):
     old = page(b"old", 900, rev=1)
-    assert run(store.upsert_pages(db, [old], "alice", "rps_a", NOW, ALLOW))
+    assert run(store.upsert_pages(db, [old], ALICE_A, NOW, ALLOW))
     # alice's policy is at revision 2: the revision-1 page is neither listed nor counted.
     ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW))
     assert ctx.active_pages == {} and ctx.active_bytes == 0
@@ -446,7 +449,7 @@ def test_row_written_meanwhile_elsewhere_is_kept(db):
     first = page(b"a", 10, key=OBJ_A, offset=0)
     assert upsert(db, [first])
     second = page(b"a", 10, key=OBJ_B, offset=50)
-    done = run(store.upsert_pages(db, [second, page(b"z", 5, key=OBJ_B, offset=0)], "alice", "rps_a",
+    done = run(store.upsert_pages(db, [second, page(b"z", 5, key=OBJ_B, offset=0)], ALICE_A,
                                   NOW + 1, ALLOW, young_after=NOW + 1 - HORIZON))
     assert done and done.rows[first["page_id"]].r2_key == OBJ_A
     assert {r["page_id"]: r["r2_key"] for r in rows_of(db)}[first["page_id"]] == OBJ_A
@@ -457,7 +460,7 @@ def test_stale_body_is_repointed(db):
     first = page(b"a", 10, key=OBJ_A, offset=0, written=NOW - HORIZON)
     assert upsert(db, [first])
     moved = page(b"a", 10, key=OBJ_B, offset=50, written=NOW)
-    done = run(store.upsert_pages(db, [moved], "alice", "rps_a", NOW, ALLOW, young_after=NOW - HORIZON))
+    done = run(store.upsert_pages(db, [moved], ALICE_A, NOW, ALLOW, young_after=NOW - HORIZON))
     assert done.rows[first["page_id"]] == store.ActivePage(NOW + 3600, NOW, OBJ_B, 50)
 
 
@@ -466,7 +469,7 @@ def test_upsert_payload_is_compact(db):
     rows = [page(str(i).encode(), 1, key=OBJ_A, offset=i) for i in range(6000)]
     payload, keys = store._upsert_payload([store._upsert_item(r, "alice", "rps_a", NOW) for r in rows])
     assert keys == f'["{OBJ_A}"]' and len(payload) < 6000 * 220
-    assert run(store.upsert_pages(db, rows, "alice", "rps_a", NOW, 10_000))
+    assert run(store.upsert_pages(db, rows, ALICE_A, NOW, 10_000))
     ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW))
     assert len(ctx.active_pages) == 6000
 
@@ -505,7 +508,8 @@ def test_migration_keeps_rows_written_before_it():
     conn = sqlite3.connect(":memory:")
     first, *rest = sorted((ROOT / "migrations").glob("*.sql"))
     conn.executescript(first.read_text())
-    old = SIGNER.make_row("roleplay", "alice", "rps_a", 2, hashlib.sha256(b"o").hexdigest(), 1, NOW, 3600)
+    old = SIGNER.make_row(Owner("roleplay", "alice", "rps_a", 2), hashlib.sha256(b"o").hexdigest(), 1,
+                         Lifetime(NOW, 3600))
     cols = [c for c in old if c not in ("r2_offset", "body_written_at")]
     conn.execute(f"INSERT INTO context_pages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                  [old[c] for c in cols])

@@ -8,39 +8,33 @@ alone. Content may be a string or an array; it does not matter for grouping.
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
-               tool_parameters, tools_list_append)
+from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
+from .roles import NONE, PLAIN, by_role
 
 ITEMS_KEY = "messages"
-_NONE = ()
 
 
 def classify(m):
     if type(m) is not dict:
-        return OTHER, _NONE, _NONE
+        return PLAIN
     role = m.get("role")
-    if role == "user":
-        return USER, _NONE, _NONE
     if role == "assistant":
         tcs = m.get("tool_calls")
         fc = m.get("function_call")
         if not tcs and not fc:
-            return OTHER, _NONE, _NONE
+            return PLAIN
         calls = []
         if isinstance(tcs, list):
             for tc in tcs:
                 calls.append(("t", tc.get("id") if isinstance(tc, dict) else None))
         if fc:
             calls.append(("f", fc.get("name") if isinstance(fc, dict) else None))
-        return OTHER, calls, _NONE
+        return OTHER, calls, NONE
     if role == "tool":
-        return OTHER, _NONE, (("t", m.get("tool_call_id")),)
+        return OTHER, NONE, (("t", m.get("tool_call_id")),)
     if role == "function":
-        return OTHER, _NONE, (("f", m.get("name")),)
-    if role == "system" or role == "developer":
-        return SYSTEM, _NONE, _NONE
-    return OTHER, _NONE, _NONE
-
+        return OTHER, NONE, (("f", m.get("name")),)
+    return by_role(role)
 
 
 

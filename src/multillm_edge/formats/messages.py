@@ -15,34 +15,30 @@ complete exchanges, so it never lands between a ``tool_use`` and its ``tool_resu
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
-               tool_parameters, tools_list_append)
+from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
+from .roles import NONE, PLAIN, by_role
 
 ITEMS_KEY = "messages"
-_NONE = ()
-
 
 
 def _block_ids(content, kind: str, key: str):
     """Pairing keys of the `kind` blocks of a content list (none for a string)."""
     if type(content) is not list:
-        return _NONE
-    return [("t", b.get(key)) for b in content if type(b) is dict and b.get("type") == kind] or _NONE
+        return NONE
+    return [("t", b.get(key)) for b in content if type(b) is dict and b.get("type") == kind] or NONE
 
 
 def classify(m):
     if type(m) is not dict:
-        return OTHER, _NONE, _NONE
+        return PLAIN
     role = m.get("role")
     c = m.get("content")
     if role == "user":
         results = _block_ids(c, "tool_result", "tool_use_id")
-        return (OTHER, _NONE, results) if results else (USER, _NONE, _NONE)
+        return (OTHER, NONE, results) if results else by_role(role)
     if role == "assistant":
-        return OTHER, _block_ids(c, "tool_use", "id"), _NONE
-    if role == "system" or role == "developer":
-        return SYSTEM, _NONE, _NONE
-    return OTHER, _NONE, _NONE
+        return OTHER, _block_ids(c, "tool_use", "id"), NONE
+    return by_role(role)
 
 
 def tool_schema() -> dict:

@@ -12,35 +12,28 @@ exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
 
 from __future__ import annotations
 
-from . import (OTHER, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, USER, int_field,
-               tool_parameters, tools_list_append)
+from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
+from .roles import NONE, PLAIN, by_role
 
 ITEMS_KEY = "input"
-_NONE = ()
 
 
 def classify(it):
     if type(it) is not dict:
-        return OTHER, _NONE, _NONE
+        return PLAIN
     t = it.get("type")
     if t is None or t == "message":
-        role = it.get("role")
-        if role == "user":
-            return USER, _NONE, _NONE
-        if role == "system" or role == "developer":
-            return SYSTEM, _NONE, _NONE
-        return OTHER, _NONE, _NONE
+        return by_role(it.get("role"))
     if type(t) is str:
         if t.endswith("_call_output"):
-            return OTHER, _NONE, (("c", it.get("call_id")),)
+            return OTHER, NONE, (("c", it.get("call_id")),)
         if t.endswith("_call") and "call_id" in it:
-            return OTHER, (("c", it.get("call_id")),), _NONE
+            return OTHER, (("c", it.get("call_id")),), NONE
         if t == "mcp_approval_request":
-            return OTHER, (("a", it.get("id")),), _NONE
+            return OTHER, (("a", it.get("id")),), NONE
         if t == "mcp_approval_response":
-            return OTHER, _NONE, (("a", it.get("approval_request_id")),)
-    return OTHER, _NONE, _NONE
-
+            return OTHER, NONE, (("a", it.get("approval_request_id")),)
+    return PLAIN
 
 
 
