@@ -31,6 +31,8 @@ from ..errors import EdgeError
 USER = 1
 SYSTEM = 2
 OTHER = 0
+NONE = ()                       # no tool calls, no tool results
+PLAIN = (OTHER, NONE, NONE)     # classify's answer for neither a turn nor a tool pairing
 
 # Group kinds
 EXCHANGE = "exchange"  # starts at a genuine user turn
@@ -105,12 +107,11 @@ def group_items(items: list, classify) -> list[Group]:
     kind = LEAD
     pending: dict = {}
     orphan = False
-    i = -1
-    for it in items:
-        i += 1
-        k, calls, results = classify(it)
-        if k == OTHER and start >= 0 and not calls and not results:
+    for i, it in enumerate(items):
+        c = classify(it)
+        if c is PLAIN and start >= 0:
             continue  # the common case: a plain reply inside the current group
+        k, calls, results = c
         if k == SYSTEM:
             if start >= 0:
                 append(Group(start, i, kind, not orphan and _no_pending(pending)))

@@ -37,7 +37,8 @@ def classify(m):
         results = _block_ids(c, "tool_result", "tool_use_id")
         return (OTHER, NONE, results) if results else by_role(role)
     if role == "assistant":
-        return OTHER, _block_ids(c, "tool_use", "id"), NONE
+        calls = _block_ids(c, "tool_use", "id")
+        return (OTHER, calls, NONE) if calls else PLAIN
     return by_role(role)
 
 

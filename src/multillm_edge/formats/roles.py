@@ -9,10 +9,7 @@ asks :func:`by_role`.
 
 from __future__ import annotations
 
-from . import OTHER, SYSTEM, USER
-
-NONE = ()                       # no tool calls, no tool results
-PLAIN = (OTHER, NONE, NONE)     # neither a turn nor a tool pairing
+from . import NONE, PLAIN, SYSTEM, USER
 _BY_ROLE = {"user": (USER, NONE, NONE), "system": (SYSTEM, NONE, NONE),
             "developer": (SYSTEM, NONE, NONE)}
 
