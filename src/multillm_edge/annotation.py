@@ -10,9 +10,9 @@ The output is byte-identical to encoding the doc with the keys appended (tested)
 
 from __future__ import annotations
 
-import json
-
+from .errors import EdgeError
 from .jsonbytes import compact_text
+from .validation import parse_json
 
 ADDED_KEYS = ("context_pages", "context_compaction")
 
@@ -31,12 +31,12 @@ def pages_text(pages, rows, schema: dict) -> str:
 
 def annotate(payload: bytes, pages_json: str | None, compacted: int) -> bytes:
     """``payload`` (a provider's JSON object) with the added keys; anything that is not
-    a JSON object passes unchanged."""
+    a JSON object the edge would accept (too deep, NaN, not UTF-8) passes unchanged."""
     if pages_json is None and not compacted:
         return payload
-    try:
-        doc = json.loads(payload)
-    except ValueError:
+    try:   # the request boundary's parse: a provider's answer could nest deep enough
+        doc = parse_json(payload)       # to overflow Pyodide's stack too
+    except EdgeError:
         return payload
     if not isinstance(doc, dict):
         return payload
@@ -47,5 +47,8 @@ def annotate(payload: bytes, pages_json: str | None, compacted: int) -> bytes:
         extra.append('"context_compaction":' + compact_text({"dropped_exchanges": compacted}))
     for k in ADDED_KEYS:   # a provider's own key of that name is replaced
         doc.pop(k, None)
-    text = compact_text(doc)
-    return (text[:-1] + ("," if len(doc) else "") + ",".join(extra) + "}").encode("utf-8")
+    tail = ("," if doc else "") + ",".join(extra) + "}"
+    try:
+        return (compact_text(doc)[:-1] + tail).encode("utf-8")
+    except UnicodeEncodeError:   # a lone surrogate escaped in the provider's JSON
+        return (compact_text(doc, ascii=True)[:-1] + tail).encode("utf-8")

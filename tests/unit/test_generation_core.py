@@ -155,3 +155,18 @@ def test_the_response_annotation_is_the_docs_compact_encoding_with_the_keys_appe
     payload = json.dumps(doc).encode()
     want = payload if not (n_pages or compacted) else compact(expected)
     assert annotate(payload, turn, "chat") == want
+
+
+def test_a_provider_answer_with_a_lone_surrogate_escape_is_annotated_as_ascii_json():
+    """`\\ud800` is valid JSON text but no UTF-8 string: the answer keeps its meaning."""
+    turn = Turn(pages=pages(1))
+    out = annotate(b'{"text": "a\\ud800b \xc3\xa9"}', turn, "chat")
+    doc = json.loads(out)
+    assert doc["text"] == "a\ud800b é" and doc["context_pages"][0]["page_id"] == turn.pages[0].page_id
+
+
+@pytest.mark.parametrize("payload", [b"[" * 100_000 + b"]" * 100_000, b'{"a": NaN}', b'{"a": "\xff"}',
+                                     b'{"a": ' + b"[" * 300 + b"]" * 300 + b"}"])
+def test_a_provider_answer_the_edge_could_not_accept_passes_unchanged(payload):
+    """Parsed as strictly as a request: a deep answer never reaches the recursive parser."""
+    assert annotate(payload, Turn(pages=pages(1)), "chat") == payload
