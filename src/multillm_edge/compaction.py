@@ -57,5 +57,4 @@ def _compact(prep: Prepared, budget: int) -> Plan:
             out_items.extend(items[g.start:g.end])
     out = dict(prep.base)
     out[prep.mod.ITEMS_KEY] = out_items
-    return Plan(out, [], size, budget, dropped=len(dropped), items_bytes=prep.items_bytes(drop),
-                items_key=prep.mod.ITEMS_KEY)
+    return Plan(out, [], size, budget, dropped=len(dropped), history=prep.kept_history(drop))

@@ -31,7 +31,8 @@ from . import formats as _formats
 from .config import MAX_PAGE_BYTES
 from .errors import EdgeError
 from .jsonbytes import compact, compact_with_list
-from .prepared import EDGE_FIELDS, Page, Prepared, _blen, _dumps, strip_edge_fields  # noqa: F401
+from .prepared import (EDGE_FIELDS, EncodedHistory, Page, Prepared, _blen, _dumps,  # noqa: F401
+                       strip_edge_fields)
 
 @dataclass
 class Plan:
@@ -42,19 +43,18 @@ class Plan:
     budget: int
     dropped: int = 0    # exchanges compaction removed (never with pages)
     as_received: bool = False   # `body` is the request body itself: its bytes may go as sent
-    # The history list's items as the plan already holds them encoded (comma-joined), so
-    # the upstream bytes need no second encoding of the history; None: encode `body`.
-    items_bytes: bytes | None = None
-    items_key: str = ""
+    # The body's history as bytes already made (the upstream bytes need no second
+    # encoding of it); None: `encoded` encodes the whole body.
+    history: EncodedHistory | None = None
 
     def encoded(self, model: str | None = None) -> bytes:
         """``compact(body)``, naming ``model`` when given (the provider's name for it)."""
         body = self.body
         if model is not None and body.get("model") != model:
             body = {**body, "model": model}
-        if self.items_bytes is None:
+        if self.history is None:
             return compact(body)
-        return compact_with_list(body, self.items_key, self.items_bytes)
+        return compact_with_list(body, self.history.key, self.history.joined())
 
 
 def output_reservation(fmt: str, body: dict):
@@ -87,8 +87,7 @@ def unpaged(prep: Prepared, budget: int) -> Plan:
     """The history as received; its bytes ready unless the body may go as sent."""
     if prep.base is prep.received:
         return Plan(prep.base, [], prep.total, budget, as_received=True)
-    return Plan(prep.base, [], prep.total, budget, items_bytes=prep.items_bytes(),
-                items_key=prep.mod.ITEMS_KEY)
+    return Plan(prep.base, [], prep.total, budget, history=prep.kept_history())
 
 
 def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
@@ -138,9 +137,8 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     mod = prep.mod
     items = prep.items
     groups = prep.groups
-    raw = prep.raw
     out_items: list = []
-    pieces: list = []          # out_items' encodings: a group's bytes, or a marker's
+    parts: list = []           # out_items' encodings: a group's index, or a marker's bytes
     pages: list = []
     seen = set()
     run_ids = None
@@ -149,7 +147,7 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     def close_run():
         m = _formats.marker(_formats.marker_text(run_ids))
         out_items[run_at] = m
-        pieces[run_piece] = _dumps(m).encode("utf-8")
+        parts[run_part] = _dumps(m).encode("utf-8")
 
     for gi, g in enumerate(groups):
         p = chosen.get(gi)
@@ -159,22 +157,22 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
                 pages.append(p)
             if run_ids is None:
                 run_ids = []
-                run_at, run_piece = len(out_items), len(pieces)
+                run_at, run_part = len(out_items), len(parts)
                 out_items.append(None)
-                pieces.append(None)
+                parts.append(None)
             run_ids.append(p.page_id)
         else:
             if run_ids is not None:
                 close_run()
                 run_ids = None
             out_items.extend(items[g.start:g.end])
-            pieces.append(raw[gi][1:-1])
+            parts.append(gi)
     if run_ids is not None:
         close_run()
     out = dict(prep.base)
     out[mod.ITEMS_KEY] = out_items
     mod.add_tool(out)
-    return Plan(out, pages, size, budget, items_bytes=b",".join(pieces), items_key=mod.ITEMS_KEY)
+    return Plan(out, pages, size, budget, history=prep.history(parts))
 
 
 

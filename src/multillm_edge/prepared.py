@@ -89,6 +89,22 @@ def _new_page(page_id: str, sha256: str, body: bytes, items: list) -> Page:
     return p
 
 
+@dataclass(frozen=True)
+class EncodedHistory:
+    """An upstream history list as bytes the request already holds: each part is a
+    group's index into ``raw`` (its serialized bytes) or a marker's serialized bytes.
+    Joined only for the candidate being sent: a plan per fallback model keeps a list of
+    indices, not a copy of the history."""
+    key: str        # the body's history field
+    raw: list       # Prepared.raw, shared by every plan of the request
+    parts: list
+
+    def joined(self) -> bytes:
+        """The list's items, comma-joined (what goes between its brackets)."""
+        raw = self.raw
+        return b",".join([raw[p][1:-1] if type(p) is int else p for p in self.parts])
+
+
 def protected_indices(body: dict) -> frozenset:
     """Validated ``context_protected_indices`` (absent or null -> empty)."""
     v = body.get("context_protected_indices")
@@ -162,12 +178,15 @@ class Prepared:
                 if groups[gi].kind != _formats.STANDALONE
                 and groups[gi].complete and gi not in prot_groups]
 
-    def items_bytes(self, skip=frozenset()):
-        """The history's items but the groups in ``skip``, encoded and comma-joined (the
-        groups' bytes, already made); None when the body has no history list."""
+    def history(self, parts: list):
+        """The upstream history made of these groups (indices) and markers (bytes)."""
+        return EncodedHistory(self.mod.ITEMS_KEY, self.raw, parts)
+
+    def kept_history(self, skip=frozenset()):
+        """The history but the groups in ``skip``; None when the body has no history list."""
         if self.items is None:
             return None
-        return b",".join([b[1:-1] for gi, b in enumerate(self.raw) if gi not in skip])
+        return self.history([gi for gi in range(len(self.raw)) if gi not in skip])
 
     def page(self, gi: int) -> Page:
         p = self._pages.get(gi)

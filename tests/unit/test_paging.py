@@ -247,3 +247,16 @@ def test_page_bytes_exact():
                                      "cp_é", "cp_\n", "cp_ ", ""])
 def test_a_page_ids_length_in_the_marker_is_its_json_escaped_length(page_id):
     assert paging._id_len(page_id) == len(json.dumps(page_id, ensure_ascii=False).encode()) - 2
+
+
+def test_fallback_plans_share_the_history_bytes_instead_of_copying_them():
+    """16 fallback models, 16 plans: each holds group indices and its markers' bytes,
+    never a copy of the history (joined only for the candidate being sent)."""
+    body = chat_body(n=30)
+    full = body_size(paging.strip_edge_fields(body))
+    plans = paging.plan_candidates("chat", body, [full - 1500 - 300 * i for i in range(16)], pid)
+    assert len({id(p.history.raw) for p in plans}) == 1
+    for p in plans:
+        markers = [x for x in p.history.parts if type(x) is bytes]
+        assert markers and all(len(m) < 1000 for m in markers)
+        assert p.encoded() == json.dumps(p.body, ensure_ascii=False, separators=(",", ":")).encode()
