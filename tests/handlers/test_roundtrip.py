@@ -37,3 +37,15 @@ def test_misses_are_one_404(edge, headers):
         r = retrieve(edge, page_id, session)
         assert (r.status, r.body) == (404, EXPECTED_404)
     assert retrieve(edge, pid, key="rpk_wrong").status == 401
+
+
+def test_a_provider_answer_too_deep_to_parse_is_relayed_as_is(edge, headers):
+    """A paged turn's JSON answer is parsed to add context_pages: one nested past the
+    edge's limit (in Pyodide a recursive parse would overflow the stack) goes back
+    unchanged, with the page list in the headers, never a 500."""
+    from tests.support.inprocess import Answer
+    deep = b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    edge.upstream = lambda sent: Answer(body=deep)
+    r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30, tag="DEEP"))
+    assert (r.status, r.body) == (200, deep)
+    assert int(r.header("x-multillm-context-page-count")) > 0
