@@ -43,11 +43,18 @@ def cli_json(*args, persist):
 
 
 def d1(sql, persist):
+    return d1_many([sql], persist)[0]
+
+
+def d1_many(sqls, persist):
+    """Each statement's rows, from one `wrangler d1 execute` (a spawn costs seconds)."""
     proc = subprocess.run([*admin._wrangler(), "d1", "execute", "INTELLIGENCE_DB",
-                           "--local", "--persist-to", str(persist), "--json", "--command", sql],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+                           "--local", "--persist-to", str(persist), "--json", "--command",
+                           "; ".join(sqls)], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)[-1]["results"]
+    results = [r["results"] for r in json.loads(proc.stdout)]
+    assert len(results) == len(sqls)
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -68,19 +75,22 @@ def test_admin_commands_write_expected_rows(persist):
     assert p == {"principal": EVIL, "revision": 3, "grants": ["chat", "extra"], "retention": "zero"}
     cli_json("policy", "set", "--principal", EVIL, "--revision", "4", "--grants", "chat",
              "--retention", "standard", "--no-migrate", persist=persist)  # update in place
-    s = cli_json("session", "create", "--principal", EVIL, persist=persist)
+    s = cli_json("session", "create", "--principal", EVIL, "--no-migrate", persist=persist)
     assert s["session_id"].startswith("rps_")
     m = cli_json("model", "set", "openai:gpt-4o", "--input-tokens", "128000",
-                 "--max-output-tokens", "16384", persist=persist)
+                 "--max-output-tokens", "16384", "--no-migrate", persist=persist)
     assert m["model"] == "openai:gpt-4o"
     # plain-text mode: the key alone on stdout, once
-    proc = cli("key", "create", "--principal", "bob", persist=persist)
+    proc = cli("key", "create", "--principal", "bob", "--no-migrate", persist=persist)
     assert proc.returncode == 0
     bob_key = proc.stdout.strip()
     assert bob_key.startswith("rpk_") and "\n" not in bob_key
     assert bob_key not in proc.stderr
 
-    keys = d1("SELECT * FROM roleplay_keys ORDER BY principal", persist)
+    keys, pol, sess, models, tables = d1_many([
+        "SELECT * FROM roleplay_keys ORDER BY principal", "SELECT * FROM principal_policies",
+        "SELECT * FROM roleplay_sessions", "SELECT * FROM models",
+        "SELECT name FROM sqlite_master WHERE type='table' AND name='roleplay_keys'"], persist)
     assert [r["principal"] for r in keys] == ["bob", EVIL]
     dump = json.dumps(keys)
     assert k["key"] not in dump and bob_key not in dump
@@ -88,19 +98,16 @@ def test_admin_commands_write_expected_rows(persist):
     assert keys[0]["key_sha256"] == hashlib.sha256(bob_key.encode()).hexdigest()
     assert all(r["revoked_at"] is None and r["created_at"] >= before for r in keys)
 
-    pol = d1("SELECT * FROM principal_policies", persist)
     assert len(pol) == 1
     assert pol[0]["principal"] == EVIL and pol[0]["revision"] == 4
     assert json.loads(pol[0]["grants"]) == ["chat"] and pol[0]["retention"] == "standard"
 
-    sess = d1("SELECT * FROM roleplay_sessions", persist)
     assert sess == [{"session_id": s["session_id"], "principal": EVIL,
                      "created_at": s["created_at"], "ended_at": None}]
-    assert d1("SELECT * FROM models", persist) == [
+    assert models == [
         {"model": "openai:gpt-4o", "input_tokens": 128000, "max_output_tokens": 16384}]
     # the injection-looking principal did not drop anything
-    assert len(d1("SELECT name FROM sqlite_master WHERE type='table' AND name='roleplay_keys'",
-                  persist)) == 1
+    assert len(tables) == 1
 
     # revoke, and session end, through the CLI
     r = cli_json("key", "revoke", "--key-sha256", k["key_sha256"], "--no-migrate", persist=persist)
