@@ -12,9 +12,10 @@ re-serialized per planning step: the cost is linear in the history size.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 from dataclasses import dataclass
+from hashlib import sha256 as _sha256
+from typing import NamedTuple
 
 from . import formats as _formats
 from .errors import EdgeError, invalid_field
@@ -70,23 +71,16 @@ def _surrogate_error() -> EdgeError:
     return EdgeError(400, "invalid_request", "Request body contains a lone surrogate.")
 
 
-@dataclass(frozen=True)
-class Page:
+class Page(NamedTuple):
+    """One stored page: an exchange's items and the bytes they are stored as. A tuple:
+    a steady turn makes one per paged exchange (hundreds), in C."""
     page_id: str
     sha256: str
     body: bytes
     items: list  # the original items, in order
 
 
-_object_new = object.__new__
-
-
-def _new_page(page_id: str, sha256: str, body: bytes, items: list) -> Page:
-    # Same object as Page(...), without the frozen dataclass's four
-    # object.__setattr__ calls (thousands of pages per request in Pyodide).
-    p = _object_new(Page)
-    p.__dict__.update(page_id=page_id, sha256=sha256, body=body, items=items)
-    return p
+_new_page = tuple.__new__   # _new_page(Page, (page_id, sha256, body, items)): no Python frame
 
 
 @dataclass(frozen=True)
@@ -192,12 +186,12 @@ class Prepared:
         p = self._pages.get(gi)
         if p is None:
             b = self.raw[gi]
-            sha = hashlib.sha256(b).hexdigest()
+            sha = _sha256(b).hexdigest()
             p = self._by_sha.get(sha)
             if p is None:
                 g = self.groups[gi]
-                p = _new_page(self.page_id_for(sha), sha, b, self.items[g.start:g.end])
-                self._by_sha[sha] = p
+                p = self._by_sha[sha] = _new_page(Page, (self.page_id_for(sha), sha, b,
+                                                         self.items[g[0]:g[1]]))
             self._pages[gi] = p
         return p
 

@@ -95,8 +95,12 @@ class Group(NamedTuple):
     complete: bool   # every call has its result in the group and vice versa
 
 
-def _no_pending(pending: dict) -> bool:
-    return not pending or not any(pending.values())
+def _complete(orphan: bool, pending: dict) -> bool:
+    """Every result had its call and every call its result."""
+    return not orphan and (not pending or not any(pending.values()))
+
+
+_group = tuple.__new__   # _group(Group, (start, end, kind, complete)): no Python frame
 
 
 def group_items(items: list, classify) -> list[Group]:
@@ -114,13 +118,13 @@ def group_items(items: list, classify) -> list[Group]:
         k, calls, results = c
         if k == SYSTEM:
             if start >= 0:
-                append(Group(start, i, kind, not orphan and _no_pending(pending)))
+                append(_group(Group, (start, i, kind, _complete(orphan, pending))))
                 start = -1
-            append(Group(i, i + 1, STANDALONE, True))
+            append(_group(Group, (i, i + 1, STANDALONE, True)))
             continue
         if k == USER or start < 0:
             if start >= 0:
-                append(Group(start, i, kind, not orphan and _no_pending(pending)))
+                append(_group(Group, (start, i, kind, _complete(orphan, pending))))
             start = i
             kind = EXCHANGE if k == USER else LEAD
             if pending:
@@ -138,7 +142,7 @@ def group_items(items: list, classify) -> list[Group]:
             for c in calls:
                 pending[c] = pending.get(c, 0) + 1
     if start >= 0:
-        append(Group(start, len(items), kind, not orphan and _no_pending(pending)))
+        append(_group(Group, (start, len(items), kind, _complete(orphan, pending))))
     return groups
 
 
