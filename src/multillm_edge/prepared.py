@@ -37,7 +37,7 @@ def _make_encode():
         c = c_make_encoder(None, enc.default, encode_basestring, None, ":", ",",
                            False, False, True)
     except (ImportError, TypeError):
-        return enc.encode
+        return enc.encode, None
     join = "".join
 
     def encode(o):
@@ -47,11 +47,20 @@ def _make_encode():
 
     encode("probe")
     if encode([{"a": ["é", 1.5, None, True]}]) != enc.encode([{"a": ["é", 1.5, None, True]}]):
-        return enc.encode
-    return encode
+        return enc.encode, None
+    return encode, c
 
 
-_encode = _make_encode()
+_encode, _c_encoder = _make_encode()
+
+
+def _group_bytes(items: list, groups: list) -> list:
+    """Each group's items serialized as a list, in UTF-8 (its page body when paged).
+    The C encoder is called inline: no Python frame per group."""
+    c, join = _c_encoder, "".join
+    if c is None:
+        return [_encode(items[g[0]:g[1]]).encode("utf-8") for g in groups]
+    return [join(c(items[g[0]:g[1]], 0)).encode("utf-8") for g in groups]
 
 
 def _blen(s: str) -> int:
@@ -155,7 +164,7 @@ class Prepared:
             self.skel = {**self.base, mod.ITEMS_KEY: []}
             self.groups = _formats.group_items(items, mod.classify)
             # each group serialized once, as a list: those bytes are its page body
-            self.raw = [_encode(items[g.start:g.end]).encode("utf-8") for g in self.groups]
+            self.raw = _group_bytes(items, self.groups)
             self.inner = [len(b) - 2 for b in self.raw]
         self.fixed = _blen(_dumps(self.skel))
 
