@@ -195,13 +195,16 @@ async def read_generation_row(db: Executor, key_sha256: str, session_id: str,
                           [key_sha256, session_id, _json_list(models), int(now), ROLEPLAY])
 
 
+_tuple_new = tuple.__new__
+
+
 def _active_pages(text: Optional[str]) -> dict:
     """page_id -> ActivePage from the JSON array the statement aggregates. SQLite's
     json_array writes INTEGER columns as JSON integers: only a REAL needs `_int`."""
     out = {}
     for pid, exp, written, key, offset in json.loads(text or "[]"):
         if type(exp) is int and type(written) is int and type(offset) is int:
-            out[pid] = ActivePage(exp, written, key, offset)
+            out[pid] = _tuple_new(ActivePage, (exp, written, key, offset))   # no Python frame
         else:
             out[pid] = ActivePage(_int(exp), _int(written), key, _int(offset))
     return out

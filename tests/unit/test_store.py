@@ -519,3 +519,13 @@ def test_migration_keeps_rows_written_before_it():
     (row,) = rows_of(ex)
     assert (row["r2_offset"], row["body_written_at"]) == (0, 0)
     assert SIGNER.verify_row(row) and row["signature"] == old["signature"]
+
+
+def test_active_pages_decode_integers_and_integral_reals_alike():
+    """SQLite's json_array writes INTEGER columns as JSON integers; a REAL column value
+    (integral) decodes to the same ActivePage, a tuple either way."""
+    text = '[["cp_a",100,90,"k",0],["cp_b",100.0,90.0,"k",5.0]]'
+    pages = store._active_pages(text)
+    assert pages == {"cp_a": store.ActivePage(100, 90, "k", 0), "cp_b": store.ActivePage(100, 90, "k", 5)}
+    assert all(type(p) is store.ActivePage and type(p.r2_offset) is int for p in pages.values())
+    assert store._active_pages(None) == {}
