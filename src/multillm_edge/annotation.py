@@ -20,12 +20,13 @@ ADDED_KEYS = ("context_pages", "context_compaction")
 def pages_text(pages, rows, schema: dict) -> str:
     """The ``context_pages`` array as compact JSON; ``rows`` maps a page id to its row
     as stored (``store.ActivePage``: the real expiry), null for a page without one."""
-    entry = '{"page_id":"%s","sha256":"%s","expires_at":%s,"tool_schema":' + compact_text(schema) + "}"
+    entry = '{"page_id":"%s","sha256":"%s","expires_at":%s,"tool_schema":'
+    schema_text = compact_text(schema) + "}"     # appended, never a format string
     get = rows.get
     out = []
     for p in pages:
         row = get(p.page_id)
-        out.append(entry % (p.page_id, p.sha256, "null" if row is None else row.expires_at))
+        out.append(entry % (p.page_id, p.sha256, "null" if row is None else row.expires_at) + schema_text)
     return "[" + ",".join(out) + "]"
 
 
