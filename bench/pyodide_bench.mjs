@@ -1,6 +1,6 @@
-// Runs bench/bench_paging.py inside Pyodide (npm pyodide, the 0.28 line production uses).
-// Copies src/multillm_edge and bench/bench_paging.py into Pyodide's FS and prints the
-// same table as the CPython run. Usage: node bench/pyodide_bench.mjs
+// Runs a bench (bench/bench_paging.py by default) inside Pyodide (npm pyodide, the 0.28
+// line production uses). Copies src/multillm_edge and bench/*.py into Pyodide's FS and
+// prints the same table as the CPython run. Usage: node bench/pyodide_bench.mjs [bench_turn]
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -24,12 +24,16 @@ const py = await loadPyodide({ stdout: (s) => console.log(s), stderr: (s) => con
 const loadMs = performance.now() - t0;
 copyTree(py, join(root, "src", "multillm_edge"), "/home/pyodide/src/multillm_edge");
 py.FS.mkdirTree("/home/pyodide/bench");
-py.FS.writeFile("/home/pyodide/bench/bench_paging.py", readFileSync(join(root, "bench", "bench_paging.py")));
+for (const name of readdirSync(join(root, "bench")).filter((n) => n.endsWith(".py"))) {
+  py.FS.writeFile(`/home/pyodide/bench/${name}`, readFileSync(join(root, "bench", name)));
+}
+const bench = process.argv[2] || "bench_paging";
+if (!/^bench_[a-z_]+$/.test(bench)) throw new Error(`not a bench module: ${bench}`);
 console.log(`(pyodide ${py.version} loaded in ${(loadMs / 1000).toFixed(1)} s)`);
 const rc = py.runPython(`
 import sys
 sys.path.insert(0, "/home/pyodide/src"); sys.path.insert(0, "/home/pyodide/bench")
-import bench_paging
-bench_paging.main("Pyodide")
+import ${bench}
+${bench}.main("Pyodide")
 `);
 process.exit(rc);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench: the paging benchmark in CPython and in Pyodide (same code, same table).
+# npm run bench: the paging and turn benchmarks in CPython and in Pyodide (same code, same tables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -7,7 +7,9 @@ PY="${PYTHON:-python3}"
 rc=0
 echo "== CPython =="
 "$PY" bench/bench_paging.py || rc=1
+"$PY" bench/bench_turn.py || rc=1
 echo
 echo "== Pyodide =="
 node bench/pyodide_bench.mjs || rc=1
+node bench/pyodide_bench.mjs bench_turn || rc=1
 exit $rc

@@ -1,0 +1,100 @@
+"""Where a steady paged turn's CPU goes, step by step, against the floor (issue 13).
+
+The pure-CPU steps of a steady turn, each timed alone on the same body (the paging
+bench's roleplay chat, a 32k-token window so most of the history is paged, as in
+``bench_generation.py --cpu``), then the turn itself: the request boundary, the plan,
+the upstream bytes and the response annotation. What the Worker also does per turn
+(binding calls, the context row, the page-write decisions) is in
+``bench_generation.py --cpu``; this bench says which step costs what.
+
+Rounds are interleaved (every step once per round, 25 rounds, medians), so a noisy
+machine shifts all steps alike. Usage: ``python bench/bench_turn.py`` (CPython) or
+``node bench/pyodide_bench.mjs bench_turn``; ``npm run bench`` runs both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+for path in (SRC, HERE):
+    if os.path.isdir(path) and path not in sys.path:
+        sys.path.insert(0, path)
+
+from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER, roleplay_body  # noqa: E402
+from multillm_edge import formats, generation, paging, prepared, validation  # noqa: E402
+
+SIZES = (50, 200, 800)
+ROUNDS = 25
+
+
+def steps(n: int) -> tuple[dict, int]:
+    """name -> zero-argument callable, for an n-exchange body; and its page count."""
+    raw = json.dumps(roleplay_body(n), ensure_ascii=False, separators=(",", ":")).encode()
+    budget = max(32000, 100 * n) - 1024 - 256       # window - max_tokens - safety
+    body = validation.parse_request("chat", raw)
+    msgs = body["messages"]
+    fmt = formats.get("chat")
+
+    def ids():
+        return SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION)
+
+    prep = prepared.Prepared("chat", body, ids(), strip=paging.EDGE_FIELDS)
+    groups, shas = prep.groups, [hashlib.sha256(b).hexdigest() for b in prep.raw]
+    (plan,) = paging.plan_candidates("chat", body, [budget], ids(), strip=paging.EDGE_FIELDS)
+    turn = generation.Turn(pages=plan.pages)
+
+    def whole_turn():
+        b = validation.parse_request("chat", raw)
+        (p,) = paging.plan_candidates("chat", b, [budget], ids(), strip=paging.EDGE_FIELDS)
+        p.encoded("provider-model")
+        generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages), "chat")
+
+    return {
+        "floor": lambda: hashlib.sha256(json.dumps(json.loads(raw), ensure_ascii=False,
+                                                   separators=(",", ":")).encode()).hexdigest(),
+        "depth check": lambda: validation._nests_deeper(validation._brackets(raw), validation.MAX_DEPTH),
+        "decode + parse": lambda: json.loads(raw.decode("utf-8")),
+        "field types": lambda: validation.check_body("chat", body),
+        "grouping": lambda: formats.group_items(msgs, fmt.classify),
+        "group bytes": lambda: prepared._group_bytes(msgs, groups),
+        "page SHA-256": lambda: [hashlib.sha256(b).hexdigest() for b in prep.raw],
+        "page ids": lambda: list(map(ids(), shas)),
+        "plan": lambda: paging.plan_candidates("chat", body, [budget], ids(), strip=paging.EDGE_FIELDS),
+        "upstream bytes": lambda: plan.encoded("provider-model"),
+        "annotation": lambda: generation.annotate(b'{"id":"x"}', turn, "chat"),
+        "turn": whole_turn,
+    }, len(plan.pages)
+
+
+def measure(n: int) -> tuple[dict, int]:
+    fns, pages = steps(n)
+    times = {k: [] for k in fns}
+    for _ in range(ROUNDS):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1000 for k, v in times.items()}, pages
+
+
+def main(runtime: str = "CPython") -> int:
+    results = {n: measure(n) for n in SIZES}
+    print(f"turn bench — {runtime} {sys.version.split()[0]} (ms, medians of {ROUNDS} interleaved rounds)")
+    print("| step | " + " | ".join(f"{n:,} exchanges ({results[n][1]} pages)" for n in SIZES) + " |")
+    print("|---|" + "---:|" * len(SIZES))
+    for step in results[SIZES[0]][0]:
+        print(f"| {step} | " + " | ".join(f"{results[n][0][step]:.2f}" for n in SIZES) + " |")
+    print("| turn / floor | " + " | ".join(f"{results[n][0]['turn'] / results[n][0]['floor']:.2f}"
+                                          for n in SIZES) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
