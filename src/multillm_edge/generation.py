@@ -222,10 +222,6 @@ def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platfor
     return headers + list(auth.items())
 
 
-def encode(body: dict) -> bytes:
-    return compact(body)
-
-
 def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
     """Fill each candidate's plan (paged, or the existing behaviour: as received or
     compacted); a candidate that cannot fit is skipped with its 413."""
@@ -306,9 +302,9 @@ def idle_event(fmt: str, idle: float) -> bytes:
     message = f"The provider sent nothing for {idle:g} seconds; the stream was ended."
     if fmt == "messages":
         doc = {"type": "error", "error": {"type": "timeout_error", "message": message}}
-        return b"event: error\ndata: " + encode(doc) + b"\n\n"
+        return b"event: error\ndata: " + compact(doc) + b"\n\n"
     doc = {"error": {"type": "server_error", "code": "upstream_idle_timeout", "message": message}}
-    return b"data: " + encode(doc) + b"\n\n"
+    return b"data: " + compact(doc) + b"\n\n"
 
 
 async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:

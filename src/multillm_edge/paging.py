@@ -109,8 +109,7 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
         p = prep.page(gi)
         if oversize is None and len(p.body) > max_page_bytes:
             oversize = p
-        pid = p.page_id          # the signer's ids need no escaping (_id_len)
-        id_len = len(pid) if not pid.strip(_ID_CHARS) else _id_len(pid)
+        id_len = _id_len(p.page_id)
         sum_units -= inner[gi]
         if gi == prev + 1:       # extends the current run: same marker
             sum_units += sep + id_len
