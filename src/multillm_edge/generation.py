@@ -187,7 +187,9 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     owner = Owner(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
     key, data, rows = page_writes.rows(w, scope.sign, owner, Lifetime(now, config.PAGE_TTL_SECONDS))
     spent(turn, "sign", t)
-    ours = key is not None and all(a.r2_key != key for a in known.values())
+    # The key is derived from the written pages' ids: only their own rows can point into it.
+    ours = key is not None and all(known[p.page_id].r2_key != key
+                                   for p in w.bodies if p.page_id in known)
     try:
         if key is not None:
             await bucket.put(key, data)
