@@ -170,3 +170,12 @@ def test_a_provider_answer_with_a_lone_surrogate_escape_is_annotated_as_ascii_js
 def test_a_provider_answer_the_edge_could_not_accept_passes_unchanged(payload):
     """Parsed as strictly as a request: a deep answer never reaches the recursive parser."""
     assert annotate(payload, Turn(pages=pages(1)), "chat") == payload
+
+
+def test_a_providers_own_context_keys_are_replaced_and_the_edges_come_last():
+    turn = Turn(pages=pages(1), compacted=2)
+    out = annotate(b'{"context_pages":"theirs","id":"x","context_compaction":1}', turn, "chat")
+    doc = json.loads(out)
+    assert list(doc) == ["id", "context_pages", "context_compaction"]
+    assert doc["context_pages"][0]["page_id"] == turn.pages[0].page_id
+    assert doc["context_compaction"] == {"dropped_exchanges": 2}
