@@ -165,6 +165,10 @@ def expired_row_retention(value: Optional[str]) -> int:
 # PROVIDERS
 # ---------------------------------------------------------------------------
 
+#: Longest `provider:model` accepted. Real model ids are under 100 characters; the
+#: names go into the one D1 read as a parameter (D1 refuses values over 2 MB), so an
+#: absurd one is a 400 before any storage work, not a storage fault.
+MAX_MODEL_NAME = 256
 _PROVIDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
@@ -239,9 +243,11 @@ def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
 
 def split_model(value) -> tuple[str, str]:
     """"provider:model" -> (provider, model). Splits at the first ':' (model names may
-    contain ':'). Bad shape -> EdgeError(400, "invalid_model")."""
+    contain ':'). Bad shape or over MAX_MODEL_NAME characters -> EdgeError(400, "invalid_model")."""
     if not isinstance(value, str) or ":" not in value:
         raise EdgeError(400, "invalid_model", "model must be a string of the form provider:model.")
+    if len(value) > MAX_MODEL_NAME:
+        raise EdgeError(400, "invalid_model", f"model must be at most {MAX_MODEL_NAME} characters.")
     provider, model = value.split(":", 1)
     if not _PROVIDER_NAME.match(provider) or not model or model != model.strip() \
             or any(ord(c) < 0x20 or c == "\x7f" for c in model):

@@ -133,3 +133,20 @@ def test_5_every_fallback_gets_the_validated_value_of_a_repeated_key(edge, heade
            b'"content": "first"}], "messages": [{"role": "user", "content": "last"}]}')
     assert edge.request("POST", CHAT, headers, raw).status == 200
     assert len(seen) == 2 and all(b"first" not in b and b'"last"' in b for b in seen)
+
+
+@pytest.mark.parametrize("field", ["model", "models"])
+def test_an_absurd_model_name_is_a_400_before_any_storage_work(edge, headers, field):
+    # 16 fallbacks of 500 KB would be an 8 MB D1 parameter (D1 refuses over 2 MB).
+    name = "fake:" + "m" * 500_000
+    body = rp.chat_body(2, model=MODEL)
+    if field == "model":
+        body["model"] = name
+    else:
+        body["models"] = [name] * 16
+    edge.executor.failing = True     # any D1 statement would make this a 503
+    r = edge.request("POST", CHAT, headers, body)
+    assert r.status == 400 and error(r)["code"] == "invalid_model"
+    assert "256" in error(r)["message"]
+    edge.executor.failing = False
+    nothing_happened(edge)

@@ -2,11 +2,11 @@
 
 `cases(seed, n)` yields `Case`s: mutations of valid generation bodies in the three wire
 formats (type swaps at every path, deletions, wrong containers, depth around the limit
-and far beyond it, huge and tiny numbers, NaN/Infinity, duplicate keys, lone
-surrogates, NUL, non-UTF-8 bytes), odd and empty headers, session and retrieval ids
-with traversal and SQL metacharacters, and forwarded requests. The same case runs
-in-process and through the runner. Every header value is printable ASCII (what an HTTP
-client can send); everything else is fair game.
+and far beyond it, huge and tiny numbers, NaN/Infinity, model names around their length
+limit and far beyond it, duplicate keys, lone surrogates, NUL, non-UTF-8 bytes), odd and
+empty headers, session and retrieval ids with traversal and SQL metacharacters, and
+forwarded requests. The same case runs in-process and through the runner. Every header
+value is printable ASCII (what an HTTP client can send); everything else is fair game.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ MODEL = "fake:rp-small"
 WINDOW = 1500          # small: most valid bodies page
 GENERATION = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 MAX_DEPTH = 256
+MAX_MODEL_NAME = 256
 
 
 @dataclass
@@ -137,7 +138,7 @@ def depth_bomb(depth: int, opener=b"[") -> bytes:
 
 def mutate_body(rng: random.Random, doc: dict) -> tuple[str, bytes]:
     kind = rng.choice(["swap", "swap", "swap", "delete", "wrap", "depth", "number",
-                       "duplicate", "surrogate", "bytes", "top"])
+                       "duplicate", "surrogate", "bytes", "model", "top"])
     all_paths = list(paths(doc))
     if kind == "swap":
         _set(doc, rng.choice(all_paths), json.loads(json.dumps(rng.choice(HOSTILE_VALUES))))
@@ -166,6 +167,13 @@ def mutate_body(rng: random.Random, doc: dict) -> tuple[str, bytes]:
         at = raw.find(b"{", rng.randrange(len(raw)))
         at = raw.find(b"{") if at < 0 else at
         return kind, raw[:at + 1] + dup + raw[at + 1:]
+    if kind == "model":      # names around the length limit and far beyond it (a D1 parameter)
+        name = "fake:" + "m" * (rng.choice([MAX_MODEL_NAME, MAX_MODEL_NAME + 1, 100_000]) - 5)
+        if rng.random() < 0.5:
+            doc["model"] = name
+        else:
+            doc["models"] = [name] * rng.choice([1, 16])
+        return kind, _dumps(rng, doc)
     if kind == "surrogate":
         value = rng.choice([b'"\\ud800"', b'"a\\udc00b"', b'"\\ud83d"', b'{"\\udfff": 1}'])
         return kind, _with_hole(rng, doc, value)

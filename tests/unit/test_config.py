@@ -4,7 +4,7 @@ import pytest
 
 from multillm_edge import config
 from multillm_edge.config import (parse_flag, flag_state, safety_tokens, parse_providers,
-                                  split_model, provider_auth_headers, signing_secrets)
+                                  split_model, provider_auth_headers, MAX_MODEL_NAME, signing_secrets)
 from multillm_edge.errors import EdgeError
 
 
@@ -123,6 +123,15 @@ def test_parse_providers_invalid(text):
 ])
 def test_split_model(value, expected):
     assert split_model(value) == expected
+
+
+def test_split_model_length_limit():
+    longest = "openrouter:" + "m" * (MAX_MODEL_NAME - len("openrouter:"))
+    assert split_model(longest) == ("openrouter", longest.split(":", 1)[1])
+    with pytest.raises(EdgeError) as e:
+        split_model(longest + "m")
+    assert (e.value.status, e.value.code) == (400, "invalid_model")
+    assert str(MAX_MODEL_NAME) in e.value.message
 
 
 @pytest.mark.parametrize("value", ["gpt-4o", ":gpt", "openai:", None, 3, "open ai:x", "openai: x", "o:x\n"])
