@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from multillm_edge.pages import canonical_bytes
+from multillm_edge.pages import PageSigner, canonical_bytes
 from devkit.plans import body_size, created_tools, marker_ids, plan_paging, unpage
 from multillm_edge import formats, paging
 from multillm_edge.errors import EdgeError
@@ -260,3 +260,25 @@ def test_fallback_plans_share_the_history_bytes_instead_of_copying_them():
         markers = [x for x in p.history.parts if type(x) is bytes]
         assert markers and all(len(m) < 1000 for m in markers)
         assert p.encoded() == json.dumps(p.body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_plans_with_the_signers_ids_are_exactly_sized_and_name_their_pages_in_order():
+    ids = PageSigner(b"k" * 32).page_ids("roleplay", "a3" * 32, "rps_sized", 3)
+    body = chat_body(n=30)
+    full = body_size(paging.strip_edge_fields(body))
+    counts = set()
+    for budget in range(full - 6000, full, 37):
+        plan = plan_paging("chat", body, budget, ids)
+        named = [i for m in plan.body["messages"] for i in marker_ids(m["content"]) or []]
+        assert plan.size == len(dumps(plan.body)) <= budget
+        assert named == [p.page_id for p in plan.pages]     # no two exchanges alike here
+        counts.add(len(named))
+    assert len(counts) > 10     # many different page counts
+
+
+def test_ids_of_one_length_that_need_escaping_are_sized_escaped():
+    body = chat_body(n=12)
+    full = body_size(paging.strip_edge_fields(body))
+    for budget in range(full - 1500, full, 50):
+        plan = plan_paging("chat", body, budget, lambda sha: 'cp_"' + sha[:12])
+        assert plan.size == len(dumps(plan.body)) <= budget

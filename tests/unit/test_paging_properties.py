@@ -33,9 +33,22 @@ big = st.builds(lambda t, n: (t or "x") * n, text, st.integers(50, 1500))
 result_text = st.one_of(text, text, big)
 
 
-def page_id_for(sha: str) -> str:
-    # deterministic, and of varying length so marker sizing is really exercised
+def varying_ids(sha: str) -> str:
+    # deterministic, and of varying length: the plan sizes each page id as it comes
     return "cp_" + sha[: 8 + int(sha[0], 16)]
+
+
+def signer_like_ids(sha: str) -> str:
+    # one length, nothing to escape, like the signer's: the plan sizes before making pages
+    return "cp_" + sha[:43]
+
+
+def escaped_ids(sha: str) -> str:
+    # one length, but the marker escapes a quote in each: sized one by one again
+    return 'cp_"' + sha[:12]
+
+
+ID_FUNCS = (varying_ids, signer_like_ids, escaped_ids)
 
 
 # ---------------------------------------------------------------- conversation model
@@ -215,7 +228,7 @@ def truth_pageable(truth, protected):
             and not any(truth[gi][0] <= i < truth[gi][1] for i in protected)]
 
 
-def reference_body(fmt, base, items, truth, paged):
+def reference_body(fmt, base, items, truth, paged, page_id_for):
     mod = formats.get(fmt)
     out_items = []
     run = None
@@ -240,7 +253,7 @@ def reference_body(fmt, base, items, truth, paged):
 scenario = st.tuples(
     st.sampled_from(FMTS), conversations(), st.integers(0, 110).map(lambda x: x / 100),
     st.one_of(st.none(), st.lists(st.integers(0, 40), max_size=3)),
-    st.booleans(), st.sampled_from([65536, 65536, 65536, 2000]))
+    st.booleans(), st.sampled_from([65536, 65536, 65536, 2000]), st.sampled_from(ID_FUNCS))
 
 
 def build(fmt, segs, protected, tools_present):
@@ -252,7 +265,7 @@ def build(fmt, segs, protected, tools_present):
 @SETTINGS
 @given(scenario)
 def test_plan_matches_reference_and_is_reversible(sc):
-    fmt, segs, frac, protected, tools_present, max_page = sc
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for = sc
     body, items, truth = build(fmt, segs, protected, tools_present)
     original = dumps(body)
     base = paging.strip_edge_fields(body)
@@ -260,7 +273,8 @@ def test_plan_matches_reference_and_is_reversible(sc):
     mod = formats.get(fmt)
     pageable = truth_pageable(truth, protected or [])
     # budgets spread over [everything paged - 5 %, nothing paged + 5 %]
-    low = len(dumps(reference_body(fmt, base, items, truth, set(pageable)))) if pageable else full
+    every = set(pageable)
+    low = len(dumps(reference_body(fmt, base, items, truth, every, page_id_for))) if pageable else full
     if low < full:
         budget = int(low + (frac - 0.05) * (full - low))
     else:
@@ -273,7 +287,8 @@ def test_plan_matches_reference_and_is_reversible(sc):
     # reference: smallest k such that paging the k oldest pageable exchanges fits
     expected = None
     for k in range(len(pageable) + 1):
-        ref = base if k == 0 else reference_body(fmt, base, items, truth, set(pageable[:k]))
+        ref = base if k == 0 else reference_body(fmt, base, items, truth, set(pageable[:k]),
+                                                 page_id_for)
         if len(dumps(ref)) <= budget:
             expected = (k, ref)
             break
@@ -285,7 +300,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
         assert e.status == 413
         if e.code == "context_window_exceeded":
             assert expected is None  # 413 only when no oldest-first prefix fits ...
-            all_paged = reference_body(fmt, base, items, truth, set(pageable)) if pageable else base
+            all_paged = reference_body(fmt, base, items, truth, every, page_id_for) if pageable else base
             assert len(dumps(all_paged)) > budget  # ... in particular paging every one
             assert e.details["protected_bytes"] == len(dumps(all_paged))
             assert e.details["budget"] == budget and e.details["estimated_size"] == full
@@ -384,7 +399,7 @@ def check_pairs(fmt, out_items, in_items):
 @SETTINGS
 @given(scenario)
 def test_deterministic_and_candidates_share_pages(sc):
-    fmt, segs, frac, protected, tools_present, max_page = sc
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for = sc
     body, items, truth = build(fmt, segs, protected, tools_present)
     full = body_size(paging.strip_edge_fields(body))
     budgets = [int(full * frac), int(full * frac * 0.8), full, int(full * frac)]
