@@ -243,7 +243,8 @@ def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
 
 def split_model(value) -> tuple[str, str]:
     """"provider:model" -> (provider, model). Splits at the first ':' (model names may
-    contain ':'). Bad shape or over MAX_MODEL_NAME characters -> EdgeError(400, "invalid_model")."""
+    contain ':'). Bad shape or over MAX_MODEL_NAME characters -> EdgeError(400,
+    "invalid_model")."""
     if not isinstance(value, str) or ":" not in value:
         raise EdgeError(400, "invalid_model", "model must be a string of the form provider:model.")
     if len(value) > MAX_MODEL_NAME:
