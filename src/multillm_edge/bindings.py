@@ -116,6 +116,13 @@ class Upstream:
         self._abort = abort or (lambda: None)     # aborts the request this answers
         self.status = int(js_response.status)
         self.headers = _headers(js_response.headers)
+        self._reader = None
+        self._held = b""        # what `read` took from the body before giving up on it
+
+    def _body_reader(self):
+        if self._reader is None:
+            self._reader = self._resp.body.getReader()
+        return self._reader
 
     @property
     def stream(self):
@@ -125,16 +132,18 @@ class Upstream:
         """The body as a new stream: `prefix`, then the upstream's chunks as they come.
         A silence over `idle` seconds ends it (after `idle_tail`, else as an error);
         a reader that cancels (the client went away) aborts the upstream request."""
+        prefix += self._held
         if self._resp.body is None:
             return _js_bytes(prefix) if prefix else None
-        return _Relay(self._resp.body, prefix, idle, idle_tail, self._abort).stream
+        return _Relay(self._body_reader(), prefix, idle, idle_tail, self._abort).stream
 
-    async def read(self, idle: float | None = None) -> bytes:
-        """The whole body; a silence over `idle` seconds between chunks → TimeoutError
-        (the request is aborted)."""
+    async def read(self, idle: float | None = None, limit: int | None = None) -> bytes | None:
+        """The whole body, or None once it is longer than `limit` bytes (what was read
+        is kept: `relay` sends it first, then the rest). A silence over `idle` seconds
+        between chunks → TimeoutError (the request is aborted)."""
         if self._resp.body is None:
             return b""
-        reader, chunks = self._resp.body.getReader(), []
+        reader, chunks, size = self._body_reader(), [], 0
         while True:
             try:
                 part = await asyncio.wait_for(reader.read(), idle)
@@ -148,6 +157,10 @@ class Upstream:
             if part.done:
                 return b"".join(chunks)
             chunks.append(part.value.to_bytes())
+            size += len(chunks[-1])
+            if limit is not None and size > limit:
+                self._held = b"".join(chunks)
+                return None
 
     async def discard(self) -> None:
         """Release an answer that will not be relayed (a fallback is tried instead), so
@@ -164,8 +177,8 @@ class _Relay:
     """A pull-driven ReadableStream over an upstream body: one chunk per pull, so
     backpressure reaches the provider and nothing is buffered whole."""
 
-    def __init__(self, body, prefix: bytes, idle, idle_tail, abort):
-        self._reader = body.getReader()
+    def __init__(self, reader, prefix: bytes, idle, idle_tail, abort):
+        self._reader = reader
         self._prefix, self._idle, self._tail, self._abort = prefix, idle, idle_tail, abort
         self._pull, self._cancel = create_proxy(self.pull), create_proxy(self.cancel)
         source = js.Object.new()

@@ -33,6 +33,10 @@ SESSION_ALLOWANCE_BYTES = 1024 * 1024
 MAX_SESSION_PAGES = 6000
 #: The page-id list header is sent only while it stays this small (proxies cap headers).
 MAX_PAGE_LIST_HEADER = 4096
+#: Largest provider JSON answer the edge parses to add `context_pages`. Parsing and
+#: re-encoding holds several copies of it in the isolate's 128 MB, and a client can ask
+#: for a big one (OpenAI's `n` up to 128 choices); a longer answer is relayed unchanged.
+MAX_ANNOTATED_BYTES = 4 * 1024 * 1024
 #: Every page write sets expires_at = now + PAGE_TTL_SECONDS. A reused page's row is
 #: rewritten only when less than half of it remains (lazy refresh).
 PAGE_TTL_SECONDS = 3600

@@ -317,13 +317,15 @@ async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
     if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
         spent(turn, "response", t)
         try:
-            payload = await upstream.read(scope.idle)
+            payload = await upstream.read(scope.idle, config.MAX_ANNOTATED_BYTES)
         except TimeoutError:
             raise _error("upstream_timeout", "The provider stopped sending its response.", 504) from None
         t = time.perf_counter()
-        out = Outgoing(upstream.status, headers + info_headers(turn), annotate(payload, turn, scope.fmt))
-        spent(turn, "response", t)
-        return out
+        if payload is not None:
+            out = Outgoing(upstream.status, headers + info_headers(turn), annotate(payload, turn, scope.fmt))
+            spent(turn, "response", t)
+            return out
+        # Too large to parse and re-encode whole in the isolate: relayed as it comes.
     sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
     prefix = page_list_comment(turn) if sse and 200 <= upstream.status < 300 else b""
     stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None)

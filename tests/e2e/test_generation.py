@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from multillm_edge import config
 from multillm_edge.pages import PageSigner
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
@@ -224,6 +225,18 @@ def test_stream_passes_through_with_the_page_list_header(edge, provider, player)
     # The provider's events unchanged, after one SSE comment line with the page list.
     assert got == b": multillm-context-pages " + ",".join(ids).encode() + b"\n\n" + b"".join(events)
     assert arrivals[-1] - arrivals[0] > 0.4          # chunks arrived over time, not at once
+    assert {row["page_id"] for row in rows(edge, player)} == set(ids)
+
+
+def test_json_answer_too_large_to_annotate_is_relayed_byte_for_byte(edge, provider, player):
+    """Past MAX_ANNOTATED_BYTES the edge stops reading to parse: what it read goes first,
+    then the rest of the provider's stream, unchanged (the page list in the headers)."""
+    pad = config.MAX_ANNOTATED_BYTES + 100_000
+    answer = b'{"id":"chatcmpl-big","choices":[],"pad":"' + b"x" * pad + b'"}'
+    provider.reply = Reply(chunks=[answer[i:i + 65536] for i in range(0, len(answer), 65536)])
+    r = post(edge, player, rp.chat_body(30, tag="BIG"))
+    assert r.status_code == 200 and r.content == answer
+    ids = r.headers["x-multillm-context-pages"].split(",")
     assert {row["page_id"] for row in rows(edge, player)} == set(ids)
 
 

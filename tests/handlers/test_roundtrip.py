@@ -6,6 +6,7 @@ import json
 
 from tests.handlers.conftest import KEY, SESSION
 from devkit import roleplay as rp
+from multillm_edge import config
 
 EXPECTED_404 = (b'{"error":{"type":"not_found_error","code":"context_page_not_found",'
                 b'"message":"Context page not found."}}')
@@ -49,3 +50,25 @@ def test_a_provider_answer_too_deep_to_parse_is_relayed_as_is(edge, headers):
     r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30, tag="DEEP"))
     assert (r.status, r.body) == (200, deep)
     assert int(r.header("x-multillm-context-page-count")) > 0
+
+
+def _answer_of(size: int) -> bytes:
+    """A chat completion of exactly `size` bytes."""
+    head, tail = b'{"id":"chatcmpl-big","choices":[],"pad":"', b'"}'
+    return head + b"x" * (size - len(head) - len(tail)) + tail
+
+
+def test_a_provider_answer_too_large_to_annotate_is_relayed_as_is(edge, headers):
+    """Parsing and re-encoding a JSON answer holds several copies of it in the isolate:
+    past MAX_ANNOTATED_BYTES it goes back unchanged (the page list in the headers)."""
+    from tests.support.inprocess import Answer
+    for size, annotated in ((config.MAX_ANNOTATED_BYTES, True), (config.MAX_ANNOTATED_BYTES + 1, False)):
+        answer = _answer_of(size)
+        edge.upstream = lambda sent: Answer(body=answer)
+        r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30, tag="BIG"))
+        assert r.status == 200 and int(r.header("x-multillm-context-page-count")) > 0
+        if annotated:
+            doc = json.loads(r.body)
+            assert doc["pad"] == json.loads(answer)["pad"] and doc["context_pages"]
+        else:
+            assert r.body == answer

@@ -99,8 +99,8 @@ class Answer:
     def relay(self, prefix: bytes = b"", idle=None, idle_tail=None):
         return [prefix, self.body] if prefix else [self.body]
 
-    async def read(self, idle=None) -> bytes:
-        return self.body
+    async def read(self, idle=None, limit=None) -> bytes | None:
+        return None if limit is not None and len(self.body) > limit else self.body
 
     async def discard(self) -> None:
         self.discarded = True
