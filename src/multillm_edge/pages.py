@@ -286,6 +286,9 @@ class PageSigner:
             o = outer.copy()
             o.update(h.digest())
             return PAGE_ID_PREFIX + b2a(o.digest(), newline=False)[:43].translate(urlsafe).decode("ascii")
+        # Every id is this long, in base64url letters: the plan sizes its markers from
+        # it before making any page (paging._id_lengths).
+        page_id.length = PAGE_ID_LENGTH
         return page_id
 
     def verify_page_id(self, page_id: Any, authority: Any, principal: Any,

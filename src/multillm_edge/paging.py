@@ -25,6 +25,7 @@ from the caller's ``page_id_for(sha256_hex)`` (an HMAC in production, see pages.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Callable
 
 from . import formats as _formats
@@ -90,26 +91,27 @@ def unpaged(prep: Prepared, budget: int) -> Plan:
     return Plan(prep.base, [], prep.total, budget, history=prep.kept_history())
 
 
-def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
-    if prep.total <= budget:
-        return unpaged(prep, budget)
-    if not prep.pageable:
-        raise _window_error(budget, prep.total, prep.total)
+def _id_lengths(prep: Prepared):
+    """Each pageable group's page id length in the marker text, in order. The signer
+    declares one length for all its ids (``page_id_for.length``; base64url, nothing to
+    escape), so no page is made before the plan knows which it needs, and none for a
+    413. Any other ``page_id_for``: every pageable group's page is made, each id sized."""
+    length = getattr(prep.page_id_for, "length", None)
+    if length is not None:
+        return repeat(length)
+    return [_id_len(p.page_id) for p in prep.pages(prep.pageable)]
+
+
+def _fit(prep: Prepared, budget: int, id_lens) -> tuple[int, int]:
+    """``(k, size)``: paging the ``k`` oldest pageable groups is the first that fits;
+    ``k == 0``: none does, ``size`` is then with all of them paged."""
     fixed = prep.fixed_with_tool()
-    mbase = prep.marker_base
-    sep = prep.marker_sep
-    inner = prep.inner
+    mbase, sep, inner = prep.marker_base, prep.marker_sep, prep.inner
     sum_units = prep.sum_inner
     n_units = len(prep.groups)
     prev = -2
-    chosen = {}                  # group index -> its Page
-    oversize = None
-    size = None
-    for gi in prep.pageable:
-        p = prep.page(gi)
-        if oversize is None and len(p.body) > max_page_bytes:
-            oversize = p
-        id_len = _id_len(p.page_id)
+    size = prep.total
+    for k, (gi, id_len) in enumerate(zip(prep.pageable, id_lens), 1):
         sum_units -= inner[gi]
         if gi == prev + 1:       # extends the current run: same marker
             sum_units += sep + id_len
@@ -117,21 +119,32 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
         else:                    # a new run: a new marker replaces the group
             sum_units += mbase + id_len
         prev = gi
-        chosen[gi] = p
         size = fixed + sum_units + (n_units - 1 if n_units else 0)
         if size <= budget:
-            break
-    else:
+            return k, size
+    return 0, size
+
+
+def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
+    if prep.total <= budget:
+        return unpaged(prep, budget)
+    if not prep.pageable:
+        raise _window_error(budget, prep.total, prep.total)
+    k, size = _fit(prep, budget, _id_lengths(prep))
+    if not k:
         raise _window_error(budget, prep.total, size)
+    chosen = prep.pageable[:k]
+    raw = prep.raw
+    oversize = next((len(raw[gi]) for gi in chosen if len(raw[gi]) > max_page_bytes), None)
     if oversize is not None:
         raise EdgeError(
             413, "context_page_too_large",
             "This request exceeds the model's context window (maximum context length) "
-            f"and fitting it would need a stored page of {len(oversize.body)} bytes, "
+            f"and fitting it would need a stored page of {oversize} bytes, "
             f"over the {max_page_bytes}-byte page limit.",
-            budget=budget, estimated_size=prep.total, page_bytes=len(oversize.body),
+            budget=budget, estimated_size=prep.total, page_bytes=oversize,
             max_page_bytes=max_page_bytes)
-    return _build(prep, chosen, size, budget)
+    return _build(prep, dict(zip(chosen, prep.pages(chosen))), size, budget)
 
 
 def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:

@@ -132,7 +132,7 @@ class Prepared:
     ``base`` (the body without the stripped fields), ``items``, ``groups``, each group's
     serialized ``raw`` bytes and ``inner`` size, ``fixed`` (the skeleton's size),
     ``total``, ``pageable`` (group indices, oldest first) and the marker and tool sizes.
-    Pages are made lazily (``page``): only paging needs them."""
+    Pages are made on demand (``pages``): only for the groups a plan sends."""
 
     def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS):
         if not isinstance(body, dict):
@@ -191,18 +191,22 @@ class Prepared:
             return None
         return self.history([gi for gi in range(len(self.raw)) if gi not in skip])
 
-    def page(self, gi: int) -> Page:
-        p = self._pages.get(gi)
-        if p is None:
-            b = self.raw[gi]
-            sha = _sha256(b).hexdigest()
-            p = self._by_sha.get(sha)
-            if p is None:
-                g = self.groups[gi]
-                p = self._by_sha[sha] = _new_page(Page, (self.page_id_for(sha), sha, b,
-                                                         self.items[g[0]:g[1]]))
-            self._pages[gi] = p
-        return p
+    def pages(self, gis: list) -> list:
+        """The pages of groups ``gis``, in order, each made once (its SHA-256, its id from
+        ``page_id_for``); groups with equal bytes share one Page."""
+        made = self._pages
+        todo = [gi for gi in gis if gi not in made]
+        if todo:
+            raw, groups, items, by_sha, page_id_for = (self.raw, self.groups, self.items,
+                                                       self._by_sha, self.page_id_for)
+            for gi, sha in zip(todo, [_sha256(raw[gi]).hexdigest() for gi in todo]):
+                p = by_sha.get(sha)
+                if p is None:
+                    g = groups[gi]
+                    p = by_sha[sha] = _new_page(Page, (page_id_for(sha), sha, raw[gi],
+                                                       items[g[0]:g[1]]))
+                made[gi] = p
+        return [made[gi] for gi in gis]
 
     def fixed_with_tool(self) -> int:
         """The skeleton's size once the retrieve tool is added (paging only)."""

@@ -270,3 +270,13 @@ def test_valid_locations():
            {"page_id": pid, "r2_key": None, "r2_offset": 0}]
     assert all(pages.is_valid_location(r) for r in ok)
     assert not any(pages.is_valid_location(r) for r in bad)
+
+
+def test_the_signers_page_ids_have_the_length_they_declare():
+    """The plan sizes its markers from `page_ids(...).length` before making any page."""
+    from multillm_edge import paging
+    ids = PageSigner(b"s" * 32, b"old").page_ids("roleplay", "a3" * 32, "rps_len", 4)
+    assert ids.length == pages.PAGE_ID_LENGTH
+    for i in range(500):
+        pid = ids(hashlib.sha256(str(i).encode()).hexdigest())
+        assert len(pid) == ids.length and paging._id_len(pid) == ids.length

@@ -282,3 +282,20 @@ def test_ids_of_one_length_that_need_escaping_are_sized_escaped():
     for budget in range(full - 1500, full, 50):
         plan = plan_paging("chat", body, budget, lambda sha: 'cp_"' + sha[:12])
         assert plan.size == len(dumps(plan.body)) <= budget
+
+
+def test_pages_are_made_only_for_what_is_sent_and_none_for_a_413():
+    """With the signer's declared id length the plan sizes first: a request that cannot
+    fit costs no hashing or signing per exchange, a plan makes only the pages it sends."""
+    made = []
+
+    def ids(sha):
+        made.append(sha)
+        return "cp_" + sha[:43]
+    ids.length = 46
+    body = chat_body(n=40)
+    with pytest.raises(EdgeError) as e:
+        plan_paging("chat", body, 900, ids)
+    assert e.value.code == "context_window_exceeded" and made == []
+    plan = plan_paging("chat", body, body_size(paging.strip_edge_fields(body)) - 2000, ids)
+    assert 0 < len(made) == len(plan.pages) < 40
