@@ -104,9 +104,14 @@ async def handle(req: Incoming, platform) -> Outgoing:
     except EdgeError as err:
         req.notes["error"] = err.code
         out = error_response(err, anthropic=anthropic)
+        # A skipped candidate's stored error raised again references the handler's
+        # frames, which reference it: without the traceback the request's objects (its
+        # body among them) go at once, not at the next cycle collection.
+        err.__traceback__ = None
     except Exception as exc:  # noqa: BLE001 — the Worker answers, in the route's envelope
         req.notes.update(error=InternalError.code, exception=type(exc).__name__)
         out = error_response(InternalError(), anthropic=anthropic)
+        exc.__traceback__ = None
     platform.log({"route": handler.__name__, "method": req.method, "status": out.status,
                   "ms": round((time.monotonic() - started) * 1000, 1), **req.notes})
     return out

@@ -396,7 +396,7 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
         try:  # its provider key first: a misconfigured provider stores nothing
             headers = upstream_headers(req, scope.fmt, c.provider, platform)
         except EdgeError as err:
-            c.skipped = err
+            c.skipped = err.with_traceback(None)    # no frames (and no `cands`) kept
             continue
         if scope.paging:
             with timed(turn.timings, "store_ms"):

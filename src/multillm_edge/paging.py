@@ -210,6 +210,8 @@ def per_budget(plan_one: Callable[[int], object], budgets: list) -> list:
         except EdgeError as e:
             if e.status != 413:
                 raise
-            out.append(e)
+            # kept without its traceback: its frames hold `out`, which holds it (a cycle
+            # that would pin the whole request body until the next cycle collection)
+            out.append(e.with_traceback(None))
     return out
 

@@ -150,3 +150,22 @@ def test_an_absurd_model_name_is_a_400_before_any_storage_work(edge, headers, fi
     assert "256" in error(r)["message"]
     edge.executor.failing = False
     nothing_happened(edge)
+
+
+@pytest.mark.parametrize("models", [["fake:tiny"], ["fake:tiny", MODEL], [MODEL, "fake:tiny"]])
+def test_a_candidate_that_cannot_fit_leaves_no_reference_cycle(edge, headers, models):
+    """A 413 kept for a candidate (and raised if none serves) once held the frames that
+    held it: the request body stayed in memory until a cycle collection, which in a
+    Worker may not come before the next large request."""
+    import gc
+    edge.set_model("fake:tiny", 300, 100)
+    body = {**rp.chat_body(30, model=models[0], tag="CYC"), "models": models[1:]}
+    edge.request("POST", CHAT, headers, body)          # first use: imports, caches
+    gc.collect()
+    gc.disable()
+    try:
+        r = edge.request("POST", CHAT, headers, body)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    assert r.status == (413 if models == ["fake:tiny"] else 200)

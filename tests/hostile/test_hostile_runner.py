@@ -3,10 +3,13 @@
 A sample of the in-process generator's cases (≥ 200, the depth bombs among them) is
 each answered, under 500, storing and dispatching nothing when rejected; the runner
 still answers /healthz after them. Then memory: rejected 8 MiB requests leave the
-Worker's heap where it was (errors are raised fresh, so no traceback pins a body).
+Worker's heap where it was (errors are raised fresh, so no traceback pins a body), and
+so do bodies of many tiny messages planned to a 413 (nothing of them is left in a
+reference cycle, which only a cycle collection would free).
 """
 
 import hashlib
+import json
 import os
 import random
 import time
@@ -117,3 +120,29 @@ def test_rejected_8_mib_requests_do_not_grow_the_heap(edge):
     print(f"\nwasm heap {before['wasm_bytes'] / MiB:.0f} → {after['wasm_bytes'] / MiB:.0f} MiB after 50 rejected 8 MiB requests; "
           f"runner RSS {before['rss_bytes'] / MiB:.0f} → {after['rss_bytes'] / MiB:.0f} MiB")
     assert grown <= 32
+
+
+def dense_body(messages: int) -> bytes:
+    """Many tiny messages: the most objects per byte a chat body can make the edge hold."""
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": str(i)} for i in range(messages)]
+    return json.dumps({"model": gen.MODEL, "messages": msgs, "capabilities": ["multillm_context_retrieve"]},
+                      separators=(",", ":")).encode()
+
+
+def test_bodies_planned_to_a_413_do_not_grow_the_heap(edge):
+    body = dense_body(100_000)                     # 3.6 MB, ~50,000 exchanges: cannot fit
+    client = httpx.Client(base_url=edge.url, timeout=120)
+    headers = {"Authorization": f"Bearer {gen.KEY}", "X-Roleplay-Session-ID": gen.SESSION}
+
+    def burst(n):
+        for _ in range(n):
+            r = client.post("/v1/chat/completions", content=body, headers=headers)
+            assert r.status_code == 413 and r.json()["error"]["code"] == "context_window_exceeded"
+
+    with client:
+        burst(2)
+        before = client.get("/__runner/memory").json()["wasm_bytes"]
+        burst(4)
+        after = client.get("/__runner/memory").json()["wasm_bytes"]
+    print(f"\nwasm heap {before / MiB:.0f} → {after / MiB:.0f} MiB after 4 more dense 413s")
+    assert after - before <= 8 * MiB
