@@ -6,7 +6,7 @@ import json
 import pytest
 
 from multillm_edge import generation
-from tests.handlers.conftest import KEY, MODEL
+from tests.handlers.conftest import KEY, MODEL, WINDOW
 from tests.support.inprocess import Answer
 from devkit import roleplay as rp
 
@@ -152,13 +152,19 @@ def test_an_absurd_model_name_is_a_400_before_any_storage_work(edge, headers, fi
     nothing_happened(edge)
 
 
-@pytest.mark.parametrize("models", [["fake:tiny"], ["fake:tiny", MODEL], [MODEL, "fake:tiny"]])
-def test_a_candidate_that_cannot_fit_leaves_no_reference_cycle(edge, headers, models):
-    """A 413 kept for a candidate (and raised if none serves) once held the frames that
-    held it: the request body stayed in memory until a cycle collection, which in a
-    Worker may not come before the next large request."""
+@pytest.mark.parametrize("models", [["fake:tiny"], ["fake:tiny", MODEL], [MODEL, "fake:tiny"],
+                                    ["nokey:rp-small", MODEL]])
+def test_a_skipped_candidate_leaves_no_reference_cycle(edge, headers, models):
+    """An error kept for a candidate that cannot fit (413) or whose provider has no key
+    (503), and raised if none serves, once held the frames that held it: the request
+    body stayed in memory until a cycle collection, which in a Worker may not come
+    before the next large request."""
     import gc
+    providers = json.loads(edge.vars["PROVIDERS"])
+    providers["nokey"] = {**providers["fake"], "api_key_secret": "ABSENT_API_KEY"}
+    edge.vars["PROVIDERS"] = json.dumps(providers)
     edge.set_model("fake:tiny", 300, 100)
+    edge.set_model("nokey:rp-small", WINDOW, 1000)
     body = {**rp.chat_body(30, model=models[0], tag="CYC"), "models": models[1:]}
     edge.request("POST", CHAT, headers, body)          # first use: imports, caches
     gc.collect()
