@@ -182,9 +182,9 @@ def _hmac_states(key: bytes, prefix: bytes = b"") -> tuple:
     return inner, hashlib.sha256(key.translate(_XOR_5C))
 
 
-def _mac_for(key: bytes, prefix: bytes = b"") -> Callable[[bytes], bytes]:
-    """HMAC-SHA256 under `key` of `prefix + data`, one call per message."""
-    inner, outer = _hmac_states(key, prefix)
+def _mac_for(key: bytes) -> Callable[[bytes], bytes]:
+    """HMAC-SHA256 under `key`, one call per message."""
+    inner, outer = _hmac_states(key)
 
     def mac(data: bytes) -> bytes:
         h = inner.copy()
