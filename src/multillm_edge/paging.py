@@ -100,7 +100,7 @@ def _id_lengths(prep: Prepared):
 def _fit(prep: Prepared, budget: int, id_lens) -> tuple[int, int]:
     """``(k, size)``: paging the ``k`` oldest pageable groups is the first that fits;
     ``k == 0``: none does, ``size`` is then with all of them paged."""
-    fixed = prep.fixed_with_tool()
+    fixed = prep.fixed_with_tool
     mbase, sep, inner = prep.marker_base, prep.marker_sep, prep.inner
     sum_units = prep.sum_inner
     n_units = len(prep.groups)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from hashlib import sha256 as _sha256
 from typing import NamedTuple
 
@@ -208,8 +209,10 @@ class Prepared:
                 made[gi] = p
         return [made[gi] for gi in gis]
 
+    @cached_property
     def fixed_with_tool(self) -> int:
-        """The skeleton's size once the retrieve tool is added (paging only)."""
+        """The skeleton's size once the retrieve tool is added (paging only; once per
+        request, whatever the number of fallback candidates)."""
         skel = dict(self.skel)
         self.mod.add_tool(skel)
         return _blen(_dumps(skel))
