@@ -15,6 +15,7 @@
 import { execFile } from "node:child_process";
 import { copyFileSync, readFileSync } from "node:fs";
 import http from "node:http";
+import zlib from "node:zlib";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { getPlatformProxy } from "wrangler";
@@ -211,23 +212,46 @@ async function sendWebResponse(res, response) {
   const length = response.headers.get("content-length");
   if (length !== null && !response.headers.get("content-encoding")) headers["content-length"] = length;
   res.writeHead(response.status, headers);
+  const encoder = response.body ? bodyEncoder(response.headers.get("content-encoding")) : null;
+  if (encoder) {
+    encoder.pipe(res);
+    await pipeBody(res, response.body, encoder);
+    if (!res.destroyed) encoder.end();
+    return;
+  }
   if (response.body) await pipeBody(res, response.body);
   if (!res.destroyed) res.end();
+}
+
+// workerd encodes a Response's body to match its Content-Encoding on the way out
+// (`encodeBody: "automatic"`, its default), and its fetch hands JavaScript the decoded
+// body of a gzip or br response with the header kept. Node's fetch decodes too (and also
+// deflate), so the Worker relays decoded bytes labelled as encoded: encode them here, as
+// workerd would (docs/design.md §9). Each chunk is flushed, so a stream still streams.
+const ENCODERS = { gzip: zlib.createGzip, "x-gzip": zlib.createGzip, deflate: zlib.createDeflate,
+                   br: zlib.createBrotliCompress };
+
+function bodyEncoder(coding) {
+  const make = ENCODERS[(coding ?? "").trim().toLowerCase()];
+  return make ? make() : null;
 }
 
 // Chunk by chunk: a streamed upstream reaches the client as it arrives. A client that
 // closes its socket cancels the Worker's response stream, as workerd does, so the
 // Worker can abort its upstream request instead of reading it for nobody.
-async function pipeBody(res, body) {
+async function pipeBody(res, body, encoder = null) {
   const reader = body.getReader();
   const gone = () => reader.cancel(new Error("client disconnected")).catch(() => {});
   res.on("close", () => { if (!res.writableFinished) gone(); });
   if (res.destroyed) gone();
+  const out = encoder ?? res;
   for (;;) {
     const { done, value } = await reader.read();
     if (done || res.destroyed) return;
-    if (!res.write(value)) {
-      await new Promise((r) => { res.once("drain", r); res.once("close", r); });
+    out.write(value);
+    if (encoder) await new Promise((r) => encoder.flush(r));
+    if (out.writableNeedDrain) {        // checked after the flush: a drain may have come
+      await new Promise((r) => { out.once("drain", r); res.once("close", r); });
     }
   }
 }

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import store
+from . import batch, store
 from .auth import SESSION_HEADER, paging_enabled
 from .config import signing_secrets
 from .errors import EdgeError, InternalError, StorageError
@@ -80,6 +80,10 @@ ROUTES = (
     Route(("POST",), "/v1/roleplay/sessions", create_session),
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param),
+    # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
+    Route(("POST",), "/v1/files", batch.upload_file),
+    Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope="anthropic"),
+    Route(("POST",), "/v1/batches", batch.create_batch),
 )
 FORWARD = Route((), "", forward)
 

@@ -280,6 +280,28 @@ class WorkersPlatform:
                 raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
             chunks.append(chunk)
 
+    async def buffer_body(self, limit: int):
+        """`(body, None)` when the request body is at most `limit` bytes, else
+        `(None, stream)`: a stream of the whole body (what was read, then the rest) to
+        forward unread. A declared Content-Length over `limit` reads nothing."""
+        body = self.request.js_object.body
+        declared = self.request.headers.get("content-length")
+        if body is None:
+            return b"", None
+        if declared and declared.isdigit() and int(declared) > limit:
+            return None, body
+        reader = body.getReader()
+        chunks, total = [], 0
+        while True:
+            part = await reader.read()
+            if part.done:
+                return b"".join(chunks), None
+            chunk = part.value.to_bytes()
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                return None, _Relay(reader, b"".join(chunks), None, None, lambda: None).stream
+
     async def fetch(self, url: str, method: str, headers: list[tuple[str, str]], body=None,
                     timeout: float | None = None) -> Upstream:
         """Outbound HTTP; `body` is bytes or a runtime stream. No response headers within

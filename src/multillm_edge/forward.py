@@ -11,13 +11,16 @@ def origin_url(origin: str, req: Incoming) -> str:
     return url + "?" + req.raw_query if req.raw_query else url
 
 
-async def forward(req: Incoming, platform) -> Outgoing:
+async def forward(req: Incoming, platform, headers=None, body=None) -> Outgoing:
+    """`req` to the origin; a route that read the body passes it (bytes or a stream)
+    and may pass the headers it keeps (docs/design.md §7.1)."""
     origin = (platform.var("FLASK_ORIGIN") or "").strip()
     if not origin:
         raise EdgeError(503, "origin_not_configured", "FLASK_ORIGIN is not configured.")
     try:
         upstream = await platform.fetch(origin_url(origin, req), req.method,
-                                        forwardable(req.headers), req.stream)
+                                        forwardable(req.headers if headers is None else headers),
+                                        req.stream if body is None else body)
     except OSError:
         raise EdgeError(502, "origin_unreachable", "The origin could not be reached.") from None
     return Outgoing(upstream.status, forwardable(upstream.headers), stream=upstream.stream)

@@ -159,3 +159,34 @@ def test_lost_platform_proxy_is_logged_and_restarted(start_edge):
     assert edge.wait_for_log(lambda r: r.get("runner") == "platform_proxy_lost")
     assert edge.client.get("/healthz").json()["d1_tables"] is True   # D1 answers again
     assert edge.proc.poll() is None
+
+
+def test_a_gzip_origin_reaches_the_client_as_valid_gzip(start_edge):
+    """workerd's fetch decodes a gzip response for JavaScript and keeps its
+    Content-Encoding; the Response relayed with it is encoded again on the way out
+    (docs/design.md §9). The client gets gzip bytes that decode to the origin's body,
+    a streamed one included."""
+    import gzip
+    from devkit.fakes import Reply
+    plain = b'{"origin":"gzip","text":"' + "夜の森 ".encode() * 2000 + b'"}'
+    sse = [b"data: one\n\n", b"data: two\n\n"]
+
+    def reply(rec):
+        if rec.path == "/stream":
+            z = [gzip.compress(b"".join(sse))]
+            return Reply(headers=[("content-type", "text/event-stream"), ("content-encoding", "gzip")], chunks=z)
+        return Reply(headers=[("content-type", "application/json"), ("content-encoding", "gzip")],
+                     chunks=[gzip.compress(plain)], length=True)
+
+    with FakeServer(reply) as origin:
+        edge = start_edge(vars={"FLASK_ORIGIN": origin.url})
+        for path, expected in (("/api/big", plain), ("/stream", b"".join(sse))):
+            parts = urlsplit(edge.url)
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+            conn.request("GET", path, headers={"Accept-Encoding": "gzip"})
+            resp = conn.getresponse()
+            raw = resp.read()
+            conn.close()
+            assert resp.status == 200 and resp.getheader("content-encoding") == "gzip"
+            assert gzip.decompress(raw) == expected
+            assert resp.getheader("content-length") in (None, str(len(raw)))

@@ -16,10 +16,32 @@ class Observed:
     origin_requests: int         # requests reaching the Flask origin
     stored_before: tuple         # (rows, objects) before the case
     stored_after: tuple
+    origin_seen: list = None     # (headers as text, body bytes) reaching the origin
+
+
+def check_batch(case: Case, seen: Observed) -> None:
+    """A batch case is refused exactly when an item really declares the capability
+    (docs/design.md §7.1); else it reaches the origin byte for byte, with no roleplay key."""
+    where = case.describe()
+    declares = case.notes["declares"]
+    if declares is not None:
+        assert seen.status == 400 and seen.origin_requests == 0, f"{seen.status} {seen.body[:300]!r}\n{where}"
+        err = json.loads(seen.body)["error"]
+        assert err["code"] == "context_paging_unsupported", where
+        assert err.get("line", err.get("param")) in (declares, f"requests[{declares}].params.capabilities"), where
+        return
+    assert seen.status == 200 and seen.origin_requests == 1, f"{seen.status} {seen.body[:300]!r}\n{where}"
+    if seen.origin_seen is not None:
+        [(headers, body)] = seen.origin_seen
+        assert body == case.body, f"origin got other bytes\n{where}"
+        if "X-Roleplay-Session-ID" in case.headers:
+            assert KEY not in headers, f"roleplay key reached the origin\n{where}"
 
 
 def check(case: Case, seen: Observed) -> None:
     """Raise AssertionError (with the case) if any invariant is broken."""
+    if "declares" in case.notes:
+        check_batch(case, seen)
     relayed = bool(seen.provider_requests) and seen.status == case.provider_status >= 500
     where = case.describe()
     assert seen.status < 500 or relayed, f"{seen.status} {seen.body[:300]!r}\n{where}"

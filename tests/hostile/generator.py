@@ -42,7 +42,7 @@ class Case:
 
     @property
     def anthropic(self) -> bool:
-        return self.path.split("?")[0] == "/v1/messages"
+        return self.path.split("?")[0] in ("/v1/messages", "/v1/messages/batches")
 
     def describe(self) -> str:
         body = self.body if len(self.body) < 400 else self.body[:200] + b"..." + self.body[-100:]
@@ -272,6 +272,9 @@ def cases(seed: int, count: int):
         if rng.random() < 0.2:
             yield other_route(rng, n)
             continue
+        if rng.random() < 0.05:
+            yield batch_case(rng, n)
+            continue
         fmt = rng.choice(list(GENERATION))
         doc = valid_body(rng, fmt)
         if rng.random() < 0.1:
@@ -282,3 +285,119 @@ def cases(seed: int, count: int):
         status = 503 if rng.random() < 0.03 else 200
         yield Case(n, f"{fmt}:{kind}:{variant}", "POST", GENERATION[fmt], headers, body,
                    provider_status=status)
+
+
+# ---------------------------------------------------------------------------
+# Batch uploads and inline batches (docs/design.md §7.1): each case knows whether an
+# item really declares the capability (`notes["declares"]`, else None: forwarded).
+# ---------------------------------------------------------------------------
+
+from devkit import batches as bt  # noqa: E402
+
+CAP = [bt.CAPABILITY]
+MiB = 1 << 20
+
+
+def _items(rng, count):
+    """Items, some declaring; the first declaring line's number (or None)."""
+    items, first = [], None
+    for n in range(1, count + 1):
+        declaring = rng.random() < 0.15
+        items.append(bt.item(n, CAP if declaring else rng.choice([None, [], ["other"]])))
+        if declaring and first is None:
+            first = n
+    return items, first
+
+
+ODD_SHAPES = [bt.CAPABILITY, [CAP], [{"name": bt.CAPABILITY}], {bt.CAPABILITY: True}, [bt.CAPABILITY.upper()]]
+
+
+def _file(rng, kind):
+    """(JSONL bytes, declaring line or None) for one kind of upload."""
+    newline = rng.choice([b"\n", b"\r\n"])
+    items, first = _items(rng, rng.choice([1, 3, 20]))
+    if kind == "odd_shape":
+        for it in items:
+            it["body"]["capabilities"] = rng.choice(ODD_SHAPES)
+        if rng.random() < 0.5:
+            items[0]["body"].pop("capabilities")
+            items[0]["metadata"] = {"capabilities": CAP}
+        return bt.jsonl(items, newline), None
+    lines = [json.dumps(it).encode() for it in items]
+    if kind == "duplicate_key":
+        last = rng.choice([b"[]", b'["multillm_context_retrieve"]'])
+        lines.append(b'{"custom_id":"dup","body":{"capabilities":["multillm_context_retrieve"],"capabilities":' + last + b"}}")
+        if first is None and last != b"[]":
+            first = len(lines)
+    elif kind == "escaped":
+        lines.append(json.dumps(bt.item(0, CAP)).replace("_context", "\\u005fcontext").encode())
+        first = first or len(lines)
+    elif kind in ("not_json", "invalid_utf8", "deep"):
+        bad = {"not_json": b"{oops", "invalid_utf8": lines[-1][:-2] + b'\xff"}',
+               "deep": b'{"body":' + depth_bomb(rng.choice([MAX_DEPTH + 1, 100_000])) + b"}"}[kind]
+        lines.insert(rng.randrange(len(lines) + 1), bad)
+        first = None
+    elif kind == "too_many_lines":
+        lines = [json.dumps(bt.item(n)).encode() for n in range(1, 1001)] + [json.dumps(bt.item(0, CAP)).encode()]
+        first = None
+    data = newline.join(lines) + newline
+    if kind == "bom":
+        data = b"\xef\xbb\xbf" + data
+    elif kind == "too_big":
+        data = json.dumps(bt.item(1, CAP)).encode() + b" " * (10 * MiB - len(lines[0])) + b"\n"
+        first = None
+    return data, first
+
+
+UPLOAD_KINDS = ["valid", "valid", "bom", "odd_shape", "duplicate_key", "escaped", "not_json", "invalid_utf8",
+                "deep", "too_many_lines", "many_parts", "huge_boundary", "missing_boundary", "other_purpose",
+                "truncated", "lf_form"]
+
+
+def upload_case(rng, n, headers) -> Case:
+    kind = rng.choice(UPLOAD_KINDS + (["too_big"] if rng.random() < 0.05 else []))
+    data, first = _file(rng, kind)
+    boundary = bt.BOUNDARY if kind != "huge_boundary" else "b" * rng.choice([71, 5000])
+    body = bt.form(data, purpose=b"fine-tune" if kind == "other_purpose" else b"batch", boundary=boundary,
+                   crlf=b"\n" if kind == "lf_form" else b"\r\n")
+    ctype = bt.content_type(boundary)
+    if kind == "many_parts":
+        body = b"".join(b"--" + boundary.encode() + b'\r\nContent-Disposition: form-data; name="x%d"\r\n\r\nv\r\n' % i
+                        for i in range(rng.choice([1000, 5000]))) + body
+    elif kind == "missing_boundary":
+        ctype = rng.choice(["multipart/form-data", "multipart/form-data; boundary=", "multipart/form-data; charset=x"])
+    elif kind == "truncated":
+        body = body[:rng.randrange(len(body) - 4)]
+    if kind in ("huge_boundary", "missing_boundary", "other_purpose", "truncated"):
+        first = None
+    return Case(n, f"upload:{kind}", "POST", "/v1/files", {**headers, "Content-Type": ctype}, body,
+                roleplay=False, notes={"declares": first})
+
+
+def inline_case(rng, n, headers) -> Case:
+    kind = rng.choice(["valid", "valid", "odd_shape", "not_json", "deep"])
+    params, first = [], None
+    for i in range(rng.choice([1, 4, 30])):
+        declaring = kind == "valid" and rng.random() < 0.2
+        caps = CAP if declaring else (rng.choice(ODD_SHAPES) if kind == "odd_shape" else rng.choice([None, ["x"]]))
+        params.append(bt.message_params(caps))
+        if declaring and first is None:
+            first = i
+    body = _dumps(rng, bt.inline(params))
+    if kind == "not_json":
+        body, first = body[:-1], None
+    elif kind == "deep":
+        body, first = b'{"requests":' + depth_bomb(rng.choice([MAX_DEPTH + 1, 100_000])) + b"}", None
+    return Case(n, f"inline:{kind}", "POST", "/v1/messages/batches", {**headers, "content-type": "application/json"},
+                body, roleplay=False, notes={"declares": first})
+
+
+def batch_case(rng, n) -> Case:
+    headers = rng.choice([{"Authorization": "Bearer sk-origin"},
+                          {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION},
+                          {"x-api-key": KEY, "X-Roleplay-Session-ID": SESSION}])
+    if rng.random() < 0.15:
+        return Case(n, "create_batch", "POST", "/v1/batches", headers,
+                    json.dumps({"input_file_id": "file-1", "capabilities": CAP}).encode(),
+                    roleplay=False, notes={"declares": None})
+    return (upload_case if rng.random() < 0.7 else inline_case)(rng, n, headers)

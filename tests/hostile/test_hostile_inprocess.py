@@ -47,8 +47,8 @@ def run_case(edge, script, case) -> Observed:
     r = edge.request(case.method, case.path, case.headers, case.body)
     new = edge.sent[sent0:]
     provider = [(repr(s.headers), s.body) for s in new if s.url.startswith(PROVIDER)]
-    return Observed(r.status, r.body, provider, sum(s.url.startswith(ORIGIN) for s in new),
-                    before, stored(edge))
+    origin = [(repr(s.headers), s.body) for s in new if s.url.startswith(ORIGIN)]
+    return Observed(r.status, r.body, provider, len(origin), before, stored(edge), origin)
 
 
 def test_hostile_requests_in_process():

@@ -65,8 +65,9 @@ def send(edge, servers, case) -> Observed:
     headers = {k: v.strip() for k, v in case.headers.items()}
     r = edge.client.request(case.method, case.path, headers=headers, content=case.body or None)
     reached = provider.received[p0:]
+    at_origin = [(repr(x.raw_headers), x.body) for x in origin.received[o0:]]
     return Observed(r.status_code, r.content, [(repr(x.raw_headers), x.body) for x in reached],
-                    len(origin.received) - o0, before, stored(edge))
+                    len(at_origin), before, stored(edge), at_origin)
 
 
 def bombs():

@@ -145,6 +145,13 @@ class InProcessPlatform:
             raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
         return self._body
 
+    async def buffer_body(self, limit: int):
+        declared = dict(self._headers).get("content-length")
+        if (declared and declared.isdigit() and int(declared) > limit) or len(self._body) > limit:
+            self._edge.streamed += 1
+            return None, [self._body]
+        return self._body, None
+
     async def fetch(self, url, method, headers, body=None, timeout=None):
         sent = Sent(url, method, list(headers), _body_bytes(body))
         self._edge.sent.append(sent)
@@ -184,6 +191,7 @@ class LocalEdge:
         self.executor = FaultyExecutor(self.conn)
         self.bucket = MemoryBucket()
         self.sent: list[Sent] = []
+        self.streamed = 0             # bodies buffer_body handed on unread (over its limit)
         self.logs: list[dict] = []
         self.loop = asyncio.new_event_loop()
 
