@@ -7,15 +7,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import store
-from .auth import SESSION_HEADER, paging_enabled
-from .config import signing_secrets
-from .errors import EdgeError, InternalError, StorageError
-from .forward import forward
-from .generation import generate
-from .retrieval import SESSION_PARAM, retrieve_page
-from .sessions import create_session, end_session
-from .http import Incoming, Outgoing, error_response, json_response
+from .storage import store
+from .routes.auth import SESSION_HEADER, paging_enabled
+from .core.config import signing_secrets
+from .base.errors import EdgeError, InternalError, StorageError
+from .routes.forward import forward
+from .routes.generation import generate
+from .routes.retrieval import SESSION_PARAM, retrieve_page
+from .routes.sessions import create_session, end_session
+from .base.http import Incoming, Outgoing, error_response, json_response
 
 
 async def healthz(req: Incoming, platform) -> Outgoing:

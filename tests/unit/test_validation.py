@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from multillm_edge import validation
-from multillm_edge.errors import EdgeError, PageNotFound, Unauthorized
-from multillm_edge.validation import MAX_DEPTH, check_body, parse_json
+from multillm_edge.core import validation
+from multillm_edge.base.errors import EdgeError, PageNotFound, Unauthorized
+from multillm_edge.core.validation import MAX_DEPTH, check_body, parse_json
 
 
 def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:

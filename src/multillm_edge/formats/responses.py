@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
 from .roles import NONE, PLAIN, by_role
 
+NAME = "responses"
 ITEMS_KEY = "input"
 
 

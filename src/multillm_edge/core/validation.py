@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from .errors import EdgeError, invalid_field
+from ..base.errors import EdgeError, invalid_field
 
 #: Deepest nesting of arrays/objects accepted. Real chat bodies and tool schemas nest
 #: well under 40 levels.

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .errors import EdgeError
+from ..base.errors import EdgeError
 
 # ---------------------------------------------------------------------------
 # Limits

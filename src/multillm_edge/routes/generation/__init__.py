@@ -13,15 +13,16 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from . import annotation, compaction, config, page_writes, paging, store
-from .auth import SESSION_HEADER, RequestContext, key_digest, request_context
-from .errors import EdgeError, SessionNotFound, StorageError
-from .formats import get as format_module
-from .validation import has_duplicate_keys, parse_request, session_id as valid_session_id
-from .http import Incoming, Outgoing
-from .jsonbytes import compact
-from .pages import ROLEPLAY as AUTHORITY, Lifetime, Owner, PageSigner
-from .timing import timed
+from ...core import annotation, compaction, config, paging
+from ...storage import page_writes, store
+from ..auth import SESSION_HEADER, RequestContext, key_digest, request_context
+from ...base.errors import EdgeError, SessionNotFound, StorageError
+from ...formats import get as format_module
+from ...core.validation import has_duplicate_keys, parse_request, session_id as valid_session_id
+from ...base.http import Incoming, Outgoing
+from ...base.jsonbytes import compact
+from ...core.pages import ROLEPLAY as AUTHORITY, Lifetime, Owner, PageSigner
+from ...base.timing import timed
 
 CAPABILITY = "multillm_context_retrieve"
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
