@@ -20,7 +20,6 @@ from ...base.errors import EdgeError, SessionNotFound, StorageError
 from ...formats import get as format_module
 from ...core.validation import has_duplicate_keys, parse_request, session_id as valid_session_id
 from ...base.http import Incoming, Outgoing
-from ...base.jsonbytes import compact
 from ...core.pages import ROLEPLAY as AUTHORITY, Lifetime, Owner, PageSigner
 from ...base.timing import timed
 
@@ -218,7 +217,8 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
 
 def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platform) -> list:
     key = platform.var(provider.api_key_secret)
-    auth = config.provider_auth_headers(fmt, key, req.header("anthropic-version"))
+    version = format_module(fmt).VERSION_HEADER
+    auth = config.provider_auth_headers(fmt, key, req.header(version) if version else None)
     headers = [("content-type", "application/json")]
     headers += [(k, req.header(k)) for k in PASSED_HEADERS
                 if req.header(k) is not None and k not in auth]
@@ -303,11 +303,7 @@ def idle_event(fmt: str, idle: float) -> bytes:
     """The SSE event that ends a stream the provider left silent, in its own shape:
     the OpenAI SDKs raise on a `data: {"error": …}` line, Anthropic's on `event: error`."""
     message = f"The provider sent nothing for {idle:g} seconds; the stream was ended."
-    if fmt == "messages":
-        doc = {"type": "error", "error": {"type": "timeout_error", "message": message}}
-        return b"event: error\ndata: " + compact(doc) + b"\n\n"
-    doc = {"error": {"type": "server_error", "code": "upstream_idle_timeout", "message": message}}
-    return b"data: " + compact(doc) + b"\n\n"
+    return format_module(fmt).idle_event(message)
 
 
 async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
