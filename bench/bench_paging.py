@@ -40,8 +40,9 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 if os.path.isdir(SRC) and SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from multillm_edge import page_writes, paging, validation  # noqa: E402
-from multillm_edge.pages import Lifetime, Owner, PageSigner  # noqa: E402
+from multillm_edge.storage import page_writes  # noqa: E402
+from multillm_edge.core import paging, validation  # noqa: E402
+from multillm_edge.core.pages import Lifetime, Owner, PageSigner  # noqa: E402
 
 SIZES = (100, 500, 1000, 5000)
 # The production signer, fed as generation.py feeds it (a roleplay key's principal is a

@@ -36,7 +36,9 @@ for path in (SRC, HERE):
         sys.path.insert(0, path)
 
 from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER, roleplay_body  # noqa: E402
-from multillm_edge import formats, generation, paging, prepared, validation  # noqa: E402
+from multillm_edge import formats  # noqa: E402
+from multillm_edge.routes import generation  # noqa: E402
+from multillm_edge.core import paging, prepared, validation  # noqa: E402
 
 SIZES = (50, 200, 800)
 REQUIRED = ("depth check", "decode + parse", "group bytes", "page SHA-256", "page ids")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from multillm_edge.jsonbytes import compact_text
-from multillm_edge.store import RETENTIONS, Executor
+from multillm_edge.base.jsonbytes import compact_text
+from multillm_edge.storage.store import RETENTIONS, Executor
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 

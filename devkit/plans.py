@@ -9,10 +9,11 @@ edge's own fields: each marker replaced by its pages' items, the retrieve tool r
 
 from __future__ import annotations
 
-from multillm_edge import formats, paging
-from multillm_edge.config import MAX_PAGE_BYTES
-from multillm_edge.errors import EdgeError
-from multillm_edge.jsonbytes import compact
+from multillm_edge import formats
+from multillm_edge.core import paging
+from multillm_edge.core.config import MAX_PAGE_BYTES
+from multillm_edge.base.errors import EdgeError
+from multillm_edge.base.jsonbytes import compact
 
 
 def marker_ids(text):

@@ -1,6 +1,6 @@
 """`store.Executor` over a sqlite3 connection: the tests' D1, and the admin CLI's local one.
 
-The Worker's SQL (src/multillm_edge/store.py) runs on it unchanged, against the real
+The Worker's SQL (src/multillm_edge/storage/store.py) runs on it unchanged, against the real
 migrations.
 """
 

@@ -3,8 +3,8 @@
 from workers import Request, WorkerEntrypoint
 
 from multillm_edge.app import handle
-from multillm_edge.bindings import WorkersPlatform, incoming, to_response
-from multillm_edge.cleanup import scheduled_cleanup
+from multillm_edge.platform.bindings import WorkersPlatform, incoming, to_response
+from multillm_edge.storage.cleanup import scheduled_cleanup
 
 
 class Default(WorkerEntrypoint):

@@ -10,7 +10,7 @@
     session end    --principal P --session-id S
     model set      provider:model --input-tokens N --max-output-tokens M
 
-Every statement comes from src/multillm_edge/store.py or devkit/admin_sql.py, rendered
+Every statement comes from src/multillm_edge/storage/store.py or devkit/admin_sql.py, rendered
 with `admin_sql.inline`
 and run by `npx wrangler d1 execute INTELLIGENCE_DB --local|--remote --json --command`
 from the repository root. `--local` (the default) applies the migrations first, so a
@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(REPO_ROOT))
 
 from devkit import admin_sql  # noqa: E402
-from multillm_edge import store  # noqa: E402
-from multillm_edge.config import split_model  # noqa: E402
-from multillm_edge.errors import EdgeError  # noqa: E402
+from multillm_edge.storage import store  # noqa: E402
+from multillm_edge.core.config import split_model  # noqa: E402
+from multillm_edge.base.errors import EdgeError  # noqa: E402
 
 DB_BINDING = "INTELLIGENCE_DB"
 KEY_PREFIX = "rpk_"

@@ -7,15 +7,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import batch, store
-from .auth import SESSION_HEADER, paging_enabled
-from .config import signing_secrets
-from .errors import EdgeError, InternalError, StorageError
-from .forward import forward
-from .generation import generate
-from .retrieval import SESSION_PARAM, retrieve_page
-from .sessions import create_session, end_session
-from .http import Incoming, Outgoing, error_response, json_response
+from .storage import store
+from .routes import batch
+from .routes.auth import SESSION_HEADER, paging_enabled
+from .core.config import signing_secrets
+from .base.errors import EDGE_ENVELOPE, EdgeError, Envelope, InternalError, StorageError
+from .formats import messages
+from .formats.registry import FORMATS
+from .routes.forward import forward
+from .routes.generation import generate
+from .routes.retrieval import SESSION_PARAM, retrieve_page
+from .routes.sessions import create_session, end_session
+from .base.http import Incoming, Outgoing, error_response, json_response
 
 
 async def healthz(req: Incoming, platform) -> Outgoing:
@@ -47,7 +50,7 @@ class Route:
     handler: Callable
     when: Callable[[Incoming], bool] = lambda req: True
     constants: dict = field(default_factory=dict)
-    envelope: str = "openai"             # "anthropic": errors in Anthropic's shape
+    envelope: Envelope = EDGE_ENVELOPE   # a generation route's: its wire format's
     regex: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -74,15 +77,14 @@ def _session_param(req: Incoming) -> bool:
 
 ROUTES = (
     Route(("GET", "HEAD"), "/healthz", healthz),
-    Route(("POST",), "/v1/chat/completions", generate, _roleplay, {"fmt": "chat"}),
-    Route(("POST",), "/v1/responses", generate, _roleplay, {"fmt": "responses"}),
-    Route(("POST",), "/v1/messages", generate, _roleplay, {"fmt": "messages"}, "anthropic"),
+    *(Route(("POST",), f.CLIENT_PATH, generate, _roleplay, {"fmt": f.NAME}, f.ERROR_ENVELOPE)
+      for f in FORMATS),
     Route(("POST",), "/v1/roleplay/sessions", create_session),
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
     Route(("POST",), "/v1/files", batch.upload_file),
-    Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope="anthropic"),
+    Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope=messages.ERROR_ENVELOPE),
     Route(("POST",), "/v1/batches", batch.create_batch),
 )
 FORWARD = Route((), "", forward)
@@ -102,19 +104,18 @@ async def handle(req: Incoming, platform) -> Outgoing:
     started = time.monotonic()
     matched = route(req)
     handler = matched.handler
-    anthropic = matched.envelope == "anthropic"
     try:
         out = await handler(req, platform)
     except EdgeError as err:
         req.notes["error"] = err.code
-        out = error_response(err, anthropic=anthropic)
+        out = error_response(err, matched.envelope)
         # A skipped candidate's stored error raised again references the handler's
         # frames, which reference it: without the traceback the request's objects (its
         # body among them) go at once, not at the next cycle collection.
         err.__traceback__ = None
     except Exception as exc:  # noqa: BLE001 — the Worker answers, in the route's envelope
         req.notes.update(error=InternalError.code, exception=type(exc).__name__)
-        out = error_response(InternalError(), anthropic=anthropic)
+        out = error_response(InternalError(), matched.envelope)
         exc.__traceback__ = None
     platform.log({"route": handler.__name__, "method": req.method, "status": out.status,
                   "ms": round((time.monotonic() - started) * 1000, 1), **req.notes})

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from multillm_edge import config
-from multillm_edge.pages import PageSigner
+from multillm_edge.core import config
+from multillm_edge.core.pages import PageSigner
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.runner import Edge

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from multillm_edge.pages import Lifetime, Owner, PageSigner, canonical_bytes, object_key, r2_key, sha256_hex
+from multillm_edge.core.pages import Lifetime, Owner, PageSigner, canonical_bytes, object_key, r2_key, sha256_hex
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.runner import Edge

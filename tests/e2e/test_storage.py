@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from multillm_edge import config
-from multillm_edge.pages import r2_key
+from multillm_edge.core import config
+from multillm_edge.core.pages import r2_key
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.runner import Edge
@@ -170,7 +170,7 @@ def test_old_revision_pages_no_longer_count(edge, provider, player):
 # --- pages stored before shared objects ------------------------------------------------
 
 def test_reused_page_stored_the_old_way_moves_into_a_new_object(edge, provider, player):
-    from multillm_edge.pages import PageSigner
+    from multillm_edge.core.pages import PageSigner
     body = rp.chat_body(30, tag="LG")
     pages, _ = turn(edge, player, body)
     pid = pages[3]["page_id"]

@@ -7,7 +7,7 @@ import pytest
 
 from devkit import batches as b
 from devkit import roleplay as rp
-from multillm_edge import batch
+from multillm_edge.routes import batch
 from tests.handlers.conftest import KEY, SESSION
 from tests.support.inprocess import Answer, LocalEdge
 

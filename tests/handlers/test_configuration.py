@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from multillm_edge import config
+from multillm_edge.core import config
 from tests.handlers.conftest import KEY, MODEL, SESSION
 from devkit import roleplay as rp
 from tests.support.inprocess import LocalEdge

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from multillm_edge import generation
+from multillm_edge.routes import generation
 from tests.handlers.conftest import KEY, MODEL, WINDOW
 from tests.support.inprocess import Answer
 from devkit import roleplay as rp

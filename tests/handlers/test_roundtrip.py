@@ -6,7 +6,7 @@ import json
 
 from tests.handlers.conftest import KEY, SESSION
 from devkit import roleplay as rp
-from multillm_edge import config
+from multillm_edge.core import config
 
 EXPECTED_404 = (b'{"error":{"type":"not_found_error","code":"context_page_not_found",'
                 b'"message":"Context page not found."}}')

@@ -19,8 +19,8 @@ from typing import Callable
 
 from devkit.sqlite import SqliteExecutor, migrated_connection
 from multillm_edge import app
-from multillm_edge.errors import EdgeError, StorageError
-from multillm_edge.http import Incoming
+from multillm_edge.base.errors import EdgeError, StorageError
+from multillm_edge.base.http import Incoming
 
 
 

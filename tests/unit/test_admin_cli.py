@@ -17,8 +17,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import admin  # noqa: E402
 from devkit import admin_sql  # noqa: E402
-from multillm_edge import store  # noqa: E402
-from multillm_edge.pages import PageSigner, r2_key  # noqa: E402
+from multillm_edge.storage import store  # noqa: E402
+from multillm_edge.core.pages import PageSigner, r2_key  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

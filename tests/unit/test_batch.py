@@ -7,8 +7,8 @@ import json
 import pytest
 
 from devkit import batches as b
-from multillm_edge import batch
-from multillm_edge.validation import MAX_DEPTH
+from multillm_edge.routes import batch
+from multillm_edge.core.validation import MAX_DEPTH
 
 CAP = [b.CAPABILITY]
 CT = b.content_type()

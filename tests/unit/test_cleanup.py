@@ -5,7 +5,8 @@ import sqlite3
 from pathlib import Path
 
 from devkit.sqlite import SqliteExecutor
-from multillm_edge import cleanup, config
+from multillm_edge.storage import cleanup
+from multillm_edge.core import config
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 2_000_000_000

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 
 from devkit.plans import body_size, marker_ids
-from multillm_edge import compaction, formats, paging
-from multillm_edge.errors import EdgeError
+from multillm_edge.core import compaction, paging
+from multillm_edge import formats
+from multillm_edge.base.errors import EdgeError
 from test_paging import chat_body, messages_body, responses_body
 from test_paging_properties import SETTINGS, assert_upstream_bytes, build, dumps, scenario, truth_pageable
 
@@ -81,7 +82,7 @@ def test_compaction_property(sc):
 
 
 def test_compact_candidates_prepares_once_and_reports_each_budget():
-    from multillm_edge.compaction import compact_candidates
+    from multillm_edge.core.compaction import compact_candidates
     body = {"model": "p:m", "messages": [
         {"role": "user", "content": "u" * 100}, {"role": "assistant", "content": "a" * 100},
         {"role": "user", "content": "latest"}]}

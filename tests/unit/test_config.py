@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from multillm_edge import config
-from multillm_edge.config import (parse_flag, flag_state, safety_tokens, parse_providers,
+from multillm_edge.core import config
+from multillm_edge.core.config import (parse_flag, flag_state, safety_tokens, parse_providers,
                                   split_model, provider_auth_headers, MAX_MODEL_NAME, signing_secrets)
-from multillm_edge.errors import EdgeError
+from multillm_edge.base.errors import EdgeError
 
 
 @pytest.mark.parametrize("value,expected", [

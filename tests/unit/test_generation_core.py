@@ -6,13 +6,13 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from multillm_edge.config import Provider
-from multillm_edge.errors import EdgeError
+from multillm_edge.core.config import Provider
+from multillm_edge.base.errors import EdgeError
 from multillm_edge.formats import chat
-from multillm_edge.jsonbytes import compact
-from multillm_edge.generation import Turn, annotate, candidates, idle_event, info_headers, page_list_comment
-from multillm_edge.paging import Page
-from multillm_edge.store import ActivePage, GenerationContext, ModelWindow, SessionState
+from multillm_edge.base.jsonbytes import compact
+from multillm_edge.routes.generation import Turn, annotate, candidates, idle_event, info_headers, page_list_comment
+from multillm_edge.core.paging import Page
+from multillm_edge.storage.store import ActivePage, GenerationContext, ModelWindow, SessionState
 
 PROVIDERS = {"p": Provider("p", "http://127.0.0.1:1/v1", ("chat", "messages"), "K")}
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from multillm_edge.config import seconds
-from multillm_edge.http import forwardable
+from multillm_edge.core.config import seconds
+from multillm_edge.base.http import forwardable
 
 
 def test_end_to_end_headers_are_kept_content_length_included():

@@ -2,10 +2,10 @@
 
 import hashlib
 
-from multillm_edge import page_writes
-from multillm_edge.pages import Lifetime, Owner, PageSigner, object_key
-from multillm_edge.paging import Page
-from multillm_edge.store import ActivePage
+from multillm_edge.storage import page_writes
+from multillm_edge.core.pages import Lifetime, Owner, PageSigner, object_key
+from multillm_edge.core.paging import Page
+from multillm_edge.storage.store import ActivePage
 
 SIGN = PageSigner(b"k")
 NOW, TTL, HORIZON = 1_000_000, 3600, 86400

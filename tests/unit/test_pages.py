@@ -5,8 +5,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from multillm_edge import pages
-from multillm_edge.pages import Lifetime, Location, Owner, PageSigner, canonical_bytes, is_well_formed_page_id, r2_key, sha256_hex
+from multillm_edge.core import pages
+from multillm_edge.core.pages import Lifetime, Location, Owner, PageSigner, canonical_bytes, is_well_formed_page_id, r2_key, sha256_hex
 
 SHA = hashlib.sha256(b"x").hexdigest()
 
@@ -274,7 +274,7 @@ def test_valid_locations():
 
 def test_the_signers_page_ids_have_the_length_they_declare():
     """The plan sizes its markers from `page_ids(...).length` before making any page."""
-    from multillm_edge import paging
+    from multillm_edge.core import paging
     ids = PageSigner(b"s" * 32, b"old").page_ids("roleplay", "a3" * 32, "rps_len", 4)
     assert ids.length == pages.PAGE_ID_LENGTH
     for i in range(500):

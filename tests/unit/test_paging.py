@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from multillm_edge.pages import PageSigner, canonical_bytes
+from multillm_edge.core.pages import PageSigner, canonical_bytes
 from devkit.plans import body_size, created_tools, marker_ids, plan_paging, unpage
-from multillm_edge import formats, paging
-from multillm_edge.errors import EdgeError
+from multillm_edge import formats
+from multillm_edge.core import paging
+from multillm_edge.base.errors import EdgeError
 
 
 def pid(sha):

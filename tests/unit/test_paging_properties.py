@@ -13,10 +13,11 @@ import json
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from multillm_edge.pages import canonical_bytes
+from multillm_edge.core.pages import canonical_bytes
 from devkit.plans import body_size, created_tools, plan_paging, unpage
-from multillm_edge import formats, paging
-from multillm_edge.errors import EdgeError
+from multillm_edge import formats
+from multillm_edge.core import paging
+from multillm_edge.base.errors import EdgeError
 
 FMTS = ("chat", "responses", "messages")
 SETTINGS = settings(max_examples=200, deadline=None,

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from multillm_edge import pages
-from multillm_edge.pages import Lifetime, Location, Owner, PageSigner
+from multillm_edge.core import pages
+from multillm_edge.core.pages import Lifetime, Location, Owner, PageSigner
 
 SECRET = b"vector-secret-13"
 OBJ = "context-pages/obj_" + "Q" * 42 + "w"

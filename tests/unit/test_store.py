@@ -9,8 +9,8 @@ import pytest
 
 from devkit import admin_sql
 from devkit.sqlite import SqliteExecutor
-from multillm_edge import store
-from multillm_edge.pages import Lifetime, Owner, PageSigner, r2_key
+from multillm_edge.storage import store
+from multillm_edge.core.pages import Lifetime, Owner, PageSigner, r2_key
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOW = 1000

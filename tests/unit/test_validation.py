@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
-from multillm_edge import validation
-from multillm_edge.errors import EdgeError, PageNotFound, Unauthorized
-from multillm_edge.validation import MAX_DEPTH, check_body, parse_json
+from multillm_edge.core import validation
+from multillm_edge.formats import messages
+from multillm_edge.base.errors import EdgeError, PageNotFound, Unauthorized
+from multillm_edge.core.validation import MAX_DEPTH, check_body, parse_json
 
 
 def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
@@ -192,7 +193,7 @@ def test_fixed_errors_are_classes_and_each_raise_is_a_new_object():
     assert len({id(e) for e in seen}) == 3
     assert all(e.__traceback__.tb_next is None for e in seen)   # no accumulated frames
     assert seen[0].body() == seen[1].body() == PageNotFound().body()
-    assert Unauthorized().status == 401 and json.loads(Unauthorized().body(anthropic=True))["type"] == "error"
+    assert Unauthorized().status == 401 and json.loads(Unauthorized().body(messages.ERROR_ENVELOPE))["type"] == "error"
 
 
 def test_no_module_level_exception_instance_is_left_in_src():

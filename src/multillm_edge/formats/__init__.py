@@ -1,7 +1,7 @@
 """Wire formats: grouping into exchanges, completeness, marker, tool schema, max tokens.
 
 Each format module (``chat``, ``responses``, ``messages``) exposes the same small
-interface, used by :mod:`multillm_edge.paging` and :mod:`multillm_edge.compaction`:
+interface, used by :mod:`multillm_edge.core.paging` and :mod:`multillm_edge.core.compaction`:
 
 ``ITEMS_KEY``                 top-level key holding the pageable history
 ``classify(item)``            ``(kind, calls, results)``: kind is USER (a genuine user
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import EdgeError
+from ..base.errors import EdgeError
 
 USER = 1
 SYSTEM = 2
@@ -169,9 +169,7 @@ def int_field(body: dict, *names):
 
 
 def get(fmt: str):
-    from . import chat, messages, responses
-    mods = {"chat": chat, "responses": responses, "messages": messages}
-    try:
-        return mods[fmt]
-    except KeyError:
-        raise ValueError(f"unknown wire format {fmt!r}") from None
+    """The module of wire format ``fmt`` (formats/registry.py; imported here lazily: the
+    format modules import this package)."""
+    from .registry import get as _get
+    return _get(fmt)

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
 from .roles import NONE, PLAIN, by_role
+from ..base.errors import invalid_field
+from .fields import STR, STR_LIST_NULL, content, expect, history_items, objects, optional
+from .openai import ERROR_ENVELOPE, VERSION_HEADER, auth_headers, idle_event  # noqa: F401
 
+NAME = "chat"
+CLIENT_PATH = "/v1/chat/completions"   # the edge's route
+UPSTREAM_PATH = "/chat/completions"     # after a provider's base_url
+MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")   # checked in this order
 ITEMS_KEY = "messages"
 
 
@@ -64,3 +71,28 @@ def add_tool(body: dict) -> bool:
 
 def output_reservation(body: dict):
     return int_field(body, "max_completion_tokens", "max_tokens")
+
+
+# --- the request boundary (docs/design.md §5.1) ----------------------------------
+
+def _check_message(m: dict, where: str) -> None:
+    expect(m.get("role"), STR, f"{where}.role")
+    content(m, where, STR_LIST_NULL)
+    calls = m.get("tool_calls")
+    if calls is not None:
+        for j, call in enumerate(objects(calls, f"{where}.tool_calls")):
+            expect(call.get("id"), STR, f"{where}.tool_calls[{j}].id")
+    if m.get("role") == "tool" or "tool_call_id" in m:
+        expect(m.get("tool_call_id"), STR, f"{where}.tool_call_id")
+    fc = m.get("function_call")
+    if fc is not None:
+        if type(fc) is not dict:
+            raise invalid_field(f"{where}.function_call", "must be an object")
+        expect(fc.get("name"), STR, f"{where}.function_call.name")
+    if m.get("role") == "function" or "name" in m:
+        expect(m.get("name"), STR, f"{where}.name")
+
+
+def check(body: dict) -> None:
+    history_items(body, ITEMS_KEY, _check_message, required=True, allow_string=False)
+    optional(body, "functions", (list, type(None)))

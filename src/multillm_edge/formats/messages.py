@@ -17,7 +17,29 @@ from __future__ import annotations
 
 from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
 from .roles import NONE, PLAIN, by_role
+from ..base.errors import Envelope
+from ..base.jsonbytes import compact
+from .fields import STR, STR_LIST, content, expect, history_items, objects
 
+NAME = "messages"
+CLIENT_PATH = "/v1/messages"
+UPSTREAM_PATH = "/messages"
+MAX_TOKEN_FIELDS = ("max_tokens",)
+#: The client's API version header, passed upstream (else DEFAULT_VERSION).
+VERSION_HEADER = "anthropic-version"
+DEFAULT_VERSION = "2023-06-01"
+#: Anthropic's error shape: `{"type": "error", "error": {...}}` and its own type names.
+ERROR_ENVELOPE = Envelope({
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+}, tagged=True)
 ITEMS_KEY = "messages"
 
 
@@ -54,3 +76,40 @@ def add_tool(body: dict) -> bool:
 
 def output_reservation(body: dict):
     return int_field(body, "max_tokens")
+
+
+def auth_headers(key: str, version) -> dict:
+    """x-api-key + anthropic-version (the client's value passed through, else DEFAULT_VERSION)."""
+    version = version if (isinstance(version, str) and version
+                          and not any(c in version for c in "\r\n\x00")) \
+        else DEFAULT_VERSION
+    return {"x-api-key": key, "anthropic-version": version}
+
+
+def idle_event(message: str) -> bytes:
+    """Anthropic's SDK raises on an `event: error`."""
+    doc = {"type": "error", "error": {"type": "timeout_error", "message": message}}
+    return b"event: error\ndata: " + compact(doc) + b"\n\n"
+
+
+# --- the request boundary (docs/design.md §5.1) ----------------------------------
+
+def _check_message(m: dict, where: str) -> None:
+    expect(m.get("role"), STR, f"{where}.role")
+    content(m, where, STR_LIST)
+    c = m.get("content")
+    if type(c) is list:
+        for j, block in enumerate(c):
+            kind = block.get("type")
+            if kind == "tool_use":
+                expect(block.get("id"), STR, f"{where}.content[{j}].id")
+            elif kind == "tool_result":
+                expect(block.get("tool_use_id"), STR, f"{where}.content[{j}].tool_use_id")
+
+
+def check(body: dict) -> None:
+    history_items(body, ITEMS_KEY, _check_message, required=True, allow_string=False)
+    if "system" in body:
+        expect(body["system"], STR_LIST, "system")
+        if type(body["system"]) is list:
+            objects(body["system"], "system")

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
 from .roles import NONE, PLAIN, by_role
+from .fields import STR, STR_LIST_NULL, content, expect, history_items, optional
+from .openai import ERROR_ENVELOPE, VERSION_HEADER, auth_headers, idle_event  # noqa: F401
 
+NAME = "responses"
+CLIENT_PATH = "/v1/responses"
+UPSTREAM_PATH = "/responses"
+MAX_TOKEN_FIELDS = ("max_output_tokens",)
 ITEMS_KEY = "input"
 
 
@@ -49,3 +55,22 @@ def add_tool(body: dict) -> bool:
 
 def output_reservation(body: dict):
     return int_field(body, "max_output_tokens")
+
+
+# --- the request boundary (docs/design.md §5.1) ----------------------------------
+
+def _check_item(it: dict, where: str) -> None:
+    t = it.get("type")
+    if t is not None:
+        expect(t, STR, f"{where}.type")
+    if t is None or t == "message":
+        expect(it.get("role"), STR, f"{where}.role")
+        content(it, where, STR_LIST_NULL)
+    for key in ("call_id", "approval_request_id"):
+        optional(it, key, STR, where)
+    if t == "mcp_approval_request":
+        expect(it.get("id"), STR, f"{where}.id")
+
+
+def check(body: dict) -> None:
+    history_items(body, ITEMS_KEY, _check_item, required=False, allow_string=True)

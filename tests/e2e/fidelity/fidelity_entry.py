@@ -1,6 +1,6 @@
 """A test-only Worker that drives the platform layer against the runner's real bindings.
 
-It imports the production adapters (`multillm_edge.bindings`) so what passes here is
+It imports the production adapters (`multillm_edge.platform.bindings`) so what passes here is
 what the edge itself does with D1 and R2.
 """
 
@@ -9,8 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from workers import Request, Response, WorkerEntrypoint
 
-from multillm_edge.bindings import WorkersPlatform
-from multillm_edge.errors import StorageError
+from multillm_edge.platform.bindings import WorkersPlatform
+from multillm_edge.base.errors import StorageError
 
 
 def _json(doc, status=200):

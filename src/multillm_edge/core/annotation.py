@@ -10,8 +10,8 @@ The output is byte-identical to encoding the doc with the keys appended (tested)
 
 from __future__ import annotations
 
-from .errors import EdgeError
-from .jsonbytes import compact_text
+from ..base.errors import EdgeError
+from ..base.jsonbytes import compact_text
 from .validation import parse_json
 
 ADDED_KEYS = ("context_pages", "context_compaction")

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import math
-from .errors import EdgeError, invalid_field
+
+from .. import formats
+from ..base.errors import EdgeError, invalid_field
+from ..formats.fields import optional
 
 #: Deepest nesting of arrays/objects accepted. Real chat bodies and tool schemas nest
 #: well under 40 levels.
@@ -126,134 +129,8 @@ def has_duplicate_keys(raw: bytes) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Fields the edge reads, per wire format
+# Fields the edge reads: the format's own (formats/), then the shared ones
 # ---------------------------------------------------------------------------
-
-_STR = (str,)
-_PLAIN_ROLES = frozenset({"user", "assistant", "system", "developer"})
-_STR_LIST_NULL = (str, list, type(None))
-_STR_LIST = (str, list)
-_TYPE_NAMES = {str: "a string", list: "an array", dict: "an object", type(None): "null"}
-
-
-def _expect(value, types, param: str) -> None:
-    if type(value) not in types:
-        raise invalid_field(param, "must be " + " or ".join(_TYPE_NAMES[t] for t in types))
-
-
-def _optional(obj: dict, key: str, types, where: str = "") -> None:
-    if key in obj:
-        _expect(obj[key], types, f"{where}.{key}" if where else key)
-
-
-def _objects(value, param: str) -> list:
-    """``value`` must be an array of objects."""
-    if type(value) is not list:
-        raise invalid_field(param, "must be an array of objects")
-    for i, item in enumerate(value):
-        if type(item) is not dict:
-            raise invalid_field(f"{param}[{i}]", "must be an object")
-    return value
-
-
-def _content(msg: dict, where: str, types) -> None:
-    """`content`: a string or an array of typed objects (null where the format allows)."""
-    if "content" not in msg:
-        return
-    c = msg["content"]
-    _expect(c, types, f"{where}.content")
-    if type(c) is list:
-        for j, block in enumerate(_objects(c, f"{where}.content")):
-            _optional(block, "type", _STR, f"{where}.content[{j}]")
-
-
-def _chat_message(m: dict, where: str) -> None:
-    _expect(m.get("role"), _STR, f"{where}.role")
-    _content(m, where, _STR_LIST_NULL)
-    calls = m.get("tool_calls")
-    if calls is not None:
-        for j, call in enumerate(_objects(calls, f"{where}.tool_calls")):
-            _expect(call.get("id"), _STR, f"{where}.tool_calls[{j}].id")
-    if m.get("role") == "tool" or "tool_call_id" in m:
-        _expect(m.get("tool_call_id"), _STR, f"{where}.tool_call_id")
-    fc = m.get("function_call")
-    if fc is not None:
-        if type(fc) is not dict:
-            raise invalid_field(f"{where}.function_call", "must be an object")
-        _expect(fc.get("name"), _STR, f"{where}.function_call.name")
-    if m.get("role") == "function" or "name" in m:
-        _expect(m.get("name"), _STR, f"{where}.name")
-
-
-def _responses_item(it: dict, where: str) -> None:
-    t = it.get("type")
-    if t is not None:
-        _expect(t, _STR, f"{where}.type")
-    if t is None or t == "message":
-        _expect(it.get("role"), _STR, f"{where}.role")
-        _content(it, where, _STR_LIST_NULL)
-    for key in ("call_id", "approval_request_id"):
-        _optional(it, key, _STR, where)
-    if t == "mcp_approval_request":
-        _expect(it.get("id"), _STR, f"{where}.id")
-
-
-def _messages_message(m: dict, where: str) -> None:
-    _expect(m.get("role"), _STR, f"{where}.role")
-    _content(m, where, _STR_LIST)
-    c = m.get("content")
-    if type(c) is list:
-        for j, block in enumerate(c):
-            kind = block.get("type")
-            if kind == "tool_use":
-                _expect(block.get("id"), _STR, f"{where}.content[{j}].id")
-            elif kind == "tool_result":
-                _expect(block.get("tool_use_id"), _STR, f"{where}.content[{j}].tool_use_id")
-
-
-def _history(body: dict, key: str, check_item, required: bool, allow_string: bool) -> None:
-    if key not in body:
-        if required:
-            raise invalid_field(key, "is required")
-        return
-    value = body[key]
-    if allow_string and type(value) is str:
-        return
-    if type(value) is not list:
-        raise invalid_field(key, "must be " + ("a string or " if allow_string else "")
-                            + "an array of objects")
-    for i, item in enumerate(value):
-        if type(item) is not dict:
-            raise invalid_field(f"{key}[{i}]", "must be an object")
-        # The common message, {"role": "user", "content": "text"}, has nothing else to check.
-        role = item.get("role")
-        if len(item) == 2 and type(role) is str and role in _PLAIN_ROLES \
-                and type(item.get("content")) is str:
-            continue
-        check_item(item, f"{key}[{i}]")
-
-
-def _chat(body: dict) -> None:
-    _history(body, "messages", _chat_message, required=True, allow_string=False)
-    _optional(body, "functions", (list, type(None)))
-
-
-def _responses(body: dict) -> None:
-    _history(body, "input", _responses_item, required=False, allow_string=True)
-
-
-def _messages(body: dict) -> None:
-    _history(body, "messages", _messages_message, required=True, allow_string=False)
-    if "system" in body:
-        _expect(body["system"], _STR_LIST, "system")
-        if type(body["system"]) is list:
-            _objects(body["system"], "system")
-
-
-_FORMAT_CHECKS = {"chat": _chat, "responses": _responses, "messages": _messages}
-_MAX_TOKEN_FIELDS = {"chat": ("max_tokens", "max_completion_tokens"),
-                     "responses": ("max_output_tokens",), "messages": ("max_tokens",)}
-
 
 def _positive_int(body: dict, key: str) -> None:
     v = body.get(key)
@@ -275,12 +152,13 @@ def check_body(fmt: str, body) -> dict:
     """The fields the edge reads, type-checked for wire format ``fmt``."""
     if type(body) is not dict:
         raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
-    _FORMAT_CHECKS[fmt](body)
-    for key in _MAX_TOKEN_FIELDS[fmt]:
+    mod = formats.get(fmt)
+    mod.check(body)
+    for key in mod.MAX_TOKEN_FIELDS:
         _positive_int(body, key)
     _strings(body, "models", MAX_MODELS)
     _strings(body, "capabilities")
-    _optional(body, "tools", (list, type(None)))
+    optional(body, "tools", (list, type(None)))
     return body
 
 

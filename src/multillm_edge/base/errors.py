@@ -1,16 +1,18 @@
 """One error tree for the edge and its JSON mapping (docs/design.md §8).
 
 Every failure the edge answers itself is an `EdgeError`; handlers raise it and the
-app turns it into `{"error": {"type", "code", "message", ...}}` (Anthropic-shaped on
-/v1/messages). Extra figures (budgets, sizes) go in `details` and are merged into the
+app turns it into `{"error": {"type", "code", "message", ...}}`, or the envelope its
+route's wire format declares (formats/). Extra figures (budgets, sizes) go in `details` and are merged into the
 error object: they are numbers, never content.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .jsonbytes import compact
 
-# HTTP status -> error type (OpenAI-style names; Anthropic names differ, see below).
+# HTTP status -> error type (OpenAI-style names: the edge's own routes).
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -22,17 +24,17 @@ _OPENAI_TYPES = {
     502: "server_error",
     503: "service_unavailable",
 }
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    500: "api_error",
-    502: "api_error",
-    503: "overloaded_error",
-}
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """How an error body is shaped: the HTTP status -> `type` map, and whether the error
+    object is wrapped as `{"type": "error", "error": …}` rather than `{"error": …}`."""
+    types: dict
+    tagged: bool = False
+
+
+EDGE_ENVELOPE = Envelope(_OPENAI_TYPES)    # the edge's own routes (a format may declare another)
 
 
 class EdgeError(Exception):
@@ -59,12 +61,11 @@ class EdgeError(Exception):
         super().__init__(self.message)
         self.details = details
 
-    def body(self, anthropic: bool = False) -> bytes:
-        types = _ANTHROPIC_TYPES if anthropic else _OPENAI_TYPES
-        err = {"type": types.get(self.status, "api_error"), "code": self.code,
+    def body(self, envelope: Envelope = EDGE_ENVELOPE) -> bytes:
+        err = {"type": envelope.types.get(self.status, "api_error"), "code": self.code,
                "message": self.message}
         err.update(self.details)
-        doc = {"type": "error", "error": err} if anthropic else {"error": err}
+        doc = {"type": "error", "error": err} if envelope.tagged else {"error": err}
         return compact(doc, ascii=True)
 
 

@@ -15,7 +15,7 @@ see ``generation.consumed_fields``). Kept fields count towards the size.
 
 from __future__ import annotations
 
-from .errors import EdgeError
+from ..base.errors import EdgeError
 from .paging import Plan, per_budget, unpaged
 from .prepared import Prepared
 

@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .errors import EdgeError
+from .. import formats as _formats
+from ..base.errors import EdgeError
+from ..formats.registry import NAMES
 
 # ---------------------------------------------------------------------------
 # Limits
@@ -56,10 +58,6 @@ DEFAULT_SAFETY_TOKENS = 256
 MAX_SAFETY_TOKENS = 1_000_000
 
 FLAG_NAME = "CONTEXT_PAGING_ENABLED"
-FORMATS = ("chat", "responses", "messages")
-#: Path appended to a provider's base_url per wire format (base_url includes "/v1").
-FORMAT_PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
-DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 
 # ---------------------------------------------------------------------------
 # CONTEXT_PAGING_ENABLED
@@ -181,7 +179,7 @@ _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 class Provider:
     name: str
     base_url: str              # e.g. "https://api.openai.com/v1" (no trailing slash)
-    formats: tuple[str, ...]   # subset of FORMATS
+    formats: tuple[str, ...]   # subset of the registry's NAMES
     api_key_secret: str        # name of the env secret holding the API key
     # "qualified" (default): `model` goes upstream exactly as the client wrote it
     # ("provider:model", docs/design.md §5.4). "bare": the provider's own id after "provider:",
@@ -195,7 +193,8 @@ class Provider:
         return fmt in self.formats
 
     def endpoint(self, fmt: str) -> str:
-        return self.base_url + FORMAT_PATHS[fmt]
+        # base_url includes "/v1"; the format names the rest
+        return self.base_url + _formats.get(fmt).UPSTREAM_PATH
 
 
 def _misconfigured(message: str) -> EdgeError:
@@ -232,8 +231,8 @@ def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
             raise _misconfigured(f"{where}.base_url must be an http(s) URL without query or fragment.")
         formats = spec.get("formats")
         if (not isinstance(formats, list) or not formats
-                or any(f not in FORMATS for f in formats) or len(set(formats)) != len(formats)):
-            raise _misconfigured(f"{where}.formats must be a non-empty list of {', '.join(FORMATS)}.")
+                or any(f not in NAMES for f in formats) or len(set(formats)) != len(formats)):
+            raise _misconfigured(f"{where}.formats must be a non-empty list of {', '.join(NAMES)}.")
         secret = spec.get("api_key_secret")
         if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
             raise _misconfigured(f"{where}.api_key_secret must name an environment secret.")
@@ -260,20 +259,12 @@ def split_model(value) -> tuple[str, str]:
     return provider, model
 
 
-def provider_auth_headers(fmt: str, key: str,
-                          anthropic_version: Optional[str] = None) -> dict[str, str]:
-    """Upstream auth headers. "messages": x-api-key + anthropic-version (the client's
-    value passed through, else DEFAULT_ANTHROPIC_VERSION); others: Bearer."""
+def provider_auth_headers(fmt: str, key: str, version: Optional[str] = None) -> dict[str, str]:
+    """Upstream auth headers, as wire format ``fmt`` declares them; ``version`` is the
+    client's value of the format's VERSION_HEADER, if it has one."""
     if not isinstance(key, str) or not key or any(c in key for c in "\r\n\x00"):
         raise EdgeError(503, "provider_key_missing", "Provider API key is missing or invalid.")
-    if fmt == "messages":
-        version = anthropic_version if (isinstance(anthropic_version, str) and anthropic_version
-                                        and not any(c in anthropic_version for c in "\r\n\x00")) \
-            else DEFAULT_ANTHROPIC_VERSION
-        return {"x-api-key": key, "anthropic-version": version}
-    if fmt in ("chat", "responses"):
-        return {"Authorization": f"Bearer {key}"}
-    raise ValueError("unknown wire format")
+    return _formats.get(fmt).auth_headers(key, version)
 
 
 # ---------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
-from .jsonbytes import compact_text
-from .pages import ROLEPLAY
+from ..base.jsonbytes import compact_text
+from ..core.pages import ROLEPLAY
 
 TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
 RETENTIONS = ("standard", "zero")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .pages import Lifetime, Location, Owner, PageSigner, pack
+from ..core.pages import Lifetime, Location, Owner, PageSigner, pack
 from .store import ActivePage
 
 

@@ -14,9 +14,9 @@ import js
 from pyodide.ffi import JsException, create_proxy, to_js
 from workers import Request, Response
 
-from .errors import EdgeError, StorageError
-from .http import Incoming, Outgoing
-from .jsonbytes import compact_text
+from ..base.errors import EdgeError, StorageError
+from ..base.http import Incoming, Outgoing
+from ..base.jsonbytes import compact_text
 
 
 def _js_bytes(data: bytes):

@@ -47,13 +47,13 @@ import base64
 import json
 from functools import partial
 
-from . import store
+from ..storage import store
 from .auth import key_digest, request_context
-from .errors import EdgeError, PageNotFound, StorageError
-from .http import Incoming, Outgoing
-from .jsonbytes import compact
-from .timing import timed
-from .pages import ROLEPLAY as AUTHORITY, PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
+from ..base.errors import EdgeError, PageNotFound, StorageError
+from ..base.http import Incoming, Outgoing
+from ..base.jsonbytes import compact
+from ..base.timing import timed
+from ..core.pages import ROLEPLAY as AUTHORITY, PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
 
 SESSION_PARAM = "roleplay_session_id"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import secrets
 
-from . import store
+from ..storage import store
 from .auth import check_principal, database, key_digest
-from .errors import EdgeError, SessionNotFound, StorageError
-from .http import Incoming, Outgoing, json_response
+from ..base.errors import EdgeError, SessionNotFound, StorageError
+from ..base.http import Incoming, Outgoing, json_response
 
 
 async def _principal(digest: str, db) -> str:

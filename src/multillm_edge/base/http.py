@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .errors import EdgeError
+from .errors import EDGE_ENVELOPE, EdgeError, Envelope
 from .jsonbytes import compact
 
 # RFC 9110 §7.6.1 connection-specific headers (plus every proxy-* one): never forwarded.
@@ -59,10 +59,10 @@ def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None =
     return Outgoing(status, [("content-type", "application/json")] + (headers or []), body)
 
 
-def error_response(err: EdgeError, anthropic: bool = False) -> Outgoing:
+def error_response(err: EdgeError, envelope: Envelope = EDGE_ENVELOPE) -> Outgoing:
     # Errors are about this caller and this moment: never cached by anything between.
     return Outgoing(err.status, [("content-type", "application/json"), ("cache-control", "no-store")],
-                    err.body(anthropic))
+                    err.body(envelope))
 
 
 def forwardable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

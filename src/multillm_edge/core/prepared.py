@@ -18,8 +18,8 @@ from functools import cached_property
 from hashlib import sha256 as _sha256
 from typing import NamedTuple
 
-from . import formats as _formats
-from .errors import EdgeError, invalid_field
+from .. import formats as _formats
+from ..base.errors import EdgeError, invalid_field
 
 #: Request fields the edge reads itself and providers reject.
 EDGE_FIELDS = ("capabilities", "context_protected_indices")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from . import config, store
+from ..core import config
+from . import store
 
 
 async def scheduled_cleanup(platform) -> dict:

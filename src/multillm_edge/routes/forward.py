@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .errors import EdgeError
-from .http import Incoming, Outgoing, forwardable
+from ..base.errors import EdgeError
+from ..base.http import Incoming, Outgoing, forwardable
 
 
 def origin_url(origin: str, req: Incoming) -> str:

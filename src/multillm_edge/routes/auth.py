@@ -7,10 +7,11 @@ import hashlib
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from . import config, store
-from .errors import ChatNotGranted, EdgeError, PageNotFound, Unauthorized
-from .http import Incoming
-from .pages import PageSigner
+from ..core import config
+from ..storage import store
+from ..base.errors import ChatNotGranted, EdgeError, PageNotFound, Unauthorized
+from ..base.http import Incoming
+from ..core.pages import PageSigner
 
 SESSION_HEADER = "x-roleplay-session-id"
 

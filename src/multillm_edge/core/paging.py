@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Callable
 
-from . import formats as _formats
+from .. import formats as _formats
 from .config import MAX_PAGE_BYTES
-from .errors import EdgeError
-from .jsonbytes import compact, compact_with_list
+from ..base.errors import EdgeError
+from ..base.jsonbytes import compact, compact_with_list
 from .prepared import (EDGE_FIELDS, EncodedHistory, Page, Prepared, _blen, _dumps,  # noqa: F401
                        strip_edge_fields)
 

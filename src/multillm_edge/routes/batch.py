@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 
 from .auth import SESSION_HEADER, paging_enabled
-from .errors import EdgeError
+from ..base.errors import EdgeError
 from .forward import forward
-from .http import Incoming, Outgoing
-from .validation import parse_json
+from ..base.http import Incoming, Outgoing
+from ..core.validation import parse_json
 
 CAPABILITY = "multillm_context_retrieve"
 #: The origin's limits for a batch input file (docs/design.md §7.1).

@@ -1,0 +1,1 @@
+"""The runtime shell: the only package importing `js` / `pyodide` / `workers`."""

@@ -1,0 +1,1 @@
+"""The handlers the routing table (app.ROUTES) names: `(Incoming, platform) -> Outgoing`."""

@@ -1,0 +1,115 @@
+"""Step 3: try the candidates in order, storing each one's pages first (docs/design.md §5.8)."""
+
+from __future__ import annotations
+
+import time
+
+from ...base.errors import EdgeError
+from ...base.http import Incoming
+from ...base.timing import timed
+from ...core import config
+from ...core.validation import has_duplicate_keys
+from ...formats import get as format_module
+from .planning import Candidate
+from .scope import Scope, Turn, error, spent
+from .storing import store_pages
+
+
+RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+# Client headers a provider may need; everything else (the roleplay key above all) stays here.
+
+PASSED_HEADERS = ("accept", "anthropic-version", "anthropic-beta", "openai-beta")
+
+
+def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platform) -> list:
+    key = platform.var(provider.api_key_secret)
+    version = format_module(fmt).VERSION_HEADER
+    auth = config.provider_auth_headers(fmt, key, req.header(version) if version else None)
+    headers = [("content-type", "application/json")]
+    headers += [(k, req.header(k)) for k in PASSED_HEADERS
+                if req.header(k) is not None and k not in auth]
+    return headers + list(auth.items())
+
+
+def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
+    """The bytes sent for candidate `c`: the request as received when its plan is the
+    received body itself (planning returns a new object whenever it removes a field,
+    drops or pages an exchange); otherwise the plan's body, naming the candidate's model
+    as its provider wants it."""
+    out = c.plan.body
+    model = c.provider.upstream_model(c.model)
+    # With a repeated key, providers disagree on which value wins: send the edge's
+    # serialization of the value it validated instead of the raw bytes.
+    if c.plan.as_received and out.get("model") == model and not _repeats_a_key(raw, turn):
+        return raw
+    return c.plan.encoded(model)
+
+
+def _repeats_a_key(raw: bytes, turn: Turn) -> bool:
+    """`has_duplicate_keys(raw)`, parsed at most once per request (fallbacks ask again)."""
+    if turn.repeats_a_key is None:
+        turn.repeats_a_key = has_duplicate_keys(raw)
+    return turn.repeats_a_key
+
+
+async def attempt(scope: Scope, c: Candidate, index: int, headers: list, payload: bytes,
+                  turn: Turn):
+    """One provider call, recorded in `turn.attempts` → its answer, or None if it gave none
+    (network error, or no response headers within UPSTREAM_TIMEOUT_SECONDS)."""
+    started, status = time.monotonic(), "client_closed"
+    try:
+        answer = await scope.rc.platform.fetch(c.provider.endpoint(scope.fmt), "POST", headers,
+                                               payload, timeout=scope.timeout)
+        status = answer.status
+        return answer
+    except TimeoutError:
+        status = "timeout"
+        return None
+    except OSError:
+        status = "network_error"
+        return None
+    finally:
+        turn.attempts.append({"model_index": index, "status": status,
+                              "ms": round((time.monotonic() - started) * 1000, 1)})
+
+
+def no_answer(turn: Turn, cands: list) -> EdgeError:
+    if not turn.attempts:                       # every candidate was skipped
+        return next(c.skipped for c in cands if c.skipped)
+    if any(a["status"] == "timeout" for a in turn.attempts):
+        return error("upstream_timeout", "No provider answered in time.", 504)
+    return error("upstream_unreachable", "No provider could be reached.", 502)
+
+
+async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn):
+    """Try each candidate in order, storing its pages first → (upstream, candidate).
+    A retryable answer is relayed if no later candidate gives a better one; a candidate
+    whose provider is misconfigured is skipped like one that cannot fit."""
+    req, platform = scope.req, scope.rc.platform
+    stored: set = set()
+    upstream = chosen = None
+    for index, c in enumerate(cands):
+        if c.skipped:
+            continue
+        try:  # its provider key first: a misconfigured provider stores nothing
+            headers = upstream_headers(req, scope.fmt, c.provider, platform)
+        except EdgeError as err:
+            c.skipped = err.with_traceback(None)    # no frames (and no `cands`) kept
+            continue
+        if scope.paging:
+            with timed(turn.timings, "store_ms"):
+                await store_pages(scope, c.plan.pages, turn, stored)
+        t = time.perf_counter()
+        payload = dispatch_body(c, body, raw, turn)
+        spent(turn, "encode", t)
+        answer = await attempt(scope, c, index, headers, payload, turn)
+        if answer is None:
+            continue
+        if upstream is not None:
+            await upstream.discard()
+        upstream, chosen = answer, c
+        if answer.status not in RETRY_STATUSES:
+            break
+    if upstream is None:
+        raise no_answer(turn, cands)
+    return upstream, chosen

@@ -1,0 +1,79 @@
+"""Step 1: the candidates (one per model, with its budget) and their plans (docs/design.md §5.4–5.7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...base.errors import EdgeError
+from ...core import compaction, config, paging
+from ...core.pages import ROLEPLAY as AUTHORITY
+from ...storage import store
+from .scope import Scope, error
+
+
+CAPABILITY = "multillm_context_retrieve"
+
+
+@dataclass
+class Candidate:
+    model: str                      # provider:model, as the client named it
+    provider: config.Provider
+    window: store.ModelWindow
+    budget: int
+    plan: paging.Plan | None = None         # what it sends (paged or compacted alike)
+    skipped: EdgeError | None = None        # why it was never sent
+
+
+def requested_models(body: dict) -> list[str]:
+    """`model` then the explicit fallbacks of `models` (validated strings), each once."""
+    models = [body.get("model")] + (body.get("models") or [])
+    for m in models:
+        config.split_model(m)
+    return list(dict.fromkeys(models))
+
+
+def wants_paging(body: dict) -> bool:
+    return CAPABILITY in (body.get("capabilities") or ())
+
+
+def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationContext,
+               providers: dict, safety: int) -> list[Candidate]:
+    """One candidate per model. A model no configured provider serves in this format is
+    kept as skipped (a later one may serve), and is the error only when all are."""
+    reserve = paging.output_reservation(fmt, body)
+    out = []
+    for name in models:
+        window = ctx.models.get(name)
+        if window is None:
+            raise error("unknown_model", f"Unknown model: {name}.")
+        provider = providers.get(config.split_model(name)[0])
+        reservation = reserve if reserve is not None else window.max_output_tokens
+        c = Candidate(name, provider, window, window.input_tokens - reservation - safety)
+        if provider is None or not provider.serves(fmt):
+            c.skipped = error("unknown_model", f"No provider serves {name} in this format.")
+        out.append(c)
+    if all(c.skipped for c in out):
+        raise out[0].skipped
+    return out
+
+
+def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
+    """Fill each candidate's plan (paged, or the existing behaviour: as received or
+    compacted); a candidate that cannot fit is skipped with its 413."""
+    live = [c for c in cands if not c.skipped]
+    budgets = [c.budget for c in live]
+    if scope.paging:
+        # One id function per request: its fixed fields are encoded once, not per page.
+        ctx = scope.rc.caller
+        page_id_for = scope.sign.page_ids(AUTHORITY, ctx.principal, scope.rc.session_id,
+                                          ctx.policy.revision)
+        results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip)
+    else:
+        results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip)
+    for c, result in zip(live, results):
+        if isinstance(result, EdgeError):
+            c.skipped = result
+        else:
+            c.plan = result
+    if all(c.skipped for c in cands):
+        raise cands[0].skipped

@@ -1,0 +1,96 @@
+"""Step 2: store a candidate's pages before it is dispatched (docs/design.md §5.9)."""
+
+from __future__ import annotations
+
+import time
+
+from ...base.errors import EdgeError, StorageError
+from ...core import config
+from ...core.pages import ROLEPLAY as AUTHORITY, Lifetime, Owner
+from ...storage import page_writes, store
+from .scope import Scope, Turn, count, error, spent
+
+
+def session_limit() -> EdgeError:
+    return EdgeError(413, "context_session_limit_exceeded",
+                     "The context window was exceeded and this session's stored context "
+                     "pages would exceed their allowance.",
+                     allowance_bytes=config.SESSION_ALLOWANCE_BYTES)
+
+
+def storage_failed() -> EdgeError:
+    return error("storage_failed", "Context pages could not be stored.", 503)
+
+
+async def discard_object(bucket, key: str, turn: Turn) -> None:
+    """Delete an object no row points to. Best effort: a failure is counted in the log
+    line (never the key) and the bucket's lifecycle rule removes the object later."""
+    try:
+        await bucket.delete(key)
+        count(turn, "r2_objects_deleted")
+    except StorageError:
+        count(turn, "r2_delete_failed")
+
+
+async def store_pages(scope: Scope, pages, turn: Turn, stored: set) -> None:
+    """Store what this candidate's pages need (page_writes): nothing when nothing is
+    new or due. `stored` collects the ids of the pages whose bodies this request wrote."""
+    if not pages:
+        return
+    platform, ctx = scope.rc.platform, scope.rc.caller
+    bucket = scope.rc.page_bodies()
+    now = platform.now()
+    horizon = config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS"))
+    t = time.perf_counter()
+    # an earlier candidate's rows first; a plain dict (ChainMap lookups run in Python)
+    known = {**ctx.active_pages, **turn.rows} if turn.rows else ctx.active_pages
+    w = page_writes.classify(pages, known, now, config.PAGE_TTL_SECONDS, horizon)
+    # The D1 upsert enforces the allowance atomically; checking the figures read with the
+    # context first avoids writing an object that could never get a row.
+    if ctx.active_bytes + turn.new_bytes + w.new_bytes > config.SESSION_ALLOWANCE_BYTES \
+            or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
+        raise session_limit()
+    turn.rows.update(w.reused)
+    spent(turn, "sign", t)
+    if not w.empty:
+        await write_pages(scope, bucket, w, turn, (now, horizon), known)
+    stored.update(p.page_id for p in w.bodies)
+
+
+async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, clock: tuple,
+                      known) -> None:
+    """ONE R2 put of the bodies to write, then ONE D1 upsert of the new and due rows.
+    Refused or failed after the put: the object is deleted (no orphan) unless rows
+    already point into it (the same pages rewritten: same content, same key).
+    `clock` is (now, rewrite horizon)."""
+    ctx, session_id, (now, horizon) = scope.rc.caller, scope.rc.session_id, clock
+    t = time.perf_counter()
+    owner = Owner(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
+    key, data, rows = page_writes.rows(w, scope.sign, owner, Lifetime(now, config.PAGE_TTL_SECONDS))
+    spent(turn, "sign", t)
+    # The key is derived from the written pages' ids: only their own rows can point into it.
+    ours = key is not None and all(known[p.page_id].r2_key != key
+                                   for p in w.bodies if p.page_id in known)
+    try:
+        if key is not None:
+            await bucket.put(key, data)
+            count(turn, "r2_puts")
+        done = await store.upsert_pages(scope.rc.db, rows, store.PageSession(ctx.principal, session_id),
+                                        now, config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
+    except StorageError:
+        if ours:
+            await discard_object(bucket, key, turn)
+        raise storage_failed() from None
+    if not done:
+        if ours:
+            await discard_object(bucket, key, turn)
+        raise session_limit()
+    # A concurrent request may have written every page of the object first (its rows won).
+    if ours and all(r.r2_key != key for r in done.rows.values()):
+        await discard_object(bucket, key, turn)
+    turn.rows.update(done.rows)
+    turn.new_bytes += w.new_bytes
+    turn.new_pages += w.new_pages
+    count(turn, "rows_written", len(done.rows))
+    count(turn, "pages_rewritten", len(w.bodies) - w.new_pages)
+    count(turn, "rows_refreshed", len(w.refresh))
