@@ -182,3 +182,60 @@ def explain_failure(request, tmp_path_factory):
     if "provider" in request.fixturenames:
         for rec in request.getfixturevalue("provider").received:
             print("--- provider got", rec.method, rec.path, rec.body[:300])
+
+
+class SplittingRelay:
+    """A local HTTP relay in front of the edge that hands each response on in small
+    pieces with pauses, as a slow network or a buffering proxy does: a long leading SSE
+    comment line reaches SillyTavern, and the page, in several reads."""
+
+    def __init__(self, target: str, piece: int = 700, pause: float = 0.03):
+        import httpx
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        relay = self
+        self.piece, self.pause, self.responses = piece, pause, 0
+        self._client = httpx.Client(base_url=target, timeout=120)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"        # the body ends when the connection closes
+
+            def log_message(self, *args):
+                pass
+
+            def _relay(self):
+                n = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(n) if n else None
+                skip = {"host", "content-length", "connection", "transfer-encoding", "accept-encoding"}
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+                with relay._client.stream(self.command, self.path, content=body, headers=headers) as r:
+                    self.send_response(r.status_code)
+                    for k, v in r.headers.items():
+                        if k.lower() not in {"content-length", "transfer-encoding", "connection", "content-encoding"}:
+                            self.send_header(k, v)
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    for data in r.iter_bytes():
+                        for i in range(0, len(data), relay.piece):
+                            self.wfile.write(data[i:i + relay.piece])
+                            self.wfile.flush()
+                            time.sleep(relay.pause)
+                relay.responses += 1
+
+            do_GET = do_POST = do_DELETE = do_PUT = _relay
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._client.close()
+
+
+@pytest.fixture(scope="module")
+def relay(edge):
+    r = SplittingRelay(edge.url)
+    yield r
+    r.close()

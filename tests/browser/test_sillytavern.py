@@ -156,6 +156,43 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
     page.screenshot(path=str(DOCS / "sillytavern-chat-paged.png"))
 
 
+def set_streaming(page, on: bool):
+    open_drawer(page, "#ai-config-button .drawer-toggle", "#left-nav-panel")
+    page.set_checked("#stream_toggle", on)
+    close_drawers(page)
+
+
+def marker_page_ids(body) -> list[str]:
+    return [i for m in body["messages"] if m.get("role") == "user" for i in (marker_ids(m.get("content")) or [])]
+
+
+def test_page_count_is_read_whole_when_the_stream_arrives_in_pieces(page, edge, provider, relay):
+    """A streamed turn behind a relay that hands the edge's answer on in 700-byte pieces:
+    the leading `: multillm-context-pages …` line (≈ 150 ids, several KB) reaches the page
+    in many reads, and the indicator counts every id, not those of the first read."""
+    answer = "The river remembers every lantern."
+    provider.clear()
+    provider.model.script = lambda body: ("text", answer)
+    set_extension(page, url=relay.url)
+    set_custom_url(page, relay.url + "/v1")
+    set_streaming(page, True)
+    try:
+        send(page, "Walk with me along the river.")
+        page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+        wait_idle(page)
+        [req] = chat_requests(provider)
+        ids = marker_page_ids(req.json())
+        assert len(ids) >= 150 and len(",".join(ids)) > 5 * relay.piece    # the line spans reads
+        assert relay.responses >= 1
+        indicator = page.locator("#multillm_paging_indicator")
+        indicator.filter(has_text=f"{len(ids)} pages stored").wait_for(timeout=10_000)
+        assert page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.pages") == len(ids)
+    finally:
+        set_streaming(page, False)
+        set_extension(page, url=edge.url)
+        set_custom_url(page, edge.url + "/v1")
+
+
 # --- negative paths -------------------------------------------------------------------
 
 def toasts(page, kind="error"):
