@@ -177,14 +177,19 @@ function leftOutNotice(n) {
 /** The window's allowance for this chat once it started (it stays on for the chat: a new
  * session would otherwise be sent the same history into the same wall), else null. */
 function windowLimit() {
-    if (!settings().slidingWindow) return null;
-    return chatState()?.window_limit || null;
+    const state = chatState();
+    if (!settings().slidingWindow || !state) return null;
+    if (!state.window_limit && windowNeeded(state.figures, windowShare())) startWindow(state.figures.limit_bytes);
+    return state.window_limit || null;
 }
 
 /** Leaves the oldest exchanges out of `data.messages` while the window is on, and says so. */
 function applyWindow(data) {
     const limit = windowLimit();
-    if (!limit || !Array.isArray(data.messages)) return 0;
+    if (!limit || !Array.isArray(data.messages)) {
+        announceWindow(0);
+        return 0;
+    }
     const { messages, dropped } = slideWindow(data.messages, windowBudget({ limit_bytes: limit }, windowShare()));
     data.messages = messages;
     announceWindow(dropped);
@@ -361,7 +366,9 @@ function watchGenerateResponses() {
         let err = await inspect(response.clone()).catch(() => undefined);
         const again = err?.code === 'session_not_found' || windowMayHelp(err, ours);
         if (again) {
-            if (err.code !== 'session_not_found') startWindow(err.limit_bytes ?? err.allowance_bytes);
+            if (err.code !== 'session_not_found') {
+                startWindow(err.limit_bytes ?? err.allowance_bytes ?? chatState()?.figures?.limit_bytes);
+            }
             chatState().session_id = null;
             try {
                 addEdgeFields(ours, await createSession());

@@ -22,6 +22,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 MODEL = "fake:rp-st"
 CHARACTER = "Aurore"
 LONG_CHAT, SECOND_CHAT = "Aurore - long journey", "Aurore - side quest"
+WINDOW_CHAT = "Aurore - the long road"
 EXCHANGES = 160
 _wall = {}
 
@@ -51,8 +52,8 @@ class Models:
 
 
 class ScriptedModel:
-    """The stand-in provider. `script(body)` → ("tool", page_id) | ("text", text); the
-    reply is streamed (SSE) or whole, as the request asks."""
+    """The stand-in provider. `script(body)` → ("tool", page_id) | ("call", (tool name,
+    arguments)) | ("text", text); the reply is streamed (SSE) or whole, as the request asks."""
 
     def __init__(self):
         self.script = lambda body: ("text", "…")
@@ -65,10 +66,12 @@ class ScriptedModel:
             kind, value = self.script(body)
             self.n += 1
             if kind == "tool":
+                kind, value = "call", ("multillm_context_retrieve", {"page_id": value})
+            if kind == "call":
+                name, args = value
                 message = {"role": "assistant", "content": None, "tool_calls": [
                     {"id": f"call_st{self.n}", "type": "function",
-                     "function": {"name": "multillm_context_retrieve",
-                                  "arguments": json.dumps({"page_id": value})}}]}
+                     "function": {"name": name, "arguments": json.dumps(args)}}]}
                 finish = "tool_calls"
             else:
                 message, finish = {"role": "assistant", "content": value}, "stop"
@@ -119,7 +122,7 @@ def player(edge):
 @pytest.fixture(scope="module")
 def sillytavern(tmp_path_factory, provider):
     def setup_user(user):
-        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3})
+        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3, WINDOW_CHAT: EXCHANGES})
 
     with SillyTavern(tmp_path_factory.mktemp("sillytavern"), setup_user) as st:
         yield st
