@@ -6,19 +6,29 @@
 // - CHAT_COMPLETION_SETTINGS_READY: requests of the Custom source aimed at the edge get
 //   the chat's roleplay session header, the key and `capabilities` through the Custom
 //   source's own "include headers / include body" fields, which ST's server merges into
-//   the upstream request;
-// - ToolManager: the tool's action fetches the page and returns its exact bytes;
-// - ST's server drops response headers, so the page count is read from the response
-//   ST relays to the page (`context_pages`, or the stream's leading SSE comment).
+//   the upstream request; with the sliding window on, the oldest exchanges are left out
+//   of `messages` once the session's pages near their allowance (window.js);
+// - ToolManager: the retrieve tool's action fetches the page and returns its exact bytes,
+//   the search tool's action returns the edge's hits as compact text;
+// - ST's server drops response headers, so the page count and the session's figures are
+//   read from the response ST relays to the page (`context_pages` / `context_session`,
+//   or the stream's leading SSE comments, read whole: stream.js);
+// - the "Stored context" panel: the player searches the stored pages and opens one.
 import { yaml } from '../../../../lib.js';
+import { slideWindow, windowBudget, windowNeeded } from './window.js';
+import { figures, leadingComments } from './stream.js';
 
 const NAME = 'multillm_paging';
 const TOOL = 'multillm_context_retrieve';
-const CAPABILITY = 'multillm_context_retrieve';
+const SEARCH_TOOL = 'multillm_context_search';
+const CAPABILITIES = ['multillm_context_retrieve', 'multillm_context_search'];
+// What the window assumes when a 413 names no allowance (the edge's default, 1 MiB).
+const DEFAULT_ALLOWANCE = 1024 * 1024;
 const GENERATE_URL = '/api/backends/chat-completions/generate';
 // Page ids are opaque; anything else the model names never reaches a URL.
 const PAGE_ID = /^cp_[A-Za-z0-9_-]{1,128}$/;
-const DEFAULTS = { enabled: true, edgeUrl: '', key: '', viaProxy: true, sessions: {} };
+const DEFAULTS = { enabled: true, edgeUrl: '', key: '', viaProxy: true, sessions: {},
+    slidingWindow: true, windowPercent: 75 };
 const SETTINGS_HTML = new URL('./settings.html', import.meta.url);
 
 const ctx = () => SillyTavern.getContext();
@@ -62,15 +72,23 @@ class EdgeError extends Error {
  * path and query travel inside one URL-encoded path segment (the proxy forwards only
  * the path) and a 401 arrives as 400, so errors are told apart by the edge's `code`.
  */
-async function edgeFetch(method, pathAndQuery) {
+async function edgeFetch(method, pathAndQuery, { json, headers: extra } = {}) {
     const s = settings();
     const target = edgeBase() + pathAndQuery;
     const url = s.viaProxy ? '/proxy/' + encodeURIComponent(target) : target;
+    // ST's proxy forwards the method and the headers (its own taken out) and re-sends the
+    // body it parsed as JSON: compact JSON arrives byte for byte.
     const headers = s.viaProxy ? ctx().getRequestHeaders() : {};
+    Object.assign(headers, extra || {});
     headers.Authorization = `Bearer ${s.key}`;
+    const init = { method, headers, cache: 'no-store' };
+    if (json !== undefined) {
+        headers['Content-Type'] = 'application/json';
+        init.body = JSON.stringify(json);
+    }
     let response;
     try {
-        response = await fetch(url, { method, headers, cache: 'no-store' });
+        response = await fetch(url, init);
     } catch {
         throw new EdgeError(0, 'edge_unreachable', `The MultiLLM edge at ${edgeBase()} cannot be reached.`);
     }
@@ -97,6 +115,7 @@ async function createSession() {
     const state = chatState();
     state.session_id = doc.session_id;
     state.pages = 0;
+    state.figures = null;
     const chatId = ctx().getCurrentChatId();
     if (chatId) settings().sessions[chatId] = doc.session_id;
     ctx().saveSettingsDebounced();
@@ -143,8 +162,56 @@ function addEdgeFields(data, sessionId) {
     data.custom_include_headers = JSON.stringify(headers);   // JSON is YAML
     const body = yamlObject(data.custom_include_body);
     const caps = Array.isArray(body.capabilities) ? body.capabilities : [];
-    body.capabilities = caps.includes(CAPABILITY) ? caps : [...caps, CAPABILITY];
+    body.capabilities = [...caps, ...CAPABILITIES.filter(c => !caps.includes(c))];
     data.custom_include_body = JSON.stringify(body);
+}
+
+// ------------------------------------------------------------ sliding window
+
+const windowShare = () => Math.min(100, Math.max(1, Number(settings().windowPercent) || 75)) / 100;
+
+function leftOutNotice(n) {
+    return `${n} oldest message${n === 1 ? ' is' : 's are'} no longer sent to the model; they stay in your chat`;
+}
+
+/** The window's allowance for this chat once it started (it stays on for the chat: a new
+ * session would otherwise be sent the same history into the same wall), else null. */
+function windowLimit() {
+    const state = chatState();
+    if (!settings().slidingWindow || !state) return null;
+    if (!state.window_limit && windowNeeded(state.figures, windowShare())) startWindow(state.figures.limit_bytes);
+    return state.window_limit || null;
+}
+
+/** Leaves the oldest exchanges out of `data.messages` while the window is on, and says so. */
+function applyWindow(data) {
+    const limit = windowLimit();
+    if (!limit || !Array.isArray(data.messages)) {
+        announceWindow(0);
+        return 0;
+    }
+    const { messages, dropped } = slideWindow(data.messages, windowBudget({ limit_bytes: limit }, windowShare()));
+    data.messages = messages;
+    announceWindow(dropped);
+    return dropped;
+}
+
+function announceWindow(dropped) {
+    const state = chatState();
+    if (!state) return;
+    if (dropped > 0 && !(state.left_out > 0)) toastr.info(leftOutNotice(dropped), 'MultiLLM: sliding window');
+    if (state.left_out !== dropped) {
+        state.left_out = dropped;
+        ctx().saveMetadataDebounced();
+    }
+    showCount();
+}
+
+function startWindow(limitBytes) {
+    const state = chatState();
+    if (!state || !settings().slidingWindow) return;
+    state.window_limit = Number(limitBytes) > 0 ? Number(limitBytes) : DEFAULT_ALLOWANCE;
+    ctx().saveMetadataDebounced();
 }
 
 // Set when a request for the edge could not get its session: that request is answered
@@ -156,6 +223,7 @@ async function onSettingsReady(data) {
     if (!targetsEdge(data)) return;
     try {
         addEdgeFields(data, await sessionForChat());
+        applyWindow(data);
     } catch (err) {
         toastEdgeError(err, 'MultiLLM: no roleplay session');
         refused = err;
@@ -167,63 +235,120 @@ async function onSettingsReady(data) {
 function showCount() {
     const el = document.getElementById('multillm_paging_indicator');
     if (!el) return;
-    const n = settings().enabled ? Number(chatState()?.pages || 0) : 0;
-    el.innerHTML = n > 0 ? `<i class="fa-solid fa-box-archive"></i> <span>${n} page${n === 1 ? '' : 's'} stored</span>` : '';
+    const state = chatState();
+    const on = settings().enabled;
+    const n = on ? Number(state?.pages || 0) : 0;
+    const out = on ? Number(state?.left_out || 0) : 0;
+    el.replaceChildren();
+    if (n > 0) {
+        const line = document.createElement('div');
+        line.innerHTML = '<i class="fa-solid fa-box-archive"></i> ';
+        const text = document.createElement('span');
+        const f = state.figures;
+        text.textContent = `${n} page${n === 1 ? '' : 's'} stored`
+            + (f ? ` · ${kib(f.active_bytes)} of ${kib(f.limit_bytes)} KiB` : '');
+        line.append(text);
+        el.append(line);
+    }
+    if (out > 0) {
+        const note = document.createElement('div');
+        note.className = 'multillm-window-note';
+        note.textContent = leftOutNotice(out);
+        el.append(note);
+    }
     el.title = n > 0 ? 'Older exchanges of this chat are stored by the MultiLLM edge and retrievable by the model.' : '';
 }
 
-async function recordPages(count) {
+const kib = (bytes) => Math.round(Number(bytes) / 1024);
+
+/** The page count and, from an edge that reports them, the session's figures. */
+function recordPages(count, session) {
     const state = chatState();
-    if (!state || state.pages === count) return showCount();
+    if (!state) return showCount();
     state.pages = count;
+    if (session) {
+        state.figures = session;
+        if (windowNeeded(session, windowShare())) startWindow(session.limit_bytes);
+    }
     ctx().saveMetadataDebounced();
     showCount();
 }
 
 const WINDOW_CODES = new Set(['context_window_exceeded', 'context_session_limit_exceeded', 'context_page_too_large']);
 
-/** Reads what the edge said from the copy of ST's generate response. */
+/**
+ * Reads what the edge said from the copy of ST's generate response → undefined, or the
+ * edge's error {code, message, …}. `code` is 'payload_too_large' when ST's server kept
+ * only the status text of a 413 (non-streaming).
+ */
 async function inspect(response) {
     if (!response.ok) {
         // Streaming requests: ST's server relays the edge's status and error body.
-        const err = JSON.parse(await response.text())?.error;
-        if (WINDOW_CODES.has(err?.code)) toastr.error(err.message, 'MultiLLM edge: context too large');
-        return err?.code;
+        return JSON.parse(await response.text())?.error || undefined;
     }
     const reader = response.body.getReader();
-    const { value } = await reader.read();
-    const head = new TextDecoder().decode(value || new Uint8Array());
-    const comment = /^: multillm-context-pages ([^\r\n]*)/.exec(head);
-    if (comment) {
-        reader.cancel();
-        return recordPages(comment[1].split(',').filter(Boolean).length);
+    const decoder = new TextDecoder();
+    let text = '';
+    let ended = false;
+    // A paged stream's comment lines may arrive in many reads: read until they end.
+    let head = leadingComments(text);
+    while (!ended && (text === '' || (text[0] !== '{' && !head.complete))) {
+        const chunk = await reader.read();
+        ended = chunk.done;
+        text += decoder.decode(chunk.value || new Uint8Array(), { stream: !ended });
+        head = leadingComments(text, ended);
     }
-    if (!head.startsWith('{')) {
-        // A stream: its page list travels in headers ST does not relay; the count stays.
+    if (!text.startsWith('{')) {
         reader.cancel();
+        // An unpaged stream carries no comment: the count stays.
+        if (head.pages) recordPages(head.pages.length, head.session);
         return undefined;
     }
-    let text = head;
-    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) {
-        text += new TextDecoder().decode(chunk.value, { stream: true });
+    while (!ended) {
+        const chunk = await reader.read();
+        ended = chunk.done;
+        text += decoder.decode(chunk.value || new Uint8Array(), { stream: !ended });
     }
     const doc = JSON.parse(text);
     if (doc.error) {
         // Non-streaming: ST's server keeps only the edge's status text.
-        if (/payload too large/i.test(doc.error.message || '')) {
-            toastr.error('The edge refused the request: the chat does not fit the model\'s context window or the session\'s page allowance. Turn on streaming to see the edge\'s exact message.',
-                'MultiLLM edge: context too large');
-        }
-        return /^not found$/i.test(doc.error.message || '') ? 'session_not_found' : undefined;
+        const message = doc.error.message || '';
+        if (/payload too large/i.test(message)) return { code: 'payload_too_large', message };
+        return /^not found$/i.test(message) ? { code: 'session_not_found', message } : undefined;
     }
-    return recordPages(Array.isArray(doc.context_pages) ? doc.context_pages.length : 0);
+    recordPages(Array.isArray(doc.context_pages) ? doc.context_pages.length : 0, figures(doc.context_session));
+    return undefined;
+}
+
+function reportTooLarge(err) {
+    if (err?.code === 'payload_too_large') {
+        toastr.error('The edge refused the request: the chat does not fit the model\'s context window or the session\'s page allowance. Turn on streaming to see the edge\'s exact message.',
+            'MultiLLM edge: context too large');
+    } else if (WINDOW_CODES.has(err?.code)) {
+        toastr.error(err.message, 'MultiLLM edge: context too large');
+    }
+}
+
+/**
+ * Whether a refused request may be the session's allowance, which the window answers: the
+ * edge said so (streaming), or, when ST kept only "Payload Too Large", the window is on
+ * for this chat or would leave something out.
+ */
+function windowMayHelp(err, body) {
+    if (!settings().slidingWindow) return false;
+    if (err?.code === 'context_session_limit_exceeded') return true;
+    if (err?.code !== 'payload_too_large') return false;
+    const limit = chatState()?.figures?.limit_bytes || DEFAULT_ALLOWANCE;
+    return !!windowLimit() || windowNeeded(chatState()?.figures, windowShare())
+        || slideWindow(body.messages || [], windowBudget({ limit_bytes: limit }, windowShare())).dropped > 0;
 }
 
 /**
  * Watches ST's own generate calls that this extension adjusted: a copy of the response is
- * read for the page count and the edge's errors; ST gets the original, untouched. A
- * session ended elsewhere (404 session_not_found) is replaced once and the request sent
- * again with the new session.
+ * read for the page count, the figures and the edge's errors; ST gets the original,
+ * untouched. Sent again once, in a new session: a request whose session ended elsewhere
+ * (404 session_not_found), and, with the window on, one refused for the session's
+ * allowance (413 context_session_limit_exceeded), with the window applied.
  */
 function watchGenerateResponses() {
     const send = window.fetch.bind(window);
@@ -238,17 +363,24 @@ function watchGenerateResponses() {
         }
         if (!String(ours.custom_include_headers).includes('X-Roleplay-Session-ID')) return send(input, init);
         let response = await send(input, init);
-        const code = await inspect(response.clone()).catch(() => undefined);
-        if (code === 'session_not_found') {
+        let err = await inspect(response.clone()).catch(() => undefined);
+        const again = err?.code === 'session_not_found' || windowMayHelp(err, ours);
+        if (again) {
+            if (err.code !== 'session_not_found') {
+                startWindow(err.limit_bytes ?? err.allowance_bytes ?? chatState()?.figures?.limit_bytes);
+            }
             chatState().session_id = null;
             try {
                 addEdgeFields(ours, await createSession());
+                applyWindow(ours);
                 response = await send(input, { ...init, body: JSON.stringify(ours) });
-                await inspect(response.clone()).catch(() => undefined);
-            } catch (err) {
-                toastEdgeError(err, 'MultiLLM: no roleplay session');
+                err = await inspect(response.clone()).catch(() => undefined);
+            } catch (e) {
+                toastEdgeError(e, 'MultiLLM: no roleplay session');
+                err = undefined;
             }
         }
+        reportTooLarge(err);
         return response;
     };
 }
@@ -279,6 +411,47 @@ async function retrievePage({ page_id: pageId } = {}) {
     }
 }
 
+const QUERY_MAX = 1000;
+
+/** POST /v1/context/search in this chat's session → the edge's answer (throws EdgeError). */
+async function searchStored(query, limit) {
+    const sessionId = chatState()?.session_id;
+    if (!sessionId) throw new EdgeError(404, 'session_not_found', 'This chat has no stored context yet.');
+    return edgeFetch('POST', '/v1/context/search',
+        { json: { query, limit }, headers: { 'X-Roleplay-Session-ID': sessionId } });
+}
+
+/** The tool's arguments checked before anything reaches the edge, or an error text. */
+function searchArgs({ query, limit } = {}) {
+    if (typeof query !== 'string' || !query.trim() || query.length > QUERY_MAX) {
+        return { error: `query must be 1–${QUERY_MAX} characters of words to look for.` };
+    }
+    const n = limit === undefined || limit === null ? 5 : Number(limit);
+    if (!Number.isInteger(n) || n < 1 || n > 10) return { error: 'limit must be an integer from 1 to 10.' };
+    return { query, limit: n };
+}
+
+/** The hits as compact text for the model: one line per page (id, role, excerpt). */
+function hitsText(query, doc) {
+    const hits = Array.isArray(doc?.data) ? doc.data : [];
+    if (!hits.length) return `No stored page matches "${query}" (${doc?.pages_searched ?? 0} searched).`;
+    const lines = hits.map(h => `${h.page_id} ${h.excerpt?.role ?? '?'}: ${String(h.excerpt?.text ?? '').replace(/\s+/g, ' ')}`);
+    return [`Stored pages matching "${query}", best first (${hits.length} of ${doc.pages_searched} searched):`,
+        ...lines, `Call ${TOOL} with a page_id for the whole exchange.`].join('\n');
+}
+
+async function searchPages(args) {
+    const a = searchArgs(args);
+    if (a.error) return `Search not run: ${a.error}`;
+    try {
+        return hitsText(a.query, await searchStored(a.query, a.limit));
+    } catch (err) {
+        if (err.code === 'session_not_found') return 'No stored context for this chat (yet): nothing to search.';
+        toastEdgeError(err, 'MultiLLM: search failed');
+        return `The stored context could not be searched (${err.code}).`;
+    }
+}
+
 function registerTool() {
     ctx().registerFunctionTool({
         name: TOOL,
@@ -295,6 +468,89 @@ function registerTool() {
         // duplicate the function name. Registered only to be invocable.
         shouldRegister: () => false,
     });
+    ctx().registerFunctionTool({
+        name: SEARCH_TOOL,
+        displayName: 'Search stored context',
+        description: 'Search the earlier exchanges of this conversation stored by the MultiLLM edge, by words they contain.',
+        parameters: {
+            type: 'object',
+            properties: {
+                query: { type: 'string', description: 'Words to look for: names, places, events, promises.' },
+                limit: { type: 'integer', minimum: 1, maximum: 10, description: 'How many pages (default 5).' },
+            },
+            required: ['query'],
+        },
+        action: searchPages,
+        formatMessage: () => 'Searching stored context…',
+        // As for retrieval: the edge adds this schema itself to paged requests.
+        shouldRegister: () => false,
+    });
+}
+
+// ------------------------------------------------------- stored-context panel
+
+function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;     // page text is never parsed as HTML
+    return node;
+}
+
+function messageText(m) {
+    if (typeof m?.content === 'string') return m.content;
+    if (Array.isArray(m?.content)) return m.content.map(p => (typeof p?.text === 'string' ? p.text : JSON.stringify(p))).join('\n');
+    if (m?.tool_calls) return JSON.stringify(m.tool_calls);
+    return JSON.stringify(m?.content ?? m);
+}
+
+async function openPage(pageId, into) {
+    into.replaceChildren(el('small', 'multillm-paging-note', 'Opening…'));
+    const sessionId = chatState()?.session_id || '';
+    try {
+        const doc = await edgeFetch('GET',
+            `/v1/context/pages/${pageId}?roleplay_session_id=${encodeURIComponent(sessionId)}`);
+        const messages = JSON.parse(decodeBase64Utf8(doc.body_base64));
+        into.replaceChildren(...messages.map(m => {
+            const row = el('div', 'multillm-page-message');
+            row.append(el('b', null, `${m?.role ?? '?'}: `), el('span', null, messageText(m)));
+            return row;
+        }));
+    } catch (err) {
+        into.replaceChildren(el('small', 'multillm-paging-note',
+            err.code === 'context_page_not_found' ? 'This page is no longer available.' : err.message));
+    }
+}
+
+function renderHits(doc) {
+    const list = document.getElementById('multillm_search_results');
+    const hits = Array.isArray(doc?.data) ? doc.data : [];
+    list.replaceChildren(el('small', 'multillm-paging-note',
+        hits.length ? `${hits.length} of ${doc.pages_searched} stored pages match.` : `No stored page matches (${doc?.pages_searched ?? 0} searched).`));
+    for (const h of hits) {
+        const item = el('div', 'multillm-search-hit');
+        const head = el('div', 'multillm-search-hit-head');
+        head.append(el('b', 'multillm-search-role', h.excerpt?.role ?? '?'), el('code', 'multillm-search-id', h.page_id));
+        const open = el('button', 'menu_button multillm-search-open', 'Open');
+        open.type = 'button';
+        head.append(open);
+        const view = el('div', 'multillm-page-view');
+        open.addEventListener('click', () => (view.childElementCount ? view.replaceChildren() : openPage(h.page_id, view)));
+        item.append(head, el('div', 'multillm-search-excerpt', h.excerpt?.text ?? ''), view);
+        list.append(item);
+    }
+}
+
+async function runPanelSearch() {
+    const list = document.getElementById('multillm_search_results');
+    const query = String($('#multillm_search_query').val() || '');
+    const a = searchArgs({ query, limit: 10 });
+    if (a.error) return list.replaceChildren(el('small', 'multillm-paging-note', `Type what to look for (${a.error})`));
+    list.replaceChildren(el('small', 'multillm-paging-note', 'Searching…'));
+    try {
+        renderHits(await searchStored(a.query, a.limit));
+    } catch (err) {
+        list.replaceChildren(el('small', 'multillm-paging-note', err.message));
+    }
 }
 
 // ------------------------------------------------------------------ settings UI
@@ -330,6 +586,17 @@ async function mountSettings() {
         ctx().saveSettingsDebounced();
         renderKeyState();
     });
+    $('#multillm_paging_window').prop('checked', s.slidingWindow).on('change', function () {
+        settings().slidingWindow = this.checked;
+        ctx().saveSettingsDebounced();
+    });
+    $('#multillm_paging_window_percent').val(s.windowPercent).on('change', function () {
+        const n = Math.round(Number(this.value));
+        settings().windowPercent = Number.isFinite(n) ? Math.min(100, Math.max(1, n)) : DEFAULTS.windowPercent;
+        this.value = settings().windowPercent;
+        ctx().saveSettingsDebounced();
+    });
+    $('#multillm_search_form').on('submit', (e) => { e.preventDefault(); runPanelSearch(); });
     renderKeyState();
 }
 
@@ -342,7 +609,10 @@ jQuery(async () => {
     registerTool();
     watchGenerateResponses();
     eventSource.on(eventTypes.CHAT_COMPLETION_SETTINGS_READY, onSettingsReady);
-    eventSource.on(eventTypes.CHAT_CHANGED, showCount);
+    eventSource.on(eventTypes.CHAT_CHANGED, () => {
+        showCount();
+        $('#multillm_search_results').empty();
+    });
     eventSource.on(eventTypes.CHAT_DELETED, endSession);
     eventSource.on(eventTypes.GROUP_CHAT_DELETED, endSession);
     showCount();

@@ -22,6 +22,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 MODEL = "fake:rp-st"
 CHARACTER = "Aurore"
 LONG_CHAT, SECOND_CHAT = "Aurore - long journey", "Aurore - side quest"
+WINDOW_CHAT = "Aurore - the long road"
 EXCHANGES = 160
 _wall = {}
 
@@ -51,8 +52,8 @@ class Models:
 
 
 class ScriptedModel:
-    """The stand-in provider. `script(body)` → ("tool", page_id) | ("text", text); the
-    reply is streamed (SSE) or whole, as the request asks."""
+    """The stand-in provider. `script(body)` → ("tool", page_id) | ("call", (tool name,
+    arguments)) | ("text", text); the reply is streamed (SSE) or whole, as the request asks."""
 
     def __init__(self):
         self.script = lambda body: ("text", "…")
@@ -65,10 +66,12 @@ class ScriptedModel:
             kind, value = self.script(body)
             self.n += 1
             if kind == "tool":
+                kind, value = "call", ("multillm_context_retrieve", {"page_id": value})
+            if kind == "call":
+                name, args = value
                 message = {"role": "assistant", "content": None, "tool_calls": [
                     {"id": f"call_st{self.n}", "type": "function",
-                     "function": {"name": "multillm_context_retrieve",
-                                  "arguments": json.dumps({"page_id": value})}}]}
+                     "function": {"name": name, "arguments": json.dumps(args)}}]}
                 finish = "tool_calls"
             else:
                 message, finish = {"role": "assistant", "content": value}, "stop"
@@ -119,7 +122,7 @@ def player(edge):
 @pytest.fixture(scope="module")
 def sillytavern(tmp_path_factory, provider):
     def setup_user(user):
-        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3})
+        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3, WINDOW_CHAT: EXCHANGES})
 
     with SillyTavern(tmp_path_factory.mktemp("sillytavern"), setup_user) as st:
         yield st
@@ -182,3 +185,60 @@ def explain_failure(request, tmp_path_factory):
     if "provider" in request.fixturenames:
         for rec in request.getfixturevalue("provider").received:
             print("--- provider got", rec.method, rec.path, rec.body[:300])
+
+
+class SplittingRelay:
+    """A local HTTP relay in front of the edge that hands each response on in small
+    pieces with pauses, as a slow network or a buffering proxy does: a long leading SSE
+    comment line reaches SillyTavern, and the page, in several reads."""
+
+    def __init__(self, target: str, piece: int = 700, pause: float = 0.03):
+        import httpx
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        relay = self
+        self.piece, self.pause, self.responses = piece, pause, 0
+        self._client = httpx.Client(base_url=target, timeout=120)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"        # the body ends when the connection closes
+
+            def log_message(self, *args):
+                pass
+
+            def _relay(self):
+                n = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(n) if n else None
+                skip = {"host", "content-length", "connection", "transfer-encoding", "accept-encoding"}
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+                with relay._client.stream(self.command, self.path, content=body, headers=headers) as r:
+                    self.send_response(r.status_code)
+                    for k, v in r.headers.items():
+                        if k.lower() not in {"content-length", "transfer-encoding", "connection", "content-encoding"}:
+                            self.send_header(k, v)
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    for data in r.iter_bytes():
+                        for i in range(0, len(data), relay.piece):
+                            self.wfile.write(data[i:i + relay.piece])
+                            self.wfile.flush()
+                            time.sleep(relay.pause)
+                relay.responses += 1
+
+            do_GET = do_POST = do_DELETE = do_PUT = _relay
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._client.close()
+
+
+@pytest.fixture(scope="module")
+def relay(edge):
+    r = SplittingRelay(edge.url)
+    yield r
+    r.close()

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 
 import pytest
 
 from devkit.plans import marker_ids
-from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL, SECOND_CHAT
+from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL, SECOND_CHAT, WINDOW_CHAT
 from devkit import roleplay as rp
 from devkit.runner import ROOT
 from tests.support.sillytavern import free_port
@@ -156,6 +157,43 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
     page.screenshot(path=str(DOCS / "sillytavern-chat-paged.png"))
 
 
+def set_streaming(page, on: bool):
+    open_drawer(page, "#ai-config-button .drawer-toggle", "#left-nav-panel")
+    page.set_checked("#stream_toggle", on)
+    close_drawers(page)
+
+
+def marker_page_ids(body) -> list[str]:
+    return [i for m in body["messages"] if m.get("role") == "user" for i in (marker_ids(m.get("content")) or [])]
+
+
+def test_page_count_is_read_whole_when_the_stream_arrives_in_pieces(page, edge, provider, relay):
+    """A streamed turn behind a relay that hands the edge's answer on in 700-byte pieces:
+    the leading `: multillm-context-pages …` line (≈ 150 ids, several KB) reaches the page
+    in many reads, and the indicator counts every id, not those of the first read."""
+    answer = "The river remembers every lantern."
+    provider.clear()
+    provider.model.script = lambda body: ("text", answer)
+    set_extension(page, url=relay.url)
+    set_custom_url(page, relay.url + "/v1")
+    set_streaming(page, True)
+    try:
+        send(page, "Walk with me along the river.")
+        page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+        wait_idle(page)
+        [req] = chat_requests(provider)
+        ids = marker_page_ids(req.json())
+        assert len(ids) >= 150 and len(",".join(ids)) > 5 * relay.piece    # the line spans reads
+        assert relay.responses >= 1
+        indicator = page.locator("#multillm_paging_indicator")
+        indicator.filter(has_text=f"{len(ids)} pages stored").wait_for(timeout=10_000)
+        assert page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.pages") == len(ids)
+    finally:
+        set_streaming(page, False)
+        set_extension(page, url=edge.url)
+        set_custom_url(page, edge.url + "/v1")
+
+
 # --- negative paths -------------------------------------------------------------------
 
 def toasts(page, kind="error"):
@@ -263,6 +301,210 @@ def switch_chat(page, name):
 
 def chat_session(page):
     return page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging?.session_id ?? null")
+
+
+# --- stored context: search and the sliding window -------------------------------------
+
+SEARCH = "multillm_context_search"
+NOTICE = re.compile(r"^(\d+) oldest messages are no longer sent to the model; they stay in your chat$")
+
+
+def js_bytes(message) -> int:
+    """UTF-8 bytes of JSON.stringify(message)."""
+    return len(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def generate_bodies(page) -> list:
+    """The bodies of ST's own generate requests from now on (what the extension adjusted)."""
+    seen = []
+    page.on("request", lambda r: seen.append(json.loads(r.post_data))
+            if r.url.endswith("/api/backends/chat-completions/generate") and r.post_data else None)
+    return seen
+
+
+def test_the_model_searches_stored_context_and_gets_verbatim_excerpts(page, edge, provider):
+    answer = "By the ford, at the forty-second night."
+    provider.clear()
+    first = {}
+
+    def script(body):
+        if not after_tool(body):
+            first["body"] = body
+            return "call", (SEARCH, {"query": "0042", "limit": 3})
+        return "text", answer
+    provider.model.script = script
+    clear_toasts(page)
+    send(page, "What happened on the forty-second night?")
+    page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+    wait_idle(page)
+    # The edge gave the model both tools (the extension declared both capabilities).
+    names = sorted(t["function"]["name"] for t in first["body"].get("tools", []))
+    assert names == ["multillm_context_retrieve", SEARCH]
+    ids = set(marker_page_ids(first["body"]))
+    second = chat_requests(provider)[1].json()
+    [tool_msg] = [m for m in second["messages"] if m.get("role") == "tool"][-1:]
+    lines = tool_msg["content"].split("\n")
+    assert lines[0].startswith('Stored pages matching "0042", best first (')
+    assert lines[-1] == "Call multillm_context_retrieve with a page_id for the whole exchange."
+    hits = lines[1:-1]
+    assert 1 <= len(hits) <= 3
+    page_id, rest = hits[0].split(" ", 1)
+    role, excerpt = rest.split(": ", 1)
+    assert page_id in ids and role in {"user", "assistant"}
+    # The best hit is the page of exchange 42, and its excerpt is verbatim from it.
+    stored = json.loads(rp.stored_page(edge, page_id))
+    texts = [m["content"] for m in stored if isinstance(m.get("content"), str)]
+    assert "0042" in excerpt and any("-0042 " in t for t in texts)
+    fragment = excerpt.strip("…").strip()
+    assert fragment and any(fragment in " ".join(t.split()) for t in texts)
+    assert toasts(page) == []
+
+
+def test_the_player_searches_the_stored_context_panel_and_opens_a_page(page, edge):
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    panel = page.locator("#multillm_stored_context")
+    if not panel.locator("#multillm_search_query").is_visible():
+        panel.locator(".inline-drawer-toggle").click()
+    page.fill("#multillm_search_query", "0007")
+    page.press("#multillm_search_query", "Enter")
+    hit = panel.locator(".multillm-search-hit").first
+    hit.wait_for(timeout=30_000)
+    assert re.fullmatch(r"\d+ of \d+ stored pages match\.",
+                        panel.locator("#multillm_search_results > small").inner_text())
+    page_id = hit.locator(".multillm-search-id").inner_text()
+    assert hit.locator(".multillm-search-role").inner_text() in {"user", "assistant"}
+    assert "0007" in hit.locator(".multillm-search-excerpt").inner_text()
+    sid = chat_session(page)
+    [row] = edge.sql("SELECT session_id FROM context_pages WHERE page_id = ?1", page_id)
+    assert row["session_id"] == sid
+    hit.locator(".multillm-search-open").click()
+    view = hit.locator(".multillm-page-view .multillm-page-message")
+    view.first.wait_for()
+    opened = " ".join(view.all_inner_texts())
+    stored = json.loads(rp.stored_page(edge, page_id))
+    assert all(m["content"].split()[0] in opened for m in stored if isinstance(m.get("content"), str))
+    assert "u-0007" in opened or "a-0007" in opened
+    panel.screenshot(path=str(DOCS / "sillytavern-stored-context.png"))
+    # A query nothing matches says so.
+    page.fill("#multillm_search_query", "qwzxv")
+    page.press("#multillm_search_query", "Enter")
+    panel.locator("#multillm_search_results > small").filter(has_text="No stored page matches").wait_for()
+    close_drawers(page)
+
+
+def set_window(page, on=None, percent=None):
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    if on is not None:
+        page.set_checked("#multillm_paging_window", on)
+    if percent is not None:
+        page.fill("#multillm_paging_window_percent", str(percent))
+        page.locator("#multillm_paging_window_percent").dispatch_event("change")
+    close_drawers(page)
+
+
+def test_a_session_at_its_allowance_is_replaced_once_and_the_window_applied(page, edge, provider, player):
+    """Streaming (ST relays the edge's 413 body): the session's stored pages are at the
+    allowance, so the edge refuses with context_session_limit_exceeded; the extension
+    starts a new session once and sends the request again with the oldest exchanges left
+    out, and says so."""
+    key, principal = player
+    assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.windowPercent") == 75
+    assert page.locator("#multillm_paging_window").is_checked()
+    old = chat_session(page)
+    # A row counting 1 MiB toward this session's active bytes (managed authority: never a
+    # roleplay page, never listed or searched).
+    edge.sql("INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision, sha256, "
+             "byte_length, r2_key, created_at, expires_at, signature) VALUES "
+             "('cp_filler', 'managed', ?1, ?2, 1, ?3, 1048576, 'filler', 0, ?4, 'x')",
+             principal, old, "0" * 64, int(time.time()) + 86400)
+    answer = "A fresh page, the same road."
+    provider.clear()
+    provider.model.script = lambda body: ("text", answer)
+    bodies = generate_bodies(page)
+    set_streaming(page, True)
+    set_window(page, percent=5)      # the chat's ~100 KB of history > 5 % of 1 MiB
+    try:
+        clear_toasts(page)
+        send(page, "Shall we take the high road?")
+        page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+        wait_idle(page)
+        new = chat_session(page)
+        assert new != old
+        open_sessions = edge.sql("SELECT session_id FROM roleplay_sessions WHERE principal = ?1 "
+                                 "AND ended_at IS NULL AND session_id IN (?2, ?3)", principal, old, new)
+        assert {s["session_id"] for s in open_sessions} >= {new}
+        # Sent twice: refused before any model call, then windowed in the new session and
+        # answered (an edge reporting figures may have windowed the first already).
+        assert len(bodies) == 2 and len(chat_requests(provider)) == 1
+        windowed = bodies[1]["messages"]
+        left_out = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.left_out")
+        history = [m for m in windowed if m["role"] != "system"]
+        assert left_out > 0 and sum(js_bytes(m) for m in history) <= 0.05 * 1048576
+        assert any(m["role"] == "system" and m["content"] == "Aurore is a ranger of the night forest."
+                   for m in windowed)
+        assert windowed[-1]["content"] == "Shall we take the high road?" and history[0]["role"] == "user"
+        # The chat's oldest messages are not sent (a tool result may quote them: a page).
+        assert not any(m["role"] != "tool" and "greet-0000" in str(m.get("content")) for m in windowed)
+        assert bodies[1]["custom_include_headers"] != bodies[0]["custom_include_headers"]   # the new session
+        [notice] = page.locator("#toast-container .toast-info").filter(has_text="oldest messages").all_inner_texts()
+        assert NOTICE.match(notice.split("\n")[-1]).group(1) == str(left_out)
+        note = page.locator("#multillm_paging_indicator .multillm-window-note")
+        assert NOTICE.match(note.inner_text()).group(1) == str(left_out)
+        assert toasts(page) == []
+        # The new session stored what it paged: no filler there.
+        rows = edge.sql("SELECT page_id FROM context_pages WHERE session_id = ?1", new)
+        assert rows and "cp_filler" not in {r["page_id"] for r in rows}
+    finally:
+        set_streaming(page, False)
+        set_window(page, percent=75)
+
+
+def test_the_window_starts_from_the_reported_figures_and_st_keeps_answering(page, edge, provider):
+    """A second long chat: its first paged answer reports the session's figures
+    (context_session); once its stored pages pass the share, the next request leaves the
+    oldest exchanges out, the notice shows, and the chat goes on turn after turn."""
+    switch_chat(page, WINDOW_CHAT)
+    set_window(page, percent=5)
+    bodies = generate_bodies(page)
+    try:
+        provider.clear()
+        provider.model.script = lambda body: ("text", "Turn one on the long road.")
+        send(page, "Where does this road lead?")
+        page.locator("#chat .mes_text").filter(has_text="Turn one on the long road.").wait_for(timeout=90_000)
+        wait_idle(page)
+        sid = chat_session(page)
+        meta = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging")
+        [active] = edge.sql("SELECT COUNT(*) AS n, SUM(byte_length) AS b FROM context_pages "
+                            "WHERE session_id = ?1 AND expires_at > ?2", sid, int(time.time()))
+        assert meta["figures"] == {"active_bytes": active["b"], "limit_bytes": 1048576, "active_pages": active["n"]}
+        assert active["b"] > 0.05 * 1048576
+        indicator = page.locator("#multillm_paging_indicator")
+        assert f"· {round(active['b'] / 1024)} of 1024 KiB" in indicator.inner_text()
+        assert indicator.locator(".multillm-window-note").count() == 0 and len(bodies) == 1
+        for n in range(2, 5):
+            clear_toasts(page)
+            text = f"Turn {n} on the long road."
+            provider.model.script = lambda body, text=text: ("text", text)
+            send(page, f"And then, step {n}?")
+            page.locator("#chat .mes_text").filter(has_text=text).wait_for(timeout=90_000)
+            wait_idle(page)
+            sent = [m for m in bodies[-1]["messages"] if m["role"] != "system"]
+            assert sum(js_bytes(m) for m in sent) <= 0.05 * 1048576
+            note = page.locator("#multillm_paging_indicator .multillm-window-note")
+            assert NOTICE.match(note.inner_text())
+            notices = page.locator("#toast-container .toast-info").filter(has_text="oldest messages")
+            assert notices.count() == (1 if n == 2 else 0)     # a toast when the window starts
+            assert chat_session(page) == sid and toasts(page) == []
+        # Window off: the whole history goes again, and the line leaves the indicator.
+        set_window(page, on=False)
+        provider.model.script = lambda body: ("text", "The whole road again.")
+        send(page, "Tell me all of it.")
+        page.locator("#chat .mes_text").filter(has_text="The whole road again.").wait_for(timeout=90_000)
+        wait_idle(page)
+        assert any("greet-0000" in json.dumps(m, ensure_ascii=False) for m in bodies[-1]["messages"])
+        assert page.locator("#multillm_paging_indicator .multillm-window-note").count() == 0
+    finally:
+        set_window(page, on=True, percent=75)
 
 
 def test_wrong_key_is_a_toast_and_nothing_is_sent(page, edge, provider, player):

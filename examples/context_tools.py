@@ -1,0 +1,154 @@
+"""A roleplay client that executes both context tools and keeps a sliding window, with
+the official `openai` SDK.
+
+The edge pages older exchanges of a long roleplay and gives the model two tools:
+`multillm_context_retrieve` (a page's exact messages) and `multillm_context_search`
+(pages by the words they contain: page id, role, verbatim excerpt). The client runs
+them with the same roleplay key and session. Every paged answer reports the session's
+stored-page figures (`context_session`); once the active bytes pass a share of the
+allowance, the client stops sending the oldest complete exchanges (they stay in its own
+history), and on a 413 `context_session_limit_exceeded` it starts a new session once and
+sends the turn again with the window applied:
+
+    client = openai.OpenAI(api_key=KEY, base_url=EDGE_URL + "/v1")
+    session = Session(open_session(http, EDGE_URL, KEY))
+    reply = run_turn(client, http, EDGE_URL, KEY, session, messages, model="openai:gpt-4o")
+    if session.left_out:
+        print(f"{session.left_out} oldest messages are no longer sent to the model")
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import httpx
+import openai
+
+from examples.retrieve_loop import _assistant_message, fetch_page
+
+RETRIEVE, SEARCH = "multillm_context_retrieve", "multillm_context_search"
+CAPABILITIES = [RETRIEVE, SEARCH]
+DEFAULT_ALLOWANCE = 1024 * 1024      # what a 413 without figures is taken to mean
+
+
+@dataclass
+class Session:
+    """The roleplay session and what the window knows of it."""
+    id: str
+    figures: dict | None = None      # the last `context_session` the edge reported
+    window_limit: int | None = None  # set once the window started; it stays on
+    left_out: int = 0                # messages the last request did not send
+
+
+def open_session(http: httpx.Client, edge_url: str, key: str) -> str:
+    r = http.post(f"{edge_url.rstrip('/')}/v1/roleplay/sessions", headers={"Authorization": f"Bearer {key}"})
+    r.raise_for_status()
+    return r.json()["session_id"]
+
+
+def search_pages(http: httpx.Client, edge_url: str, key: str, session_id: str, args: dict) -> str:
+    """POST /v1/context/search → compact text for the model: one line per hit."""
+    query, limit = args.get("query"), args.get("limit", 5)
+    if not isinstance(query, str) or not query.strip() or not isinstance(limit, int) or not 1 <= limit <= 10:
+        return json.dumps({"error": "query must be a non-blank string, limit an integer 1-10"})
+    r = http.post(f"{edge_url.rstrip('/')}/v1/context/search", json={"query": query, "limit": limit},
+                  headers={"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": session_id})
+    if r.status_code != 200:
+        try:
+            code = r.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = f"http_{r.status_code}"
+        return json.dumps({"error": code, "status": r.status_code})
+    doc = r.json()
+    lines = [f"{h['page_id']} {h['excerpt']['role']}: {h['excerpt']['text']}" for h in doc["data"]]
+    return "\n".join([f"{len(lines)} of {doc['pages_searched']} stored pages match:", *lines])
+
+
+# ------------------------------------------------------------- sliding window
+
+def _genuine_user(m: dict) -> bool:
+    """A user turn, not a user message holding only tool results."""
+    c = m.get("content")
+    return m.get("role") == "user" and not (
+        isinstance(c, list) and c and all(isinstance(p, dict) and p.get("type") == "tool_result" for p in c))
+
+
+def _size(m: dict) -> int:
+    return len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def slide_window(messages: list, budget: int) -> tuple[list, int]:
+    """Leaves the oldest complete exchanges out (an exchange runs from a genuine user
+    message to the next; system messages always stay; the newest exchange always stays)
+    until the non-system history is at most `budget` bytes → (sent, how many left out)."""
+    groups: list[list[int]] = []
+    for i, m in enumerate(messages):
+        if m.get("role") == "system":
+            continue
+        if not groups or _genuine_user(m):
+            groups.append([])
+        groups[-1].append(i)
+    total = sum(_size(messages[i]) for g in groups for i in g)
+    out: set[int] = set()
+    for g in groups[:-1]:
+        if total <= budget:
+            break
+        out.update(g)
+        total -= sum(_size(messages[i]) for i in g)
+    return [m for i, m in enumerate(messages) if i not in out], len(out)
+
+
+def _to_send(messages: list, session: Session, share: float) -> list:
+    f = session.figures
+    if session.window_limit is None and f and f["active_bytes"] > share * f["limit_bytes"]:
+        session.window_limit = f["limit_bytes"]
+    if session.window_limit is None:
+        session.left_out = 0
+        return messages
+    sent, session.left_out = slide_window(messages, int(share * session.window_limit))
+    return sent
+
+
+# --------------------------------------------------------------------- turn
+
+def run_turn(client: openai.OpenAI, http: httpx.Client, edge_url: str, key: str, session: Session,
+             messages: list, model: str, share: float = 0.75, window: bool = True,
+             max_rounds: int = 4, **create_kwargs):
+    """One user turn: call the model, run the context tools it asks for, call it again.
+    `messages` is the full history, extended in place with this turn's tool messages.
+    With `window` off, a 413 is raised as the SDK raises it."""
+    retried = False
+    rounds = 0
+    while True:
+        sent = _to_send(messages, session, share) if window else messages
+        try:
+            completion = client.chat.completions.create(
+                model=model, messages=sent, extra_body={"capabilities": CAPABILITIES},
+                extra_headers={"X-Roleplay-Session-ID": session.id}, **create_kwargs)
+        except openai.APIStatusError as e:
+            err = e.body if isinstance(e.body, dict) else {}
+            if not window or retried or err.get("code") != "context_session_limit_exceeded":
+                raise
+            retried = True       # once: a new session, the window applied
+            session.window_limit = err.get("limit_bytes") or err.get("allowance_bytes") or DEFAULT_ALLOWANCE
+            session.id, session.figures = open_session(http, edge_url, key), None
+            continue
+        session.figures = (completion.model_extra or {}).get("context_session") or session.figures
+        message = completion.choices[0].message
+        calls = message.tool_calls or []
+        rounds += 1
+        if not calls or rounds >= max_rounds or any(tc.function.name not in CAPABILITIES for tc in calls):
+            return completion
+        messages.append(_assistant_message(message))
+        for tc in calls:
+            try:
+                args = json.loads(tc.function.arguments or "{}")
+            except ValueError:
+                args = {}
+            args = args if isinstance(args, dict) else {}
+            if tc.function.name == SEARCH:
+                content = search_pages(http, edge_url, key, session.id, args)
+            else:
+                content = fetch_page(http, edge_url, key, session.id, args.get("page_id"))["content"]
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": content})
