@@ -148,3 +148,17 @@ def test_flag_off_forwards_everything_as_before():
             assert edge.request("POST", path, headers, body).status == 200
             sent = edge.sent[-1]
             assert sent.body == body and sent.headers == [(k.lower(), v) for k, v in headers.items()]
+
+
+def test_another_purpose_streams_on_once_its_field_is_read(edge):
+    # `purpose` comes first (as the SDKs send it): the rest of a fine-tune upload is
+    # never buffered, whatever its size under the bound, and reaches the origin whole.
+    body = b.form(b.jsonl([b.item(i, CAP) for i in range(2000)]), purpose=b"fine-tune")
+    r = edge.request("POST", "/v1/files", UPLOAD, body)
+    assert r.status == 200 and edge.streamed == 1 and [s.body for s in edge.sent] == [body]
+
+
+def test_a_batch_purpose_is_still_judged_whole(edge):
+    body = b.form(b.jsonl([b.item(i) for i in range(900)] + [b.item(9, CAP)]))
+    r = edge.request("POST", "/v1/files", UPLOAD, body)
+    assert r.status == 400 and edge.streamed == 0 and edge.sent == []

@@ -22,6 +22,9 @@ from multillm_edge import app
 from multillm_edge.base.errors import EdgeError, StorageError
 from multillm_edge.base.http import Incoming
 
+BODY_CHUNK = 16 * 1024          # how a request body arrives here, in pieces
+SETTLE_BYTES = 64 * 1024        # mirrors platform.bindings.SETTLE_BYTES
+
 
 
 class MemoryBucket:
@@ -145,11 +148,18 @@ class InProcessPlatform:
             raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
         return self._body
 
-    async def buffer_body(self, limit: int):
+    async def buffer_body(self, limit: int, settled=None):
+        """As the Worker's: the body arrives in BODY_CHUNK pieces; `settled` sees each
+        head up to SETTLE_BYTES."""
         declared = dict(self._headers).get("content-length")
         if (declared and declared.isdigit() and int(declared) > limit) or len(self._body) > limit:
             self._edge.streamed += 1
             return None, [self._body]
+        if settled is not None:
+            for end in range(BODY_CHUNK, min(len(self._body), SETTLE_BYTES) + BODY_CHUNK, BODY_CHUNK):
+                if settled(self._body[:end]):
+                    self._edge.streamed += 1
+                    return None, [self._body]
         return self._body, None
 
     async def fetch(self, url, method, headers, body=None, timeout=None):

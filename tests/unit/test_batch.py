@@ -141,3 +141,27 @@ def test_thousands_of_parts_stay_linear():
     started = time.perf_counter()
     assert batch.upload_refusal(body, CT) == batch.Refusal(1, "req-1")
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("purpose, cut, settled", [
+    (b"fine-tune", None, True),          # a complete purpose other than batch
+    (b"batch", None, False),             # batch: the whole form is judged
+    (b"fine-tune", 60, False),           # the purpose part not closed yet in the head
+    (b"batch-ish", None, True),
+])
+def test_not_a_batch_upload_decides_from_complete_parts_only(purpose, cut, settled):
+    body = b.form(b.jsonl([b.item(1, [batch.CAPABILITY])]), purpose=purpose)
+    head = body if cut is None else body[:cut]
+    assert batch.not_a_batch_upload(head, b.BOUNDARY.encode()) is settled
+    if settled:   # never settles what the whole body would refuse
+        assert batch.upload_refusal(body, b.content_type()) is None
+
+
+def test_a_second_purpose_field_settles_it():
+    one = b.form(b"", purpose=b"batch")
+    two = one.replace(b"--" + b.BOUNDARY.encode() + b"\r\nContent-Disposition: form-data; name=\"file\"",
+                      b"--" + b.BOUNDARY.encode() + b"\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+                      + b"--" + b.BOUNDARY.encode() + b"\r\nContent-Disposition: form-data; name=\"file\"", 1)
+    assert batch.not_a_batch_upload(one, b.BOUNDARY.encode()) is False
+    assert batch.not_a_batch_upload(two, b.BOUNDARY.encode()) is True
+    assert batch.batch_file(two, b.content_type()) is None

@@ -18,6 +18,9 @@ from ..base.errors import EdgeError, StorageError
 from ..base.http import Incoming, Outgoing
 from ..base.jsonbytes import compact_text
 
+#: How much of a body `buffer_body` lets `settled` see: a decision from the head only.
+SETTLE_BYTES = 64 * 1024
+
 
 def _js_bytes(data: bytes):
     arr = js.Uint8Array.new(len(data))
@@ -280,10 +283,12 @@ class WorkersPlatform:
                 raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
             chunks.append(chunk)
 
-    async def buffer_body(self, limit: int):
+    async def buffer_body(self, limit: int, settled=None):
         """`(body, None)` when the request body is at most `limit` bytes, else
         `(None, stream)`: a stream of the whole body (what was read, then the rest) to
-        forward unread. A declared Content-Length over `limit` reads nothing."""
+        forward unread. A declared Content-Length over `limit` reads nothing; so does
+        the rest once `settled(head)` is true of the first bytes (checked while they are
+        at most SETTLE_BYTES: the head's decision, not the whole body's)."""
         body = self.request.js_object.body
         declared = self.request.headers.get("content-length")
         if body is None:
@@ -299,7 +304,8 @@ class WorkersPlatform:
             chunk = part.value.to_bytes()
             chunks.append(chunk)
             total += len(chunk)
-            if total > limit:
+            if total > limit or (settled is not None and total <= SETTLE_BYTES
+                                 and settled(b"".join(chunks))):
                 return None, _Relay(reader, b"".join(chunks), None, None, lambda: None).stream
 
     async def fetch(self, url: str, method: str, headers: list[tuple[str, str]], body=None,

@@ -69,13 +69,16 @@ def form_boundary(content_type: str) -> bytes | None:
     return boundary.encode("ascii")
 
 
+def _delimiter(boundary: bytes) -> re.Pattern:
+    return re.compile(rb"(?:\A|\r\n|\r|\n)--" + re.escape(boundary) + rb"(--)?[ \t]*(\r\n|\r|\n|\Z)")
+
+
 def form_parts(body: bytes, boundary: bytes) -> list[tuple[dict, bytes]] | None:
     """Each part's headers (lower-case names) and content, or None if the body is not a
     complete form: a delimiter is `--boundary` at the start or after a line break, and
     the last one is closed (`--boundary--`). Linear: one regex scan of the body."""
-    delimiter = re.compile(rb"(?:\A|\r\n|\r|\n)--" + re.escape(boundary) + rb"(--)?[ \t]*(\r\n|\r|\n|\Z)")
     parts, start, closed = [], None, False
-    for m in delimiter.finditer(body):
+    for m in _delimiter(boundary).finditer(body):
         if start is not None:
             part = _part(body[start:m.start()])
             if part is None:
@@ -101,6 +104,41 @@ def _part(raw: bytes) -> tuple[dict, bytes] | None:
     return headers, raw[blank.end():]
 
 
+def _field(headers: dict) -> str | None:
+    """"purpose" for the purpose field, "file" for a file part, else None (a part the
+    origin's form parser does not read as either)."""
+    kind, params = _params(headers.get("content-disposition", ""))
+    if kind != "form-data" or headers.get("content-transfer-encoding", "binary").lower() \
+            not in ("binary", "8bit", "7bit"):
+        return None
+    if params.get("name") == "purpose" and "filename" not in params:
+        return "purpose"
+    if params.get("name") == "file" and "filename" in params:
+        return "file"
+    return None
+
+
+def not_a_batch_upload(head: bytes, boundary: bytes) -> bool:
+    """True once the first bytes of a form prove it is no batch upload the edge could
+    refuse: a complete `purpose` field other than `batch`, or a second one (the form
+    then never passes `batch_file`). Such an upload streams on unread (§7.1); only
+    parts closed by a delimiter inside `head` are read."""
+    purposes, start = 0, None
+    for m in _delimiter(boundary).finditer(head):
+        if m.end() == len(head):        # a delimiter the next bytes may still extend
+            break
+        if start is not None:
+            part = _part(head[start:m.start()])
+            if part is not None and _field(part[0]) == "purpose":
+                purposes += 1
+                if part[1] != b"batch" or purposes > 1:
+                    return True
+        if m.group(1):
+            break
+        start = m.end()
+    return False
+
+
 def batch_file(body: bytes, content_type: str) -> bytes | None:
     """The JSONL file of a batch upload: exactly one `purpose` field equal to `batch` and
     exactly one `file` part with a filename, no transfer encoding. Else None (another
@@ -111,13 +149,10 @@ def batch_file(body: bytes, content_type: str) -> bytes | None:
         return None
     purposes, files = [], []
     for headers, content in parts:
-        kind, params = _params(headers.get("content-disposition", ""))
-        if kind != "form-data" or headers.get("content-transfer-encoding", "binary").lower() \
-                not in ("binary", "8bit", "7bit"):
-            continue
-        if params.get("name") == "purpose" and "filename" not in params:
+        field = _field(headers)
+        if field == "purpose":
             purposes.append(content)
-        elif params.get("name") == "file" and "filename" in params:
+        elif field == "file":
             files.append(content)
     if purposes != [b"batch"] or len(files) != 1:
         return None
@@ -223,11 +258,12 @@ def _origin_headers(req: Incoming) -> list[tuple[str, str]]:
     return [(k, v) for k, v in req.headers if k not in ROLEPLAY_KEYS]
 
 
-async def _judged(req: Incoming, platform, verdict, error) -> Outgoing:
+async def _judged(req: Incoming, platform, verdict, error, settled=None) -> Outgoing:
     """Buffer the body (at most MAX_BUFFERED), refuse on `verdict`, else forward the
-    same bytes with their Content-Length, or the stream unjudged when longer."""
+    same bytes with their Content-Length, or the stream unjudged when longer or once
+    `settled(head)` says its first bytes decide it is not to be judged."""
     headers = _origin_headers(req)
-    body, stream = await platform.buffer_body(MAX_BUFFERED)
+    body, stream = await platform.buffer_body(MAX_BUFFERED, settled)
     if body is None:
         return await forward(req, platform, headers=headers, body=stream)
     refusal = verdict(body)
@@ -244,9 +280,11 @@ async def upload_file(req: Incoming, platform) -> Outgoing:
     if not paging_enabled(platform):
         return await forward(req, platform)          # flag off: exactly as before
     content_type = req.header("content-type") or ""
-    if form_boundary(content_type) is None:
+    boundary = form_boundary(content_type)
+    if boundary is None:
         return await forward(req, platform, headers=_origin_headers(req))
-    return await _judged(req, platform, lambda b: upload_refusal(b, content_type), line_error)
+    return await _judged(req, platform, lambda b: upload_refusal(b, content_type), line_error,
+                         lambda head: not_a_batch_upload(head, boundary))
 
 
 async def inline_batch(req: Incoming, platform) -> Outgoing:
