@@ -37,8 +37,11 @@ _LATIN_RE = re.compile("[a-z\u00df-\u024f]")
 
 
 def fold(text: str) -> str:
-    """NFKC + casefold: the form every term is cut from."""
-    return unicodedata.normalize("NFKC", text).casefold()
+    """NFKC + casefold: the form every term is cut from. (The quick check first: NFKC
+    of text already normalized costs as much as of text that is not.)"""
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return text.casefold()
 
 
 def words(folded: str) -> list:
@@ -87,12 +90,31 @@ class Stems:
         return word
 
 
+# Function words a question is worded with; left out of a query that has other terms
+# (their idf is near zero anyway, and scanning pages for them costs the most).
+STOPWORDS = frozenset("""a an the and or but of to in on at by for with from into about as is are
+was were be been being am do does did done have has had i you he she it we they me him her us them
+my your his its our their this that these those what which who whom whose when where why how
+there here then so not no if can could would should will shall may might must s t re ll ve d
+и в во не что он на я с со как а то все она так его но да ты к у же вы за бы по ее мне было вот от
+меня еще нет о из ему теперь когда даже ну ли если уже или ни быть был него до вас нибудь опять
+уж вам ведь там потом себя ничего ей может они тут где есть надо ней для мы тебя их чем была сам
+чтоб без будто чего раз тоже себе под будет ж тогда кто этот того потому этого какой совсем ним
+здесь этом один почти мой тем чтобы нее были куда зачем всех никогда можно при наконец два об
+другой хоть после над больше тот через эти нас про всего них какая много разве три эту моя
+впрочем хорошо свою этой перед иногда лучше чуть том нельзя такой им более всегда конечно всю
+между""".split())
+
+
 def query_terms(query: str, stems: Stems) -> list:
     """The query's distinct terms in first-seen order: ("w", stem) for words and
-    ("c", bigram) for CJK."""
+    ("c", bigram) for CJK. Stopwords and lone letters are left out unless nothing else
+    is left."""
     folded = fold(query)
+    ws = words(folded)
+    kept = [w for w in ws if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
     seen: dict = {}
-    for w in words(folded):
+    for w in kept or ws:
         seen.setdefault(("w", stems(w)), None)
     for b in cjk_terms(folded):
         seen.setdefault(("c", b), None)

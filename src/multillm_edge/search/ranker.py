@@ -5,17 +5,17 @@ first, each as its ``texts.page_texts`` list. Scoring is Okapi BM25 (k1 1.2, b 0
 the always-positive idf ``ln(1 + (N - df + .5) / (df + .5))``) over stems and CJK
 bigrams, a page being the document; ties break newest first.
 
-Cost (a search reads every page of the session): each page is folded and cut into
-words once, in C (``unicodedata.normalize``, ``casefold``, one ``findall``, ``Counter``);
-only the distinct page words that could stem to a query term (those sharing its first
-3-4 characters, found by bisection in the sorted vocabulary) are ever stemmed; a CJK
-term is counted with ``str.count`` over the folded page. Excerpts are cut only for the
-returned hits.
+Cost (a search reads every page of the session, docs/design.md §6.1): pages are never
+cut into all their words. Each page is folded once (NFKC only when its quick check
+fails, then ``casefold``); one regex built from the query finds, in C, the page's whole
+words that share a query stem's first 3-4 characters (Snowball only rewrites endings);
+only those distinct words are stemmed (once per search) and counted. A CJK term is
+counted with ``str.count`` over the folded page. Document length is the page's folded
+length in code points. Excerpts are cut only for the returned hits.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from collections import Counter
@@ -41,42 +41,43 @@ class Hit(NamedTuple):
     end: int
 
 
-class _Page(NamedTuple):
-    folded: str
-    counts: dict
-    length: int
-
-
-def _prepare(texts) -> _Page:
-    folded = analyzer.fold("\n".join([t for _, t in texts]))
-    ws = analyzer.words(folded)
-    return _Page(folded, Counter(ws), len(ws) + analyzer.cjk_length(folded))
-
-
 def _prefix(stem: str) -> str:
     # Snowball changes only a word's ending: a word stemming to `stem` shares its start
     return stem[:3] if len(stem) <= 5 else stem[:4]
 
 
-def _matching_words(stem: str, vocab: list, stems) -> list:
-    p = _prefix(stem)
-    lo = bisect.bisect_left(vocab, p)
-    hi = bisect.bisect_left(vocab, p + "\U0010ffff", lo)
-    return [w for w in vocab[lo:hi] if stems(w) == stem]
+def _scanner(prefixes) -> "re.Pattern | None":
+    """Finds, in folded text, every whole word starting with one of ``prefixes``. Each
+    alternative starts with its literal and checks the character before it with a
+    fixed-width lookbehind, so the regex engine skips ahead in C between candidates
+    (a leading lookbehind or ``\\b`` would try every position)."""
+    alts = [f"{re.escape(p)}(?<![^\\W_].{{{len(p)}}})" for p in sorted(set(prefixes), key=len, reverse=True)]
+    return re.compile(f"(?:{'|'.join(alts)})[^\\W_{analyzer._CJK}]*", re.S) if alts else None
 
 
-def _tfs(term, docs, vocab, stems) -> tuple:
-    """Per page term frequencies of one query term, and the folded words it matched."""
-    kind, value = term
-    if kind == "c":
-        return [d.folded.count(value) for d in docs], (value,)
-    words = _matching_words(value, vocab, stems)
-    if not words:
-        return None, ()
-    if len(words) == 1:
-        w = words[0]
-        return [d.counts.get(w, 0) for d in docs], words
-    return [sum([d.counts.get(w, 0) for w in words]) for d in docs], words
+def _term_frequencies(terms, folded, stems) -> tuple:
+    """{term: per-page tf list} and {term: folded page words that matched it}."""
+    n = len(folded)
+    tfs, found = {}, {}
+    word_terms = {value: ("w", value) for kind, value in terms if kind == "w"}
+    scan = _scanner([_prefix(v) for v in word_terms])
+    if scan is not None:
+        for t in word_terms.values():
+            tfs[t], found[t] = [0] * n, set()
+        for i, f in enumerate(folded):
+            hits = scan.findall(f)
+            if not hits:
+                continue
+            for w, c in Counter(hits).items():
+                t = word_terms.get(stems(w))
+                if t is not None:
+                    tfs[t][i] += c
+                    found[t].add(w)
+    for kind, value in terms:
+        if kind == "c":
+            t = (kind, value)
+            tfs[t], found[t] = [f.count(value) for f in folded], {value}
+    return tfs, found
 
 
 def search(query: str, pages: Sequence, limit: int = 5, *, stem: bool = True,
@@ -88,38 +89,72 @@ def search(query: str, pages: Sequence, limit: int = 5, *, stem: bool = True,
     terms = analyzer.query_terms(query, stems)
     if not terms or not pages or limit < 1:
         return []
-    docs = [_prepare(t) for t in pages]
-    vocab = sorted(set().union(*[d.counts for d in docs]))
-    n = len(docs)
-    avg = (sum([d.length for d in docs]) / n) or 1.0
-    norms = [K1 * (1 - B + B * d.length / avg) for d in docs]
+    folded = [analyzer.fold("\n".join([t for _, t in texts])) for texts in pages]
+    tfs, found = _term_frequencies(terms, folded, stems)
+    n = len(folded)
+    # document length in code points: proportional to its terms in every script
+    avg = (sum(map(len, folded)) / n) or 1.0
+    norms = [K1 * (1 - B + B * len(f) / avg) for f in folded]
     scores = [0.0] * n
     matched = [0] * n
     weights, surfaces = {}, []
     for term in terms:
-        tfs, found = _tfs(term, docs, vocab, stems)
-        if tfs is None:
-            continue
-        df = n - tfs.count(0)
+        per_page = tfs[term]
+        df = n - per_page.count(0)
         if not df:
             continue
         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
         weights[term] = idf
-        surfaces.append((term, found))
-        for i, tf in enumerate(tfs):
+        surfaces.append((term, found[term]))
+        for i, tf in enumerate(per_page):
             if tf:
                 scores[i] += idf * tf * (K1 + 1) / (tf + norms[i])
                 matched[i] += 1
+    finder = _finder(surfaces)
     if extras:
         scores = _extras(scores, matched, len(terms))
+        _proximity(scores, pages, finder, weights)
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], -i))
-    finder = _finder(surfaces)
     return [_hit(i, round(scores[i], 4), pages[i], finder, weights) for i in ranked[:limit]]
 
 
 def _extras(scores: list, matched: list, nterms: int) -> list:
     """Coordination: a page holding more of the query's distinct terms is preferred."""
     return [s * (1 + m / nterms) if s else 0.0 for s, m in zip(scores, matched)]
+
+
+RERANK = 30         # pages whose proximity is looked at (bounds the cost)
+WINDOW = 80         # code points: terms this close count as said together
+
+
+def _proximity(scores: list, pages, finder, weights: dict) -> None:
+    """Terms said together: each of the best RERANK pages gains the share of the
+    query's idf found within WINDOW code points in one of its messages."""
+    total = sum(weights.values())
+    if finder is None or not total:
+        return
+    top = sorted(range(len(scores)), key=lambda i: (-scores[i], -i))[:RERANK]
+    for i in top:
+        if not scores[i]:
+            break
+        best = 0.0
+        for _, text in pages[i]:
+            ms = _matches(text, finder)
+            if ms:
+                best = max(best, _window_weight(ms, WINDOW, weights))
+        scores[i] *= 1 + best / total
+
+
+def _window_weight(matches: list, span: int, weights: dict) -> float:
+    best = 0.0
+    for a, (s, _, _) in enumerate(matches):
+        seen = set()
+        for _, e2, t in matches[a:]:
+            if e2 - s > span:
+                break
+            seen.add(t)
+        best = max(best, sum(weights[t] for t in seen))
+    return best
 
 
 # -- excerpts ------------------------------------------------------------------------
@@ -129,9 +164,12 @@ def _finder(surfaces: list):
     per term index."""
     alts = []
     for k, (term, found) in enumerate(surfaces):
-        body = "|".join(re.escape(w) for w in sorted(found, key=len, reverse=True))
+        ws = sorted(found, key=len, reverse=True)
         if term[0] == "w":
-            body = rf"(?<![^\W_])(?:{body})(?![^\W_])"
+            body = "|".join(f"{re.escape(w)}(?<![^\\W_].{{{len(w)}}})" for w in ws)
+            body = f"(?:{body})(?![^\\W_])"
+        else:
+            body = "|".join(map(re.escape, ws))
         alts.append(f"(?P<t{k}>{body})")
     return (re.compile("|".join(alts)), [t for t, _ in surfaces]) if alts else None
 
