@@ -123,8 +123,9 @@ def _extras(scores: list, matched: list, nterms: int) -> list:
     return [s * (1 + m / nterms) if s else 0.0 for s, m in zip(scores, matched)]
 
 
-RERANK = 30         # pages whose proximity is looked at (bounds the cost)
+RERANK = 100        # pages whose proximity is looked at (bounds the cost)
 WINDOW = 80         # code points: terms this close count as said together
+PROXIMITY = 2.0     # weight of terms said together against BM25 alone
 
 
 def _proximity(scores: list, pages, finder, weights: dict) -> None:
@@ -142,7 +143,7 @@ def _proximity(scores: list, pages, finder, weights: dict) -> None:
             ms = _matches(text, finder)
             if ms:
                 best = max(best, _window_weight(ms, WINDOW, weights))
-        scores[i] *= 1 + best / total
+        scores[i] *= 1 + PROXIMITY * best / total
 
 
 def _window_weight(matches: list, span: int, weights: dict) -> float:
