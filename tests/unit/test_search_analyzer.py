@@ -51,3 +51,20 @@ def test_each_word_is_stemmed_once():
     s("running")
     s._en = None        # a second call would need the stemmer
     assert s("running") == "run"
+
+
+def test_fold_equals_whole_text_nfkc_for_every_stable_character():
+    import sys
+    import unicodedata
+
+    from hypothesis import given, settings, strategies as st
+    stable = [chr(c) for c in range(sys.maxunicode + 1)
+              if not analyzer._UNSTABLE_RE.fullmatch("a" + chr(c)) and not 0xd800 <= c < 0xe000]
+    assert all(unicodedata.normalize("NFKC", c) == c and not unicodedata.combining(c) for c in stable)
+    pieces = st.sampled_from(list("aeoAкaかカハ가各\u0301\u0308\u3099\u309a\u309b（ＡｱﾞｶﾞﬁⅣ²\u1161\u11a8 \n？！：）…\u00a0\u3000ㄱㅏ") + stable[::997])
+
+    @settings(max_examples=1500, deadline=None)
+    @given(st.lists(pieces, max_size=40).map("".join))
+    def same(text):
+        assert analyzer.fold(text) == unicodedata.normalize("NFKC", text).casefold()
+    same()
