@@ -5,6 +5,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadPyodide } from "pyodide";
+import { installWheels } from "../runner/pyodide-host.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -22,6 +23,7 @@ function copyTree(py, hostDir, fsDir) {
 const t0 = performance.now();
 const py = await loadPyodide({ stdout: (s) => console.log(s), stderr: (s) => console.error(s) });
 const loadMs = performance.now() - t0;
+installWheels(py, root);   // the pinned stemmer the search imports
 copyTree(py, join(root, "src", "multillm_edge"), "/home/pyodide/src/multillm_edge");
 py.FS.mkdirTree("/home/pyodide/bench");
 for (const name of readdirSync(join(root, "bench")).filter((n) => n.endsWith(".py"))) {

@@ -4,20 +4,36 @@ import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { loadPyodide } from "pyodide";
 
-const SDK_PIN = /"workers-runtime-sdk==([^"]+)"/;
-
-// The SDK wheel pinned in pyproject.toml, the one `pywrangler` vendors at deploy.
-export function sdkWheel(root) {
-  const version = readFileSync(join(root, "pyproject.toml"), "utf8").match(SDK_PIN)?.[1];
-  if (!version) throw new Error("pyproject.toml does not pin workers-runtime-sdk==<version>");
+// A pure-Python wheel pinned in pyproject.toml `dependencies`, as `pywrangler` vendors
+// it at deploy; downloaded once into .cache/wheels.
+export function pinnedWheel(root, project) {
+  const pin = new RegExp(`"${project}==([^"]+)"`);
+  const version = readFileSync(join(root, "pyproject.toml"), "utf8").match(pin)?.[1];
+  if (!version) throw new Error(`pyproject.toml does not pin ${project}==<version>`);
   const dir = join(root, ".cache", "wheels");
-  const name = `workers_runtime_sdk-${version}-py3-none-any.whl`;
+  const name = `${project.replaceAll("-", "_")}-${version}-py3-none-any.whl`;
   if (!existsSync(join(dir, name))) {
     mkdirSync(dir, { recursive: true });
     execFileSync(process.env.PYTHON ?? "python3", ["-m", "pip", "download", "--quiet", "--no-deps",
-      "--only-binary=:all:", "-d", dir, `workers-runtime-sdk==${version}`], { stdio: "inherit" });
+      "--only-binary=:all:", "-d", dir, `${project}==${version}`], { stdio: "inherit" });
   }
   return readFileSync(join(dir, name));
+}
+
+// The runtime SDK and the search's stemmer (docs/design.md §6.1).
+export const PURE_WHEELS = ["workers-runtime-sdk", "snowballstemmer"];
+
+export function sdkWheel(root) {
+  return pinnedWheel(root, "workers-runtime-sdk");
+}
+
+// Unpack the pinned pure wheels into Pyodide's site-packages.
+export function installWheels(pyodide, root) {
+  const site = pyodide.runPython("import site; site.getsitepackages()[0]");
+  for (const project of PURE_WHEELS) {
+    pyodide.FS.writeFile("/tmp/wheel.whl", pinnedWheel(root, project));
+    pyodide.runPython(`import zipfile; zipfile.ZipFile("/tmp/wheel.whl").extractall(${JSON.stringify(site)})`);
+  }
 }
 
 // Modules that only workerd provides; interfaces from the SDK's .pyi stubs.
@@ -38,9 +54,7 @@ sys.modules["_pyodide_entrypoint_helper"] = helper
 // `mainPath` defaults to src/entry.py; tests may load another module beside src/.
 export async function loadWorker({ root, srcDir, mainPath, stdout }) {
   const pyodide = await loadPyodide({ stdout, stderr: stdout });
-  const site = pyodide.runPython("import site; site.getsitepackages()[0]");
-  pyodide.FS.writeFile("/tmp/sdk.whl", sdkWheel(root));
-  pyodide.runPython(`import zipfile; zipfile.ZipFile("/tmp/sdk.whl").extractall(${JSON.stringify(site)})`);
+  installWheels(pyodide, root);
   pyodide.runPython(RUNTIME_SHIMS);
   // The Worker's src/ as deployed, mounted read-only from disk.
   pyodide.FS.mkdirTree("/session/metadata");

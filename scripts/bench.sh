@@ -8,8 +8,10 @@ rc=0
 echo "== CPython =="
 "$PY" bench/bench_paging.py || rc=1
 "$PY" bench/bench_turn.py || rc=1
+"$PY" bench/bench_recall.py || rc=1
 echo
 echo "== Pyodide =="
 node bench/pyodide_bench.mjs || rc=1
 node bench/pyodide_bench.mjs bench_turn || rc=1
+node bench/pyodide_bench.mjs bench_recall || rc=1
 exit $rc

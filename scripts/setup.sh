@@ -17,10 +17,13 @@ if [ "$(cat .venv/.installed-from 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
   echo "$want" > .venv/.installed-from
 fi
-# The runtime SDK wheel the runner loads into Pyodide (the pin in pyproject.toml).
-sdk=$(sed -n 's/.*"workers-runtime-sdk==\([^"]*\)".*/\1/p' pyproject.toml)
-[ -f ".cache/wheels/workers_runtime_sdk-$sdk-py3-none-any.whl" ] || \
-  .venv/bin/python -m pip download --quiet --no-deps --only-binary=:all: -d .cache/wheels "workers-runtime-sdk==$sdk"
+# The pure wheels the runner loads into Pyodide (the pins in pyproject.toml): the runtime
+# SDK and the search's stemmer.
+for project in workers-runtime-sdk snowballstemmer; do
+  v=$(sed -n "s/.*\"$project==\([^\"]*\)\".*/\1/p" pyproject.toml)
+  [ -f ".cache/wheels/${project//-/_}-$v-py3-none-any.whl" ] || \
+    .venv/bin/python -m pip download --quiet --no-deps --only-binary=:all: -d .cache/wheels "$project==$v"
+done
 # Browser tier (tests/browser): Debian's Chromium, driven by Playwright's Python package
 # (requirements-test.txt; Playwright's own browser download is not used), and
 # SillyTavern pinned from npm into a cache outside node_modules (SILLYTAVERN_DIR).

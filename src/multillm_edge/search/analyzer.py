@@ -1,0 +1,167 @@
+"""Text -> terms, identically for pages and queries (docs/design.md §6.1).
+
+- Unicode NFKC, then ``str.casefold`` (fullwidth letters, ligatures, ß, Σ fold alike).
+- Words: one compiled regex, run once per text in C (``findall``). A word is a run of
+  letters and digits (``_`` and punctuation split words; an apostrophe splits too, so
+  ``Ilsabeth's`` yields ``ilsabeth`` and ``s``).
+- Numbers stay whole with their inner separators: ``1,200``, ``3.5``, ``10:30`` are one
+  term each (``1200`` does not match ``1,200``); a word holding a digit (``3d6``,
+  ``d20``, ``2nd``) is one term and never stemmed.
+- Names are words like any other: kept whole (never split), case-folded, and stemmed
+  with the language's stemmer, which query and page share, so ``Ilsabeth`` matches
+  ``ILSABETH`` and ``Ilsabeth's``.
+- Stemming: Snowball English for Latin-script words, Snowball Russian for Cyrillic ones;
+  other scripts as they are. A word is stemmed at most once per ``Stems`` (a cache).
+- Han, Hiragana, Katakana and Hangul have no spaces: each run of them becomes its
+  overlapping character bigrams (a lone character: itself). A page counts a bigram with
+  ``str.count`` over its folded text, in C, rather than materializing every bigram.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import snowballstemmer
+
+# Hangul Jamo, CJK punctuation-free symbols 々〆, Hiragana, Katakana (+ prolonged mark),
+# Hangul compatibility Jamo, CJK Ext A, Unified Ideographs, Hangul syllables,
+# compatibility ideographs, Ext B and beyond.
+_CJK = ("\u1100-\u11ff\u3005\u3006\u3041-\u309f\u30a0-\u30ff\u3130-\u318f"
+        "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f")
+WORD_RE = re.compile(rf"\d+(?:[.,:]\d+)+|[^\W_{_CJK}]+")
+CJK_RE = re.compile(f"[{_CJK}]+")
+_DIGIT_RE = re.compile(r"\d")
+_CYRILLIC_RE = re.compile("[\u0400-\u04ff]")
+_LATIN_RE = re.compile("[a-z\u00df-\u024f]")
+
+
+# Characters NFKC leaves as they are and that never compose with a neighbour: ASCII,
+# precomposed Latin letters, Cyrillic without its combining marks, common quotes and
+# dashes, CJK punctuation and brackets, kana without the (combining or spacing)
+# voicing marks, Han, Hangul syllables (checked character by character in the tests).
+# Runs of anything else, with the character before them (it may compose with a
+# combining mark), are normalized alone: NFKC of a whole Japanese page that holds one
+# fullwidth "（" costs as much as of the page, ~40 ms per MB.
+_UNSTABLE_RE = re.compile(
+    ".?[^\\x00-\\x7f\u00ab\u00bb\u00c0-\u00ff\u0100-\u0131\u0134-\u013e\u0141-\u0148"
+    "\u014a-\u017e\u0400-\u0482\u048a-\u04ff\u2013\u2014\u2018\u2019\u201c\u201d\u2022"
+    "\u3001-\u3003\u3008-\u3011\u3014-\u301f\u3041-\u3096\u30a1-\u30fd"
+    "\u4e00-\u9fff\uac00-\ud7a3]+", re.S)
+
+
+_UNSTABLE_CHAR_RE = re.compile(_UNSTABLE_RE.pattern[2:-1])
+_simple: dict = {}
+
+
+def _nfkc_run(m) -> str:
+    return unicodedata.normalize("NFKC", m.group())
+
+
+def _simple_mapping(c: str):
+    """NFKC of ``c`` when it can be replaced alone, wherever it stands (fullwidth and
+    general punctuation, Latin-1 symbols, ligatures: their forms hold no combining
+    mark, so they never compose with a neighbour); else None."""
+    r = _simple.get(c, "")
+    if r == "":
+        o = ord(c)
+        ok = (0xff01 <= o <= 0xff5e or 0x2000 <= o <= 0x206f or o == 0x3000 or 0xa0 <= o <= 0xbf
+              or 0xfb00 <= o <= 0xfb06)
+        r = unicodedata.normalize("NFKC", c) if ok else None
+        if r is not None and any(unicodedata.combining(x) for x in r):
+            r = None
+        _simple[c] = r
+    return r
+
+
+def fold(text: str) -> str:
+    """NFKC + casefold: the form every term is cut from. Equal to
+    ``unicodedata.normalize("NFKC", text).casefold()`` (tested), cheaper: the few kinds
+    of simple characters a page holds (Japanese ？！（）) are replaced in C, anything
+    else is normalized run by run."""
+    if not unicodedata.is_normalized("NFKC", text):
+        chars = set(_UNSTABLE_CHAR_RE.findall(text))
+        maps = [(c, _simple_mapping(c)) for c in chars]
+        if all(r is not None for _, r in maps):
+            for c, r in maps:
+                text = text.replace(c, r)
+        else:
+            text = _UNSTABLE_RE.sub(_nfkc_run, text)
+    return text.casefold()
+
+
+def words(folded: str) -> list:
+    """The words (non-CJK terms before stemming) of folded text."""
+    return WORD_RE.findall(folded)
+
+
+def cjk_terms(folded: str) -> list:
+    """Character bigrams of each CJK run (a lone character as itself), in order."""
+    out = []
+    for run in CJK_RE.findall(folded):
+        if len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i:i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def cjk_length(folded: str) -> int:
+    """How many CJK terms ``folded`` holds (its CJK characters: bigrams ≈ characters)."""
+    return len("".join(CJK_RE.findall(folded)))
+
+
+class Stems:
+    """word -> stem, each distinct word stemmed once (one instance per search)."""
+
+    def __init__(self, stem: bool = True):
+        self._on = stem
+        self._cache: dict = {}
+        self._en = snowballstemmer.stemmer("english") if stem else None
+        self._ru = snowballstemmer.stemmer("russian") if stem else None
+
+    def __call__(self, word: str) -> str:
+        s = self._cache.get(word)
+        if s is None:
+            s = self._cache[word] = self._stem(word)
+        return s
+
+    def _stem(self, word: str) -> str:
+        if not self._on or _DIGIT_RE.search(word):
+            return word
+        if _CYRILLIC_RE.match(word):
+            return self._ru.stemWord(word)
+        if _LATIN_RE.match(word):
+            return self._en.stemWord(word)
+        return word
+
+
+# Function words a question is worded with; left out of a query that has other terms
+# (their idf is near zero anyway, and scanning pages for them costs the most).
+STOPWORDS = frozenset("""a an the and or but of to in on at by for with from into about as is are
+was were be been being am do does did done have has had i you he she it we they me him her us them
+my your his its our their this that these those what which who whom whose when where why how
+there here then so not no if can could would should will shall may might must s t re ll ve d
+и в во не что он на я с со как а то все она так его но да ты к у же вы за бы по ее мне было вот от
+меня еще нет о из ему теперь когда даже ну ли если уже или ни быть был него до вас нибудь опять
+уж вам ведь там потом себя ничего ей может они тут где есть надо ней для мы тебя их чем была сам
+чтоб без будто чего раз тоже себе под будет ж тогда кто этот того потому этого какой совсем ним
+здесь этом один почти мой тем чтобы нее были куда зачем всех никогда можно при наконец два об
+другой хоть после над больше тот через эти нас про всего них какая много разве три эту моя
+впрочем хорошо свою этой перед иногда лучше чуть том нельзя такой им более всегда конечно всю
+между""".split())
+
+
+def query_terms(query: str, stems: Stems) -> list:
+    """The query's distinct terms in first-seen order: ("w", stem) for words and
+    ("c", bigram) for CJK. Stopwords and lone letters are left out unless nothing else
+    is left."""
+    folded = fold(query)
+    ws = words(folded)
+    kept = [w for w in ws if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
+    seen: dict = {}
+    for w in kept or ws:
+        seen.setdefault(("w", stems(w)), None)
+    for b in cjk_terms(folded):
+        seen.setdefault(("c", b), None)
+    return list(seen)

@@ -1,0 +1,70 @@
+"""The search analyzer: what a page or query turns into (docs/design.md §6.1)."""
+
+from multillm_edge.search import analyzer
+
+
+def terms(q):
+    return analyzer.query_terms(q, analyzer.Stems())
+
+
+def test_nfkc_and_casefold_fold_fullwidth_ligatures_and_case():
+    assert analyzer.fold("ＩＬＳＡＢＥＴＨ ﬁre Straße ΣΊΣΥΦΟΣ") == "ilsabeth fire strasse σίσυφοσ"
+    assert terms("ＰＲＯＭＩＳＥＳ") == terms("promises") == [("w", "promis")]
+
+
+def test_english_inflections_share_a_stem():
+    assert {t for t in terms("promised promises promising")} == {("w", "promis")}
+    assert terms("bridges") == terms("bridge") == [("w", "bridg")]
+
+
+def test_russian_inflections_share_a_stem():
+    assert terms("обещала обещал") == [("w", "обеща")]
+    assert terms("мостом") == terms("мост") == [("w", "мост")]
+    assert terms("Мирославы") == terms("мирослава")
+
+
+def test_names_and_numbers_stay_whole():
+    assert terms("Ilsabeth's") == [("w", "ilsabeth")]            # lone letter dropped
+    assert terms("rolled 3d6 for 1,200 gold at 10:30") == [
+        ("w", "roll"), ("w", "3d6"), ("w", "1,200"), ("w", "gold"), ("w", "10:30")]
+    assert terms("1200") == [("w", "1200")]                        # not the same term as 1,200
+
+
+def test_cjk_runs_become_bigrams_and_a_lone_char_itself():
+    assert terms("夜の森へ") == [("c", "夜の"), ("c", "の森"), ("c", "森へ")]
+    assert terms("ア") == [("c", "ア")]
+    assert terms("김치찌개") == [("c", "김치"), ("c", "치찌"), ("c", "찌개")]
+    assert analyzer.cjk_terms(analyzer.fold("ｱｲ")) == ["アイ"]       # halfwidth katakana by NFKC
+
+
+def test_stopwords_go_unless_nothing_else_is_left():
+    assert terms("what did the bridge do") == [("w", "bridg")]
+    assert terms("what did") == [("w", "what"), ("w", "did")]
+
+
+def test_plain_mode_does_not_stem():
+    assert analyzer.query_terms("promised", analyzer.Stems(False)) == [("w", "promised")]
+
+
+def test_each_word_is_stemmed_once():
+    s = analyzer.Stems()
+    s("running")
+    s._en = None        # a second call would need the stemmer
+    assert s("running") == "run"
+
+
+def test_fold_equals_whole_text_nfkc_for_every_stable_character():
+    import sys
+    import unicodedata
+
+    from hypothesis import given, settings, strategies as st
+    stable = [chr(c) for c in range(sys.maxunicode + 1)
+              if not analyzer._UNSTABLE_RE.fullmatch("a" + chr(c)) and not 0xd800 <= c < 0xe000]
+    assert all(unicodedata.normalize("NFKC", c) == c and not unicodedata.combining(c) for c in stable)
+    pieces = st.sampled_from(list("aeoAкaかカハ가各\u0301\u0308\u3099\u309a\u309b（ＡｱﾞｶﾞﬁⅣ²\u1161\u11a8 \n？！：）…\u00a0\u3000ㄱㅏ") + stable[::997])
+
+    @settings(max_examples=1500, deadline=None)
+    @given(st.lists(pieces, max_size=40).map("".join))
+    def same(text):
+        assert analyzer.fold(text) == unicodedata.normalize("NFKC", text).casefold()
+    same()
