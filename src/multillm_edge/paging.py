@@ -2,8 +2,9 @@
 
 Pure Python, stdlib only. Given a parsed request body in one of the three wire
 formats and a byte budget, decide which complete, unprotected exchanges leave the
-upstream body (oldest first, one page per exchange, until it fits), and build the
-upstream body with one ``user`` marker per run of consecutive paged exchanges plus the
+upstream body (oldest first, until it fits: each its own page, or a block of adjacent
+ones in one page once the block is closed, docs/design.md §5.7), and build the upstream
+body with one ``user`` marker per run of consecutive paged exchanges plus the
 ``multillm_context_retrieve`` tool schema.
 
 Sizes. The size of a body is the UTF-8 byte length of
@@ -13,12 +14,13 @@ once, and each group of items is serialized once as a list (those bytes are also
 page body when the group is paged). Size of a body = skeleton + sum of the groups'
 inner sizes + one comma between groups; paging a group replaces its inner size by the
 marker's (whose text is a fixed prefix/suffix plus the page ids joined by a fixed
-separator; JSON escaping is per character, so this too is a sum). Nothing is
+separator; JSON escaping is per character, so this too is a sum; a group that closes a
+block of t groups replaces t handles by one, a difference). Nothing is
 re-serialized per paging step: the cost is linear in the history size. ``Plan.size``
 equals the byte length of ``Plan.body``'s compact serialization exactly (tested).
 
 Page bytes are ``pages.canonical_bytes(items)`` (produced here by the shared encoder,
-tested equal); ``sha256`` is over those bytes; the page id comes
+tested equal; a block's are its groups' bytes joined, the same thing); ``sha256`` is over those bytes; the page id comes
 from the caller's ``page_id_for(sha256_hex)`` (an HMAC in production, see pages.py).
 """
 
