@@ -36,7 +36,7 @@ for path in (SRC, HERE):
 
 import recall_corpus  # noqa: E402
 from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER  # noqa: E402
-from multillm_edge import paging, validation  # noqa: E402
+from multillm_edge.core import paging, validation  # noqa: E402
 from multillm_edge.search import page_texts, search  # noqa: E402
 
 BUDGET = 48_000

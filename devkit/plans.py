@@ -80,9 +80,11 @@ def marker_content(item):
 
 
 def plan_paging(fmt: str, body: dict, budget: int, page_id_for, *,
-                max_page_bytes: int = MAX_PAGE_BYTES) -> paging.Plan:
-    """The plan for one budget; its 413 (or any 400) raised."""
-    (plan,) = paging.plan_candidates(fmt, body, [budget], page_id_for, max_page_bytes=max_page_bytes)
+                max_page_bytes: int = MAX_PAGE_BYTES, rule: tuple | None = None) -> paging.Plan:
+    """The plan for one budget (blocks closing by ``rule``, by default the production
+    ``paging.block_rule``); its 413 (or any 400) raised."""
+    (plan,) = paging.plan_candidates(fmt, body, [budget], page_id_for,
+                                     max_page_bytes=max_page_bytes, rule=rule)
     if isinstance(plan, EdgeError):
         raise plan
     return plan

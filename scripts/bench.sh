@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench: the paging and turn benchmarks in CPython and in Pyodide (same code, same tables).
+# npm run bench: the paging, turn and capacity benchmarks in CPython and in Pyodide (same code, same tables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -9,9 +9,11 @@ echo "== CPython =="
 "$PY" bench/bench_paging.py || rc=1
 "$PY" bench/bench_turn.py || rc=1
 "$PY" bench/bench_recall.py || rc=1
+"$PY" bench/bench_capacity.py || rc=1
 echo
 echo "== Pyodide =="
 node bench/pyodide_bench.mjs || rc=1
 node bench/pyodide_bench.mjs bench_turn || rc=1
 node bench/pyodide_bench.mjs bench_recall || rc=1
+node bench/pyodide_bench.mjs bench_capacity || rc=1
 exit $rc

@@ -3,12 +3,15 @@
 The generator builds a format-neutral conversation (system messages, an optional
 greeting, exchanges with text replies and parallel tool calls, some incomplete), renders
 it in a wire format, and records the ground-truth groups. A naive reference planner
-(re-serializes the whole body for every candidate prefix) says what the plan must be.
+(re-serializes the whole body for every candidate prefix, and finds the blocks from
+their definition, docs/design.md §5.7) says what the plan must be.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zlib
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -232,13 +235,52 @@ def truth_pageable(truth, protected):
             and not any(truth[gi][0] <= i < truth[gi][1] for i in protected)]
 
 
-def reference_body(fmt, base, items, truth, paged, page_id_for):
+def reference_blocks(items, truth, pageable, rule):
+    """The closed blocks of the pageable groups, by their definition: a block closes after
+    a group whose bytes' CRC-32 is a multiple of the span, at max_groups groups, or before
+    an adjacent pageable group that would take its bytes over the cap; a run of adjacent
+    pageable groups never continues across a gap. -> list of group lists (any length)."""
+    span, max_groups, cap = rule
+    closed, cur = [], []
+    for pos, g in enumerate(pageable):
+        if cur and g != cur[-1] + 1:
+            cur = []
+        cur.append(g)
+        nxt = pageable[pos + 1] if pos + 1 < len(pageable) else None
+        over = nxt == g + 1 and len(dumps(items[truth[cur[0]][0]:truth[nxt][1]])) > cap
+        if zlib.crc32(dumps(items[truth[g][0]:truth[g][1]])) % span == 0 \
+                or len(cur) >= max_groups or over:
+            closed.append(cur)
+            cur = []
+    return closed
+
+
+def reference_handles(items, truth, pageable, k, rule):
+    """{first group: (start, end) items of its handle} and the groups a block covers,
+    for the k oldest pageable groups paged."""
+    paged = set(pageable[:k])
+    first, covered = {}, set()
+    for blk in reference_blocks(items, truth, pageable, rule):
+        if len(blk) > 1 and all(g in paged for g in blk):
+            first[blk[0]] = (truth[blk[0]][0], truth[blk[-1]][1])
+            covered.update(blk[1:])
+    for g in paged:
+        if g not in covered and g not in first:
+            first[g] = (truth[g][0], truth[g][1])
+    return first, covered
+
+
+def reference_body(fmt, base, items, truth, paged, page_id_for, handles=None):
     mod = formats.get(fmt)
+    first, covered = handles or ({g: (truth[g][0], truth[g][1]) for g in paged}, set())
     out_items = []
     run = None
     for gi, (s, e, _, _) in enumerate(truth):
+        if gi in covered:
+            continue
         if gi in paged:
-            pid = page_id_for(__import__("hashlib").sha256(dumps(items[s:e])).hexdigest())
+            hs, he = first[gi]
+            pid = page_id_for(hashlib.sha256(dumps(items[hs:he])).hexdigest())
             if run is None:
                 run = []
                 out_items.append(run)
@@ -254,10 +296,21 @@ def reference_body(fmt, base, items, truth, paged, page_id_for):
     return out
 
 
+# Block rules: production, none (span 1), and small ones so short histories have blocks.
+RULES = st.sampled_from(["default", (1, 64, 65536), (2, 3, 65536), (2, 3, 65536),
+                         (3, 64, 900), (2, 64, 65536), (2, 64, 65536)])
+
+
 scenario = st.tuples(
     st.sampled_from(FMTS), conversations(), st.integers(0, 110).map(lambda x: x / 100),
     st.one_of(st.none(), st.lists(st.integers(0, 40), max_size=3)),
-    st.booleans(), st.sampled_from([65536, 65536, 65536, 2000]), st.sampled_from(ID_FUNCS))
+    st.booleans(), st.sampled_from([65536, 65536, 65536, 2000]), st.sampled_from(ID_FUNCS),
+    RULES)
+
+
+def rule_for(rule, max_page):
+    return paging.block_rule(max_page) if rule == "default" else \
+        (rule[0], rule[1], min(rule[2], max_page))
 
 
 def build(fmt, segs, protected, tools_present):
@@ -269,7 +322,8 @@ def build(fmt, segs, protected, tools_present):
 @SETTINGS
 @given(scenario)
 def test_plan_matches_reference_and_is_reversible(sc):
-    fmt, segs, frac, protected, tools_present, max_page, page_id_for = sc
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule = sc
+    rule = rule_for(rule, max_page)
     body, items, truth = build(fmt, segs, protected, tools_present)
     original = dumps(body)
     base = paging.strip_edge_fields(body)
@@ -278,7 +332,11 @@ def test_plan_matches_reference_and_is_reversible(sc):
     pageable = truth_pageable(truth, protected or [])
     # budgets spread over [everything paged - 5 %, nothing paged + 5 %]
     every = set(pageable)
-    low = len(dumps(reference_body(fmt, base, items, truth, every, page_id_for))) if pageable else full
+
+    def ref_paged(k):
+        return reference_body(fmt, base, items, truth, set(pageable[:k]), page_id_for,
+                              reference_handles(items, truth, pageable, k, rule))
+    low = len(dumps(ref_paged(len(pageable)))) if pageable else full
     if low < full:
         budget = int(low + (frac - 0.05) * (full - low))
     else:
@@ -291,20 +349,19 @@ def test_plan_matches_reference_and_is_reversible(sc):
     # reference: smallest k such that paging the k oldest pageable exchanges fits
     expected = None
     for k in range(len(pageable) + 1):
-        ref = base if k == 0 else reference_body(fmt, base, items, truth, set(pageable[:k]),
-                                                 page_id_for)
+        ref = base if k == 0 else ref_paged(k)
         if len(dumps(ref)) <= budget:
             expected = (k, ref)
             break
 
     try:
-        plan = plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page)
+        plan = plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page, rule=rule)
     except EdgeError as e:
         event(e.code)
         assert e.status == 413
         if e.code == "context_window_exceeded":
             assert expected is None  # 413 only when no oldest-first prefix fits ...
-            all_paged = reference_body(fmt, base, items, truth, every, page_id_for) if pageable else base
+            all_paged = ref_paged(len(pageable)) if pageable else base
             assert len(dumps(all_paged)) > budget  # ... in particular paging every one
             assert e.details["protected_bytes"] == len(dumps(all_paged))
             assert e.details["budget"] == budget and e.details["estimated_size"] == full
@@ -338,10 +395,14 @@ def test_plan_matches_reference_and_is_reversible(sc):
         if not any(f in body for f in paging.EDGE_FIELDS):
             assert plan.body is body
         return
-    # pages: the k oldest pageable exchanges, deduplicated by content, bytes parse back
+    # pages: the k oldest pageable exchanges, each alone or in its closed block,
+    # deduplicated by content, bytes parse back
+    first, covered = reference_handles(items, truth, pageable, k, rule)
+    if covered:
+        event("blocks")
     want = []
-    for g in pageable[:k]:
-        s, e = truth[g][0], truth[g][1]
+    for g in sorted(first):
+        s, e = first[g]
         if all(p != items[s:e] for p in want):
             want.append(items[s:e])
     assert [p.items for p in plan.pages] == want
@@ -352,6 +413,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
         assert p.sha256 == __import__("hashlib").sha256(p.body).hexdigest()
         assert p.page_id == page_id_for(p.sha256)
         assert len(p.body) <= max_page
+        assert len(p.body) <= rule[2] or p.items in [items[truth[g][0]:truth[g][1]] for g in pageable]
     # reversible
     restored = unpage(fmt, plan.body, plan.pages, created_tools(fmt, body))
     assert dumps(restored) == dumps(base)
@@ -403,14 +465,16 @@ def check_pairs(fmt, out_items, in_items):
 @SETTINGS
 @given(scenario)
 def test_deterministic_and_candidates_share_pages(sc):
-    fmt, segs, frac, protected, tools_present, max_page, page_id_for = sc
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule = sc
+    rule = rule_for(rule, max_page)
     body, items, truth = build(fmt, segs, protected, tools_present)
     full = body_size(paging.strip_edge_fields(body))
     budgets = [int(full * frac), int(full * frac * 0.8), full, int(full * frac)]
 
     def run():
         out = []
-        for r in paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page):
+        for r in paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page,
+                                        rule=rule):
             if isinstance(r, EdgeError):
                 out.append((r.status, r.code, r.details))
             else:
@@ -419,10 +483,10 @@ def test_deterministic_and_candidates_share_pages(sc):
 
     assert run() == run()
     # each candidate equals the single-budget plan
-    res = paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page)
+    res = paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page, rule=rule)
     for b, r in zip(budgets, res):
         try:
-            single = plan_paging(fmt, body, b, page_id_for, max_page_bytes=max_page)
+            single = plan_paging(fmt, body, b, page_id_for, max_page_bytes=max_page, rule=rule)
             assert not isinstance(r, EdgeError)
             assert dumps(single.body) == dumps(r.body) and single.size == r.size
         except EdgeError as e:

@@ -287,7 +287,7 @@ class PageSigner:
             o.update(h.digest())
             return PAGE_ID_PREFIX + b2a(o.digest(), newline=False)[:43].translate(urlsafe).decode("ascii")
         # Every id is this long, in base64url letters: the plan sizes its markers from
-        # it before making any page (paging._id_lengths).
+        # it before making any page (paging._fixed_id_len).
         page_id.length = PAGE_ID_LENGTH
         return page_id
 

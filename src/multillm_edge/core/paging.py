@@ -2,8 +2,9 @@
 
 Pure Python, stdlib only. Given a parsed request body in one of the three wire
 formats and a byte budget, decide which complete, unprotected exchanges leave the
-upstream body (oldest first, one page per exchange, until it fits), and build the
-upstream body with one ``user`` marker per run of consecutive paged exchanges plus the
+upstream body (oldest first, until it fits: each its own page, or a block of adjacent
+ones in one page once the block is closed, docs/design.md §5.7), and build the upstream
+body with one ``user`` marker per run of consecutive paged exchanges plus the
 ``multillm_context_retrieve`` tool schema.
 
 Sizes. The size of a body is the UTF-8 byte length of
@@ -13,20 +14,21 @@ once, and each group of items is serialized once as a list (those bytes are also
 page body when the group is paged). Size of a body = skeleton + sum of the groups'
 inner sizes + one comma between groups; paging a group replaces its inner size by the
 marker's (whose text is a fixed prefix/suffix plus the page ids joined by a fixed
-separator; JSON escaping is per character, so this too is a sum). Nothing is
+separator; JSON escaping is per character, so this too is a sum; a group that closes a
+block of t groups replaces t handles by one, a difference). Nothing is
 re-serialized per paging step: the cost is linear in the history size. ``Plan.size``
 equals the byte length of ``Plan.body``'s compact serialization exactly (tested).
 
 Page bytes are ``pages.canonical_bytes(items)`` (produced here by the shared encoder,
-tested equal); ``sha256`` is over those bytes; the page id comes
+tested equal; a block's are its groups' bytes joined, the same thing); ``sha256`` is over those bytes; the page id comes
 from the caller's ``page_id_for(sha256_hex)`` (an HMAC in production, see pages.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Callable
+from zlib import crc32
 
 from .. import formats as _formats
 from .config import MAX_PAGE_BYTES
@@ -86,49 +88,89 @@ def unpaged(prep: Prepared, budget: int) -> Plan:
     return Plan(prep.base, [], prep.total, budget, history=prep.kept_history())
 
 
-def _id_lengths(prep: Prepared):
-    """Each pageable group's page id length in the marker text, in order. The signer
-    declares one length for all its ids (``page_id_for.length``; base64url, nothing to
-    escape), so no page is made before the plan knows which it needs, and none for a
-    413. Any other ``page_id_for``: every pageable group's page is made, each id sized."""
-    length = getattr(prep.page_id_for, "length", None)
-    if length is not None:
-        return repeat(length)
-    return [_id_len(p.page_id) for p in prep.pages(prep.pageable)]
+#: Blocks (docs/design.md §5.7): consecutive pageable exchanges stored as one page, named
+#: by one handle. Boundaries are defined by content, so they stay put as the history
+#: grows or an earlier exchange is edited: a block closes after an exchange whose bytes'
+#: CRC-32 is a multiple of BLOCK_SPAN (one in 16 on average), after BLOCK_MAX_GROUPS
+#: exchanges, or before an exchange that would take it over BLOCK_MAX_BYTES (half the
+#: page limit: what one retrieval puts back into the model's window).
+BLOCK_SPAN = 16
+BLOCK_MAX_GROUPS = 64
+BLOCK_MAX_BYTES = 32768
+_UNPAGED = object()
 
 
-def _fit(prep: Prepared, budget: int, id_lens) -> tuple[int, int]:
-    """``(k, size)``: paging the ``k`` oldest pageable groups is the first that fits;
-    ``k == 0``: none does, ``size`` is then with all of them paged."""
+def block_rule(max_page_bytes: int = MAX_PAGE_BYTES, span: int = BLOCK_SPAN,
+               max_groups: int = BLOCK_MAX_GROUPS, max_bytes: int = BLOCK_MAX_BYTES) -> tuple:
+    """``(span, max_groups, cap)``: where blocks close; ``span == 1``: no blocks."""
+    return span, max_groups, min(max_bytes, max_page_bytes)
+
+
+def _fixed_id_len(prep: Prepared):
+    """The one length of every page id in the marker text, when the signer declares it
+    (``page_id_for.length``; base64url, nothing to escape): then no page is made before
+    the plan knows which it needs, and none for a 413. None: any other ``page_id_for``,
+    each id is made and sized as the plan meets it."""
+    return getattr(prep.page_id_for, "length", None)
+
+
+def _fit(prep: Prepared, budget: int, rule: tuple) -> tuple[int, int, list]:
+    """``(k, size, blocks)``: paging the ``k`` oldest pageable groups is the first that
+    fits, ``blocks`` the closed blocks among them (``(first, last)`` positions in
+    ``pageable``, two groups or more); ``k == 0``: none does, ``size`` is then with all of
+    them paged. Each step is arithmetic: the group's handle joins its run's marker; when
+    the group closes a block, the block's handles become one."""
     fixed = prep.fixed_with_tool
-    mbase, sep, inner = prep.marker_base, prep.marker_sep, prep.inner
+    mbase, sep, inner, raw, pageable = (prep.marker_base, prep.marker_sep, prep.inner,
+                                        prep.raw, prep.pageable)
+    span, max_groups, cap = rule
+    length = _fixed_id_len(prep)
+    n = len(pageable)
     sum_units = prep.sum_inner
     n_units = len(prep.groups)
-    prev = -2
+    blocks: list = []
+    prev = seg = -2       # seg: position of the open block's first group; -1: none open
+    seg_bytes = seg_ids = 0
     size = prep.total
-    for k, (gi, id_len) in enumerate(zip(prep.pageable, id_lens), 1):
-        sum_units -= inner[gi]
+    for k, gi in enumerate(pageable):
+        il = length if length is not None else _id_len(prep.pages([gi])[0].page_id)
         if gi == prev + 1:       # extends the current run: same marker
-            sum_units += sep + id_len
+            sum_units += sep + il - inner[gi]
             n_units -= 1
         else:                    # a new run: a new marker replaces the group
-            sum_units += mbase + id_len
+            sum_units += mbase + il - inner[gi]
+            seg = -1
+        if seg < 0:
+            seg, seg_bytes, seg_ids = k, inner[gi] + 2, il
+        else:
+            seg_bytes += inner[gi] + 1
+            seg_ids += il
         prev = gi
+        nxt = pageable[k + 1] if k + 1 < n else -1
+        if (crc32(raw[gi]) % span == 0 or k - seg + 1 >= max_groups
+                or (nxt == gi + 1 and seg_bytes + inner[nxt] + 1 > cap)):
+            if k > seg:          # a block of two groups or more: one handle for all
+                bl = length if length is not None else _id_len(
+                    prep.block_page(pageable[seg], gi).page_id)
+                sum_units += bl - seg_ids - (k - seg) * sep
+                blocks.append((seg, k))
+            seg = -1
         size = fixed + sum_units + (n_units - 1 if n_units else 0)
         if size <= budget:
-            return k, size
-    return 0, size
+            return k + 1, size, blocks
+    return 0, size, blocks
 
 
-def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
+def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: tuple) -> Plan:
     if prep.total <= budget:
         return unpaged(prep, budget)
     if not prep.pageable:
         raise _window_error(budget, prep.total, prep.total)
-    k, size = _fit(prep, budget, _id_lengths(prep))
+    k, size, blocks = _fit(prep, budget, rule)
     if not k:
         raise _window_error(budget, prep.total, size)
-    chosen = prep.pageable[:k]
+    pageable = prep.pageable
+    chosen = pageable[:k]
     raw = prep.raw
     oversize = next((len(raw[gi]) for gi in chosen if len(raw[gi]) > max_page_bytes), None)
     if oversize is not None:
@@ -139,7 +181,14 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int) -> Plan:
             f"over the {max_page_bytes}-byte page limit.",
             budget=budget, estimated_size=prep.total, page_bytes=oversize,
             max_page_bytes=max_page_bytes)
-    return _build(prep, dict(zip(chosen, prep.pages(chosen))), size, budget)
+    covered: dict = {}           # group -> its block's page (first group) or None (the rest)
+    for a, b in blocks:
+        covered[pageable[a]] = prep.block_page(pageable[a], pageable[b])
+        covered.update(dict.fromkeys(pageable[a + 1:b + 1]))
+    singles = [gi for gi in chosen if gi not in covered] if covered else chosen
+    by_group = dict(zip(singles, prep.pages(singles)))
+    by_group.update(covered)
+    return _build(prep, by_group, size, budget)
 
 
 def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
@@ -159,8 +208,10 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
         parts[run_part] = _dumps(m).encode("utf-8")
 
     for gi, g in enumerate(groups):
-        p = chosen.get(gi)
-        if p is not None:
+        p = chosen.get(gi, _UNPAGED)
+        if p is None:            # inside a block: its handle is already in the run
+            continue
+        if p is not _UNPAGED:
             if p.sha256 not in seen:
                 seen.add(p.sha256)
                 pages.append(p)
@@ -186,13 +237,16 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
 
 
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
-                    *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS) -> list:
+                    *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS,
+                    rule: tuple | None = None) -> list:
     """One Plan or EdgeError per budget. Grouping and sizing are done once; a page with
     the same content is the same Page object across the plans. A 400 (invalid
     ``context_protected_indices``) concerns the request, not a candidate: raised.
-    ``strip`` names the top-level fields the upstream body goes without."""
+    ``strip`` names the top-level fields the upstream body goes without; ``rule`` where
+    blocks close (``block_rule(max_page_bytes)`` by default)."""
     prep = Prepared(fmt, body, page_id_for, strip=strip)
-    return per_budget(lambda b: _plan(prep, b, max_page_bytes), budgets)
+    rule = rule or block_rule(max_page_bytes)
+    return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule), budgets)
 
 
 def per_budget(plan_one: Callable[[int], object], budgets: list) -> list:

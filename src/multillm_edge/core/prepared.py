@@ -82,8 +82,8 @@ def _surrogate_error() -> EdgeError:
 
 
 class Page(NamedTuple):
-    """One stored page: an exchange's items and the bytes they are stored as. A tuple:
-    a steady turn makes one per paged exchange (hundreds), in C."""
+    """One stored page: an exchange's items (or a block's: several adjacent exchanges')
+    and the bytes they are stored as. A tuple: made in C, no Python frame."""
     page_id: str
     sha256: str
     body: bytes
@@ -144,6 +144,7 @@ class Prepared:
         self.page_id_for = page_id_for
         self.items = _formats.history(self.base, self.mod.ITEMS_KEY)
         self._pages: dict = {}     # group index -> Page
+        self._blocks: dict = {}    # (first, last) group indices -> Page
         self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
         try:
             self._measure()
@@ -208,6 +209,26 @@ class Prepared:
                                                        items[g[0]:g[1]]))
                 made[gi] = p
         return [made[gi] for gi in gis]
+
+    def block_page(self, first: int, last: int) -> Page:
+        """The page of adjacent groups ``first..last`` (a block, docs/design.md §5.7): its
+        body is the groups' bytes joined, which is exactly the compact serialization of
+        their concatenated items (a list's bytes are its items' bytes, comma-joined)."""
+        if first == last:
+            return self.pages([first])[0]
+        made = self._blocks
+        p = made.get((first, last))
+        if p is None:
+            raw, groups = self.raw, self.groups
+            body = b"[" + b",".join([raw[gi][1:-1] for gi in range(first, last + 1)]) + b"]"
+            sha = _sha256(body).hexdigest()
+            p = self._by_sha.get(sha)
+            if p is None:
+                p = self._by_sha[sha] = _new_page(Page, (
+                    self.page_id_for(sha), sha, body,
+                    self.items[groups[first].start:groups[last].end]))
+            made[(first, last)] = p
+        return p
 
     @cached_property
     def fixed_with_tool(self) -> int:
