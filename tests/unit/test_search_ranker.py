@@ -71,3 +71,19 @@ def test_excerpt_is_verbatim_bounded_and_cut_at_code_points(texts, query):
         assert hit.text == (ELLIPSIS if hit.start else "") + core + (ELLIPSIS if hit.end < len(msg) else "")
         assert len(hit.text) <= EXCERPT_MAX                       # ellipses included
         assert len(msg) <= EXCERPT_MAX or len(hit.text) == EXCERPT_MAX    # as long as allowed
+
+
+def test_a_block_page_ranks_by_the_exchange_that_says_it():
+    # Page 0 is a block of exchanges; the words of the query are said together in one
+    # of them. Page 1 holds the same words spread over exchanges that say other things.
+    block = [("user", "we walk on"), ("assistant", "*rain*"),
+             ("user", "Who hid the silver key?"), ("assistant", "Mira hid the silver key under the bridge."),
+             ("user", "onwards"), ("assistant", "*wind*")]
+    spread = [("user", "a silver cup"), ("assistant", "*the bridge creaks*"),
+              ("user", "a key to the cellar"), ("assistant", "She hid nothing."),
+              ("user", "and Mira?"), ("assistant", "Mira sleeps.")]
+    [first, second] = search("where did Mira hide the silver key", [block, spread], 5)
+    assert first.page == 0 and first.message_index == 3 and first.text == block[3][1]
+    assert second.page == 1
+    # plain BM25 sees each page whole
+    assert {h.page for h in search("mira silver key", [block, spread], 5, stem=False, extras=False)} == {0, 1}

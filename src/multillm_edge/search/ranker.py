@@ -3,14 +3,16 @@
 Pure and deterministic: the same query and pages give the same hits. Pages come oldest
 first, each as its ``texts.page_texts`` list. Scoring is Okapi BM25 (k1 1.2, b 0.75,
 the always-positive idf ``ln(1 + (N - df + .5) / (df + .5))``) over stems and CJK
-bigrams, a page being the document; ties break newest first.
+bigrams. The documents are exchanges (a page's texts cut where a user text starts: a
+page may hold a block of many, docs/design.md §5.7), a page ranked by its best one;
+plain BM25 (the benchmark's baseline) takes each page whole. Ties break newest first.
 
 Cost (a search reads every page of the session, docs/design.md §6.1): pages are never
 cut into all their words. Each page is folded once (NFKC only when its quick check
 fails, then ``casefold``); one regex built from the query finds, in C, the page's whole
 words that share a query stem's first 3-4 characters (Snowball only rewrites endings);
 only those distinct words are stemmed (once per search) and counted. A CJK term is
-counted with ``str.count`` over the folded page. Document length is the page's folded
+counted with ``str.count`` over the folded exchange. Document length is its folded
 length in code points. Excerpts are cut only for the returned hits.
 """
 
@@ -89,6 +91,38 @@ def search(query: str, pages: Sequence, limit: int = 5, *, stem: bool = True,
     terms = analyzer.query_terms(query, stems)
     if not terms or not pages or limit < 1:
         return []
+    # The documents: each page whole (plain BM25), or each exchange of a page — a page
+    # may hold a block of many (docs/design.md §5.7), and an answer is said in one.
+    docs = _exchanges(pages) if extras else [(i, 0, texts) for i, texts in enumerate(pages)]
+    if not docs:
+        return []
+    scores, finder, weights = _scores(terms, [d[2] for d in docs], stems, extras)
+    best: dict = {}                  # page -> its best document (the newest on ties)
+    for d, sc in enumerate(scores):
+        if sc > 0 and sc >= scores[best.get(docs[d][0], d)]:
+            best[docs[d][0]] = d
+    ranked = sorted(best.items(), key=lambda pd: (-scores[pd[1]], -pd[0]))
+    return [_hit(p, round(scores[d], 4), pages[p], docs[d][1], docs[d][2], finder, weights)
+            for p, d in ranked[:limit]]
+
+
+def _exchanges(pages: Sequence) -> list:
+    """``(page, first text index, texts)`` per exchange: a page's texts cut where a user
+    text starts (tool results carry the role ``tool``: they never start one)."""
+    out = []
+    for i, texts in enumerate(pages):
+        start = 0
+        for j in range(1, len(texts)):
+            if texts[j][0] == "user":
+                out.append((i, start, texts[start:j]))
+                start = j
+        if texts:
+            out.append((i, start, texts[start:]))
+    return out
+
+
+def _scores(terms, pages, stems, extras: bool) -> tuple:
+    """BM25 (plus the extras) of each document → (scores, finder, weights)."""
     folded = [analyzer.fold("\n".join([t for _, t in texts])) for texts in pages]
     tfs, found = _term_frequencies(terms, folded, stems)
     n = len(folded)
@@ -113,9 +147,8 @@ def search(query: str, pages: Sequence, limit: int = 5, *, stem: bool = True,
     finder = _finder(surfaces)
     if extras:
         scores = _extras(scores, matched, len(terms))
-        _proximity(scores, pages, finder, weights)
-    ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], -i))
-    return [_hit(i, round(scores[i], 4), pages[i], finder, weights) for i in ranked[:limit]]
+        _proximity(scores, folded, finder, weights)
+    return scores, finder, weights
 
 
 def _extras(scores: list, matched: list, nterms: int) -> list:
@@ -128,22 +161,21 @@ WINDOW = 80         # code points: terms this close count as said together
 PROXIMITY = 2.0     # weight of terms said together against BM25 alone
 
 
-def _proximity(scores: list, pages, finder, weights: dict) -> None:
+def _proximity(scores: list, folded: list, finder, weights: dict) -> None:
     """Terms said together: each of the best RERANK pages gains the share of the
-    query's idf found within WINDOW code points in one of its messages."""
+    query's idf found within WINDOW code points of its folded text (the page already
+    folded for BM25: positions are compared, never quoted)."""
     total = sum(weights.values())
     if finder is None or not total:
         return
+    rx, names = finder
     top = sorted(range(len(scores)), key=lambda i: (-scores[i], -i))[:RERANK]
     for i in top:
         if not scores[i]:
             break
-        best = 0.0
-        for _, text in pages[i]:
-            ms = _matches(text, finder)
-            if ms:
-                best = max(best, _window_weight(ms, WINDOW, weights))
-        scores[i] *= 1 + PROXIMITY * best / total
+        ms = [(m.start(), m.end(), names[int(m.lastgroup[1:])]) for m in rx.finditer(folded[i])]
+        if ms:
+            scores[i] *= 1 + PROXIMITY * _window_weight(ms, WINDOW, weights) / total
 
 
 def _window_weight(matches: list, span: int, weights: dict) -> float:
@@ -205,17 +237,19 @@ def _matches(text: str, finder) -> list:
     return out
 
 
-def _hit(i: int, score: float, texts, finder, weights: dict) -> Hit:
+def _hit(i: int, score: float, texts, first: int, doc, finder, weights: dict) -> Hit:
+    """Page ``i``'s hit, quoted from the message of its document ``doc`` (``texts``
+    from index ``first``) holding the most query weight."""
     best, best_w, best_m = 0, -1.0, []
-    for j, (_, t) in enumerate(texts):
+    for j, (_, t) in enumerate(doc):
         ms = _matches(t, finder)
         w = sum(weights[term] for term in {m[2] for m in ms})
         if w > best_w:
             best, best_w, best_m = j, w, ms
-    role, text = texts[best]
+    role, text = doc[best]
     start, end = excerpt_span(text, best_m)
     cut = (ELLIPSIS if start > 0 else "") + text[start:end] + (ELLIPSIS if end < len(text) else "")
-    return Hit(i, score, role, cut, best, start, end)
+    return Hit(i, score, role, cut, first + best, start, end)
 
 
 def excerpt_span(text: str, matches: list, limit: int = EXCERPT_MAX) -> tuple:
