@@ -74,14 +74,15 @@ def test_excerpt_is_verbatim_bounded_and_cut_at_code_points(texts, query):
 
 
 def test_a_block_page_ranks_by_the_exchange_that_says_it():
-    # Page 0 is a block of exchanges; the words of the query are said together in one
-    # of them. Page 1 holds the same words spread over exchanges that say other things.
+    # Page 0 is a long block of exchanges; the words of the query are said together in
+    # one of them (a page-level BM25 would weigh them down by the page's length). Page 1 holds the same words spread over exchanges that say other things.
     block = [("user", "we walk on"), ("assistant", "*rain*"),
              ("user", "Who hid the silver key?"), ("assistant", "Mira hid the silver key under the bridge."),
-             ("user", "onwards"), ("assistant", "*wind*")]
-    spread = [("user", "a silver cup"), ("assistant", "*the bridge creaks*"),
-              ("user", "a key to the cellar"), ("assistant", "She hid nothing."),
-              ("user", "and Mira?"), ("assistant", "Mira sleeps.")]
+             ("user", "onwards"), ("assistant", "*wind*")] + [
+             ("user", "step"), ("assistant", "*the long road goes on and on through the hills*")] * 40
+    spread = [("user", "a silver cup, a silver plate"), ("assistant", "*the bridge creaks*"),
+              ("user", "a key, a key to the cellar"), ("assistant", "She hid nothing. They hid."),
+              ("user", "and Mira?"), ("assistant", "Mira sleeps. Mira dreams.")]
     [first, second] = search("where did Mira hide the silver key", [block, spread], 5)
     assert first.page == 0 and first.message_index == 3 and first.text == block[3][1]
     assert second.page == 1
