@@ -17,28 +17,34 @@ from multillm_edge.base.jsonbytes import compact
 
 
 def marker_ids(text):
-    """The page ids named by a marker text, or None if ``text`` is not one."""
-    prefix, suffix = formats.MARKER_PREFIX, formats.MARKER_SUFFIX
-    if (not isinstance(text, str) or not text.startswith(prefix) or not text.endswith(suffix)
-            or len(text) <= len(prefix) + len(suffix)):
-        return None
-    return text[len(prefix):len(text) - len(suffix)].split(formats.MARKER_SEP)
+    """The page ids named by a marker text (with or without the search tool's words),
+    or None if ``text`` is not one."""
+    suffix = formats.MARKER_SUFFIX
+    for prefix in (formats.MARKER_PREFIX, formats.MARKER_PREFIX_SEARCH):
+        if (isinstance(text, str) and text.startswith(prefix) and text.endswith(suffix)
+                and len(text) > len(prefix) + len(suffix)):
+            return text[len(prefix):len(text) - len(suffix)].split(formats.MARKER_SEP)
+    return None
+
+
+def _tool_name(entry) -> str | None:
+    return entry.get("name") or (entry.get("function") or {}).get("name") if isinstance(entry, dict) else None
 
 
 def remove_tool(fmt: str, body: dict, created: bool) -> None:
-    """Undo ``add_tool``: drop the retrieve tool appended last (and the list it created)."""
+    """Undo ``add_tool``: drop the context tools appended last — retrieve, then search
+    when it was declared — and the list they created."""
     key = "functions" if fmt == "chat" and body.get("tools") is None and "functions" in body else "tools"
     tools = body.get(key)
     if not isinstance(tools, list) or not tools:
         return
-    last = tools[-1]
-    name = last.get("name") or (last.get("function") or {}).get("name")
-    if name != formats.TOOL_NAME:
+    n = 2 if len(tools) >= 2 and _tool_name(tools[-1]) == formats.SEARCH_TOOL_NAME else 1
+    if _tool_name(tools[-n]) != formats.TOOL_NAME:
         return
-    if created and len(tools) == 1:
+    if created and len(tools) == n:
         del body[key]
     else:
-        body[key] = tools[:-1]
+        body[key] = tools[:-n]
 
 
 def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
@@ -80,11 +86,12 @@ def marker_content(item):
 
 
 def plan_paging(fmt: str, body: dict, budget: int, page_id_for, *,
-                max_page_bytes: int = MAX_PAGE_BYTES, rule: tuple | None = None) -> paging.Plan:
+                max_page_bytes: int = MAX_PAGE_BYTES, rule: tuple | None = None,
+                search: bool = False) -> paging.Plan:
     """The plan for one budget (blocks closing by ``rule``, by default the production
     ``paging.block_rule``); its 413 (or any 400) raised."""
     (plan,) = paging.plan_candidates(fmt, body, [budget], page_id_for,
-                                     max_page_bytes=max_page_bytes, rule=rule)
+                                     max_page_bytes=max_page_bytes, rule=rule, search=search)
     if isinstance(plan, EdgeError):
         raise plan
     return plan

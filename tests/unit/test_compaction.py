@@ -57,7 +57,7 @@ def test_cannot_fit_413():
 @SETTINGS
 @given(scenario)
 def test_compaction_property(sc):
-    fmt, segs, frac, protected, tools_present, _, _, _ = sc
+    fmt, segs, frac, protected, tools_present, *_ = sc
     body, items, truth = build(fmt, segs, protected, tools_present)
     base = paging.strip_edge_fields(body)
     full = len(dumps(base))

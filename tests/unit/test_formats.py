@@ -165,3 +165,35 @@ def test_output_reservation():
     assert formats.get("chat") is chat
     with pytest.raises(ValueError):
         formats.get("gemini")
+
+
+@pytest.mark.parametrize("mod", [chat, responses, messages])
+def test_search_tool_schema_in_each_format_and_added_after_retrieve(mod):
+    s = json.loads(json.dumps(mod.search_tool_schema()))
+    fn = s.get("function", s)
+    params = fn.get("parameters") or fn.get("input_schema")
+    assert fn["name"] == formats.SEARCH_TOOL_NAME and "words you remember" in fn["description"]
+    assert params["required"] == ["query"]
+    assert params["properties"]["limit"] == {"type": "integer", "minimum": 1, "maximum": 10,
+                                             "description": "How many pages to return (default 5)."}
+    body = {"tools": [{"name": "roll"}]}
+    assert mod.add_tool(body, search=True) is False
+    assert body["tools"] == [{"name": "roll"}, mod.tool_schema(), mod.search_tool_schema()]
+    body = {}
+    assert mod.add_tool(body, True) is True and len(body["tools"]) == 2
+    remove_tool(FMT[mod], body, True)
+    assert body == {}
+
+
+def test_chat_legacy_functions_get_both_schemas():
+    body = {"functions": [{"name": "roll", "parameters": {}}]}
+    chat.add_tool(body, search=True)
+    assert "tools" not in body
+    assert [f["name"] for f in body["functions"]] == ["roll", formats.TOOL_NAME, formats.SEARCH_TOOL_NAME]
+
+
+def test_marker_with_search_names_both_tools_and_parses_back():
+    text = formats.marker_text(["cp_a", "cp_b"], search=True)
+    assert formats.TOOL_NAME in text and formats.SEARCH_TOOL_NAME in text
+    assert marker_ids(text) == ["cp_a", "cp_b"]
+    assert formats.marker_text(["cp_a"]) == formats.MARKER_PREFIX + "cp_a."

@@ -169,7 +169,8 @@ def test_the_literal_check_can_fail(tmp_path):
 
 def test_every_registered_format_declares_the_whole_interface():
     names = ("NAME", "CLIENT_PATH", "UPSTREAM_PATH", "ITEMS_KEY", "MAX_TOKEN_FIELDS", "VERSION_HEADER",
-             "ERROR_ENVELOPE", "classify", "check", "output_reservation", "tool_schema", "add_tool",
+             "ERROR_ENVELOPE", "classify", "check", "output_reservation", "schema", "tool_schema",
+             "search_tool_schema", "add_tool",
              "auth_headers", "idle_event")
     for f in formats.FORMATS:
         missing = [n for n in names if not hasattr(f, n)]

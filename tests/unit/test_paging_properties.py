@@ -270,7 +270,7 @@ def reference_handles(items, truth, pageable, k, rule):
     return first, covered
 
 
-def reference_body(fmt, base, items, truth, paged, page_id_for, handles=None):
+def reference_body(fmt, base, items, truth, paged, page_id_for, handles=None, search=False):
     mod = formats.get(fmt)
     first, covered = handles or ({g: (truth[g][0], truth[g][1]) for g in paged}, set())
     out_items = []
@@ -288,11 +288,11 @@ def reference_body(fmt, base, items, truth, paged, page_id_for, handles=None):
         else:
             run = None
             out_items.extend(items[s:e])
-    out_items = [formats.marker(formats.marker_text(x)) if isinstance(x, list) else x
+    out_items = [formats.marker(formats.marker_text(x, search)) if isinstance(x, list) else x
                  for x in out_items]
     out = dict(base)
     out[mod.ITEMS_KEY] = out_items
-    mod.add_tool(out)
+    mod.add_tool(out, search)
     return out
 
 
@@ -305,7 +305,7 @@ scenario = st.tuples(
     st.sampled_from(FMTS), conversations(), st.integers(0, 110).map(lambda x: x / 100),
     st.one_of(st.none(), st.lists(st.integers(0, 40), max_size=3)),
     st.booleans(), st.sampled_from([65536, 65536, 65536, 2000]), st.sampled_from(ID_FUNCS),
-    RULES)
+    RULES, st.booleans())     # the last: the search tool declared too (§6.1)
 
 
 def rule_for(rule, max_page):
@@ -322,7 +322,7 @@ def build(fmt, segs, protected, tools_present):
 @SETTINGS
 @given(scenario)
 def test_plan_matches_reference_and_is_reversible(sc):
-    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule = sc
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule, search = sc
     rule = rule_for(rule, max_page)
     body, items, truth = build(fmt, segs, protected, tools_present)
     original = dumps(body)
@@ -335,7 +335,7 @@ def test_plan_matches_reference_and_is_reversible(sc):
 
     def ref_paged(k):
         return reference_body(fmt, base, items, truth, set(pageable[:k]), page_id_for,
-                              reference_handles(items, truth, pageable, k, rule))
+                              reference_handles(items, truth, pageable, k, rule), search)
     low = len(dumps(ref_paged(len(pageable)))) if pageable else full
     if low < full:
         budget = int(low + (frac - 0.05) * (full - low))
@@ -355,7 +355,8 @@ def test_plan_matches_reference_and_is_reversible(sc):
             break
 
     try:
-        plan = plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page, rule=rule)
+        plan = plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page, rule=rule,
+                           search=search)
     except EdgeError as e:
         event(e.code)
         assert e.status == 413
@@ -417,9 +418,11 @@ def test_plan_matches_reference_and_is_reversible(sc):
     # reversible
     restored = unpage(fmt, plan.body, plan.pages, created_tools(fmt, body))
     assert dumps(restored) == dumps(base)
-    # tool schema once
-    tools = plan.body.get("tools", [])
-    assert sum(1 for t in tools if formats.TOOL_NAME in json.dumps(t)) == 1
+    # each context tool's schema once: retrieve, and search only when declared (§6.1)
+    tools = plan.body.get("tools") if plan.body.get("tools") is not None else plan.body.get("functions", [])
+    names = [t.get("name") or t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
+    assert names.count(formats.TOOL_NAME) == 1
+    assert names.count(formats.SEARCH_TOOL_NAME) == (1 if search else 0)
     # protected items never paged: system, protected indices, latest exchange onwards
     paged_ids = set()
     for p in plan.pages:
@@ -465,7 +468,7 @@ def check_pairs(fmt, out_items, in_items):
 @SETTINGS
 @given(scenario)
 def test_deterministic_and_candidates_share_pages(sc):
-    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule = sc
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule, search = sc
     rule = rule_for(rule, max_page)
     body, items, truth = build(fmt, segs, protected, tools_present)
     full = body_size(paging.strip_edge_fields(body))
@@ -474,7 +477,7 @@ def test_deterministic_and_candidates_share_pages(sc):
     def run():
         out = []
         for r in paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page,
-                                        rule=rule):
+                                        rule=rule, search=search):
             if isinstance(r, EdgeError):
                 out.append((r.status, r.code, r.details))
             else:
@@ -483,10 +486,12 @@ def test_deterministic_and_candidates_share_pages(sc):
 
     assert run() == run()
     # each candidate equals the single-budget plan
-    res = paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page, rule=rule)
+    res = paging.plan_candidates(fmt, body, budgets, page_id_for, max_page_bytes=max_page, rule=rule,
+                                 search=search)
     for b, r in zip(budgets, res):
         try:
-            single = plan_paging(fmt, body, b, page_id_for, max_page_bytes=max_page, rule=rule)
+            single = plan_paging(fmt, body, b, page_id_for, max_page_bytes=max_page, rule=rule,
+                                 search=search)
             assert not isinstance(r, EdgeError)
             assert dumps(single.body) == dumps(r.body) and single.size == r.size
         except EdgeError as e:

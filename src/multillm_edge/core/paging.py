@@ -203,7 +203,7 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     run_at = -1
 
     def close_run():
-        m = _formats.marker(_formats.marker_text(run_ids))
+        m = _formats.marker(_formats.marker_text(run_ids, prep.search))
         out_items[run_at] = m
         parts[run_part] = _dumps(m).encode("utf-8")
 
@@ -231,20 +231,21 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
         close_run()
     out = dict(prep.base)
     out[mod.ITEMS_KEY] = out_items
-    mod.add_tool(out)
+    mod.add_tool(out, prep.search)
     return Plan(out, pages, size, budget, history=prep.history(parts))
 
 
 
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
                     *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS,
-                    rule: tuple | None = None) -> list:
+                    rule: tuple | None = None, search: bool = False) -> list:
     """One Plan or EdgeError per budget. Grouping and sizing are done once; a page with
     the same content is the same Page object across the plans. A 400 (invalid
     ``context_protected_indices``) concerns the request, not a candidate: raised.
     ``strip`` names the top-level fields the upstream body goes without; ``rule`` where
-    blocks close (``block_rule(max_page_bytes)`` by default)."""
-    prep = Prepared(fmt, body, page_id_for, strip=strip)
+    blocks close (``block_rule(max_page_bytes)`` by default); ``search``: the search
+    tool is declared too (docs/design.md §6.1: its schema and the marker's words)."""
+    prep = Prepared(fmt, body, page_id_for, strip=strip, search=search)
     rule = rule or block_rule(max_page_bytes)
     return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule), budgets)
 

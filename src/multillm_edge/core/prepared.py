@@ -135,13 +135,15 @@ class Prepared:
     ``total``, ``pageable`` (group indices, oldest first) and the marker and tool sizes.
     Pages are made on demand (``pages``): only for the groups a plan sends."""
 
-    def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS):
+    def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS,
+                 search: bool = False):
         if not isinstance(body, dict):
             raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
         self.mod = _formats.get(fmt)
         self.received = body
         self.base = strip_edge_fields(body, strip)
         self.page_id_for = page_id_for
+        self.search = search       # the search tool is declared too (docs/design.md §6.1)
         self.items = _formats.history(self.base, self.mod.ITEMS_KEY)
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
@@ -153,7 +155,7 @@ class Prepared:
         self.sum_inner = sum(self.inner)
         self.total = self.fixed + self.sum_inner + max(len(self.groups) - 1, 0)
         self.pageable = self._pageable(protected_indices(body))
-        self.marker_base = _blen(_dumps(_formats.marker(_formats.MARKER_PREFIX + _formats.MARKER_SUFFIX)))
+        self.marker_base = _blen(_dumps(_formats.marker(_formats.marker_text((), search))))
         self.marker_sep = _blen(_dumps(_formats.MARKER_SEP)) - 2
 
     def _measure(self) -> None:
@@ -232,8 +234,8 @@ class Prepared:
 
     @cached_property
     def fixed_with_tool(self) -> int:
-        """The skeleton's size once the retrieve tool is added (paging only; once per
+        """The skeleton's size once the context tools are added (paging only; once per
         request, whatever the number of fallback candidates)."""
         skel = dict(self.skel)
-        self.mod.add_tool(skel)
+        self.mod.add_tool(skel, self.search)
         return _blen(_dumps(skel))

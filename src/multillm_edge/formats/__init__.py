@@ -7,9 +7,12 @@ interface, used by :mod:`multillm_edge.core.paging` and :mod:`multillm_edge.core
 ``classify(item)``            ``(kind, calls, results)``: kind is USER (a genuine user
                               turn), SYSTEM (stands alone) or OTHER; calls/results are
                               keys pairing a tool call with its result
+``schema(tool)``              a context ``Tool`` in that format's tool shape
 ``tool_schema()``             the ``multillm_context_retrieve`` tool in that format
-``add_tool(body)``            append the schema to the tools of a shallow body copy;
-                              returns True when it created the tools key
+``search_tool_schema()``      the ``multillm_context_search`` tool (docs/design.md §6.1)
+``add_tool(body, search)``    append the schemas (retrieve; search too when declared) to
+                              the tools of a shallow body copy; True when it created the
+                              tools key
 ``output_reservation(body)``  the request's max-tokens field, ``None`` if absent
 
 Shared by all three: ``history(body, ITEMS_KEY)`` (the list, or ``None`` when there
@@ -46,12 +49,30 @@ TOOL_DESCRIPTION = (
     "original messages come back verbatim."
 )
 
+SEARCH_TOOL_NAME = "multillm_context_search"
+SEARCH_TOOL_DESCRIPTION = (
+    "Search the earlier exchanges of this conversation that were stored outside the "
+    "context window, by words you remember from them: names, places, events, objects, "
+    "promises. Returns the best-matching stored pages with their page_id and a verbatim "
+    "excerpt; read a whole page with multillm_context_retrieve."
+)
+SEARCH_QUERY_MAX = 1000      # characters of a query (docs/design.md §6.1)
+SEARCH_LIMIT_MAX = 10
+
 # The marker text is PREFIX + SEP.join(page_ids) + SUFFIX. JSON string escaping is
 # per character, so the serialized size of a marker is computed arithmetically.
 MARKER_PREFIX = (
     "[multillm context] Earlier exchanges of this conversation are not shown here: "
     "they are stored verbatim and retrievable with the multillm_context_retrieve tool "
     "by page_id. Stored pages, oldest first: "
+)
+# With the search capability (docs/design.md §6.1): what each of the two tools does.
+MARKER_PREFIX_SEARCH = (
+    "[multillm context] Earlier exchanges of this conversation are not shown here: "
+    "they are stored verbatim. To find one, call the multillm_context_search tool with "
+    "words you remember (names, places, events): it answers with page_ids and verbatim "
+    "excerpts. To read a page whole, call the multillm_context_retrieve tool with its "
+    "page_id. Stored pages, oldest first: "
 )
 MARKER_SEP = ", "
 MARKER_SUFFIX = "."
@@ -71,6 +92,41 @@ def tool_parameters() -> dict:
     }
 
 
+def search_tool_parameters() -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "Words to look for in the stored exchanges (names, places, "
+                               f"events), 1-{SEARCH_QUERY_MAX} characters.",
+            },
+            "limit": {
+                "type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX,
+                "description": "How many pages to return (default 5).",
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+
+class Tool(NamedTuple):
+    """A context tool, for a format module's ``schema(tool)`` to shape."""
+    name: str
+    description: str
+    parameters: object    # () -> the JSON schema of its arguments
+
+
+RETRIEVE = Tool(TOOL_NAME, TOOL_DESCRIPTION, tool_parameters)
+SEARCH = Tool(SEARCH_TOOL_NAME, SEARCH_TOOL_DESCRIPTION, search_tool_parameters)
+
+
+def context_tools(search: bool) -> tuple:
+    """The tools a paged request gains: retrieve, and search when declared (§6.1)."""
+    return (RETRIEVE, SEARCH) if search else (RETRIEVE,)
+
+
 def history(body: dict, key: str):
     """The pageable list under `key`, or None when there is none."""
     v = body.get(key)
@@ -83,8 +139,12 @@ def marker(text: str) -> dict:
 
 
 
-def marker_text(page_ids) -> str:
-    return MARKER_PREFIX + MARKER_SEP.join(page_ids) + MARKER_SUFFIX
+def marker_prefix(search: bool = False) -> str:
+    return MARKER_PREFIX_SEARCH if search else MARKER_PREFIX
+
+
+def marker_text(page_ids, search: bool = False) -> str:
+    return marker_prefix(search) + MARKER_SEP.join(page_ids) + MARKER_SUFFIX
 
 
 

@@ -8,7 +8,7 @@ alone. Content may be a string or an array; it does not matter for grouping.
 
 from __future__ import annotations
 
-from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
+from . import OTHER, RETRIEVE, SEARCH, Tool, context_tools, int_field, tools_list_append
 from .roles import NONE, PLAIN, by_role
 from ..base.errors import invalid_field
 from .fields import STR, STR_LIST_NULL, content, expect, history_items, objects, optional
@@ -45,27 +45,34 @@ def classify(m):
 
 
 
+def schema(tool: Tool) -> dict:
+    return {"type": "function", "function": _legacy_schema(tool)}
+
+
 def tool_schema() -> dict:
-    return {"type": "function",
-            "function": {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
-                         "parameters": tool_parameters()}}
+    return schema(RETRIEVE)
 
 
-def _legacy_schema() -> dict:
-    return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
-            "parameters": tool_parameters()}
+def search_tool_schema() -> dict:
+    return schema(SEARCH)
+
+
+def _legacy_schema(tool: Tool) -> dict:
+    return {"name": tool.name, "description": tool.description, "parameters": tool.parameters()}
 
 
 def _uses_legacy_functions(body: dict) -> bool:
     return body.get("tools") is None and isinstance(body.get("functions"), list)
 
 
-def add_tool(body: dict) -> bool:
-    # A request on the deprecated `functions` parameter gets the schema there: the API
+def add_tool(body: dict, search: bool = False) -> bool:
+    # A request on the deprecated `functions` parameter gets the schemas there: the API
     # does not accept `tools` and `functions` together.
-    if _uses_legacy_functions(body):
-        return tools_list_append(body, "functions", _legacy_schema())
-    return tools_list_append(body, "tools", tool_schema())
+    key, shape = ("functions", _legacy_schema) if _uses_legacy_functions(body) else ("tools", schema)
+    created = False
+    for tool in context_tools(search):
+        created |= tools_list_append(body, key, shape(tool))
+    return created
 
 
 

@@ -15,7 +15,7 @@ complete exchanges, so it never lands between a ``tool_use`` and its ``tool_resu
 
 from __future__ import annotations
 
-from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
+from . import OTHER, RETRIEVE, SEARCH, Tool, context_tools, int_field, tools_list_append
 from .roles import NONE, PLAIN, by_role
 from ..base.errors import Envelope
 from ..base.jsonbytes import compact
@@ -64,13 +64,24 @@ def classify(m):
     return by_role(role)
 
 
+def schema(tool: Tool) -> dict:
+    return {"name": tool.name, "description": tool.description,
+            "input_schema": tool.parameters()}
+
+
 def tool_schema() -> dict:
-    return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION,
-            "input_schema": tool_parameters()}
+    return schema(RETRIEVE)
 
 
-def add_tool(body: dict) -> bool:
-    return tools_list_append(body, "tools", tool_schema())
+def search_tool_schema() -> dict:
+    return schema(SEARCH)
+
+
+def add_tool(body: dict, search: bool = False) -> bool:
+    created = False
+    for tool in context_tools(search):
+        created |= tools_list_append(body, "tools", schema(tool))
+    return created
 
 
 

@@ -12,7 +12,7 @@ exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
 
 from __future__ import annotations
 
-from . import OTHER, TOOL_DESCRIPTION, TOOL_NAME, int_field, tool_parameters, tools_list_append
+from . import OTHER, RETRIEVE, SEARCH, Tool, context_tools, int_field, tools_list_append
 from .roles import NONE, PLAIN, by_role
 from .fields import STR, STR_LIST_NULL, content, expect, history_items, optional
 from .openai import ERROR_ENVELOPE, VERSION_HEADER, auth_headers, idle_event  # noqa: F401
@@ -43,13 +43,24 @@ def classify(it):
 
 
 
+def schema(tool: Tool) -> dict:
+    return {"type": "function", "name": tool.name, "description": tool.description,
+            "parameters": tool.parameters()}
+
+
 def tool_schema() -> dict:
-    return {"type": "function", "name": TOOL_NAME, "description": TOOL_DESCRIPTION,
-            "parameters": tool_parameters()}
+    return schema(RETRIEVE)
 
 
-def add_tool(body: dict) -> bool:
-    return tools_list_append(body, "tools", tool_schema())
+def search_tool_schema() -> dict:
+    return schema(SEARCH)
+
+
+def add_tool(body: dict, search: bool = False) -> bool:
+    created = False
+    for tool in context_tools(search):
+        created |= tools_list_append(body, "tools", schema(tool))
+    return created
 
 
 

@@ -12,6 +12,7 @@ from .scope import Scope, error
 
 
 CAPABILITY = "multillm_context_retrieve"
+SEARCH_CAPABILITY = "multillm_context_search"   # a second tool; alone it pages nothing
 
 
 @dataclass
@@ -34,6 +35,11 @@ def requested_models(body: dict) -> list[str]:
 
 def wants_paging(body: dict) -> bool:
     return CAPABILITY in (body.get("capabilities") or ())
+
+
+def wants_search(body: dict) -> bool:
+    """The search tool too (docs/design.md §6.1): declared next to retrieval."""
+    return SEARCH_CAPABILITY in (body.get("capabilities") or ())
 
 
 def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationContext,
@@ -67,7 +73,8 @@ def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
         ctx = scope.rc.caller
         page_id_for = scope.sign.page_ids(AUTHORITY, ctx.principal, scope.rc.session_id,
                                           ctx.policy.revision)
-        results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip)
+        results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip,
+                                         search=wants_search(body))
     else:
         results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip)
     for c, result in zip(live, results):
