@@ -99,10 +99,11 @@ def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
 
 
 def row_misses(row: dict, page_id: str, principal: str, session_id: str,
-               policy: store.Policy, sign: PageSigner, now: int) -> list[str]:
+               policy: store.Policy, sign: PageSigner, now: int, verify_id=None) -> list[str]:
     """Every reason a page row may not be served to (principal, session_id) under
     ``policy``, the session's state aside (empty = servable). Shared with search
-    (docs/design.md §6.1): a page is ranked only after these. No early exit."""
+    (docs/design.md §6.1): a page is ranked only after these. No early exit.
+    ``verify_id``: ``sign.page_id_verifier`` of these facts, for many rows."""
     misses = []
     if not isinstance(row.get("expires_at"), int) or row["expires_at"] <= now:
         misses.append("expired")
@@ -121,8 +122,11 @@ def row_misses(row: dict, page_id: str, principal: str, session_id: str,
     # The id must be the HMAC of (authority, principal, session, CURRENT revision,
     # sha256) — computed from the caller's facts, not only the row's — and the row
     # must carry a valid signature over all its fields.
-    id_ok = sign.verify_page_id(page_id, AUTHORITY, principal, session_id,
-                                policy.revision, row.get("sha256"))
+    if verify_id is None:
+        id_ok = sign.verify_page_id(page_id, AUTHORITY, principal, session_id,
+                                    policy.revision, row.get("sha256"))
+    else:
+        id_ok = verify_id(page_id, row.get("sha256"))
     row_ok = sign.verify_row(row)
     if not id_ok:
         misses.append("page_id_signature")

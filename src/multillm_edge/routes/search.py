@@ -39,7 +39,7 @@ from ..base.http import Incoming, Outgoing
 from ..base.jsonbytes import compact
 from ..base.timing import timed
 from ..core import validation
-from ..core.pages import is_legacy_location
+from ..core.pages import ROLEPLAY, is_legacy_location
 from ..search import page_texts, search
 from ..storage import store
 from .auth import SESSION_HEADER, key_digest, request_context
@@ -108,9 +108,10 @@ async def _load(req: Incoming, digest: str, session_id: str, db, now: int):
 def _servable(req: Incoming, facts: store.SessionPages, rc) -> list:
     """The rows passing every retrieval check, oldest first."""
     rows, left_out = [], 0
+    verify_id = rc.sign.page_id_verifier(ROLEPLAY, facts.principal, rc.session_id, rc.policy.revision)
     for row in facts.pages:
         if row_misses(row, row.get("page_id"), facts.principal, rc.session_id,
-                      rc.policy, rc.sign, rc.now):
+                      rc.policy, rc.sign, rc.now, verify_id):
             left_out += 1
         else:
             rows.append(row)
