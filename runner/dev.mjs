@@ -272,6 +272,25 @@ for _ in range(reps):
     out.append((time.perf_counter() - t) * 1000)
 json.dumps(out)
 `;
+// kind=pages: the floor of verifying pages (the search bench): SHA-256 + UTF-8 decode +
+// json.loads of each page, the body being the pages concatenated, \`lengths\` their sizes.
+const FLOOR_PAGES_PY = `
+import hashlib, json, time
+raw = open("/tmp/runner-floor-body", "rb").read()
+spans, at = [], 0
+for n in lengths:
+    spans.append((at, at + n))
+    at += n
+out = []
+for _ in range(reps):
+    t = time.perf_counter()
+    for a, b in spans:
+        page = raw[a:b]
+        hashlib.sha256(page).hexdigest()
+        json.loads(page.decode("utf-8"))
+    out.append((time.perf_counter() - t) * 1000)
+json.dumps(out)
+`;
 const PROFILE_PY = `
 import cProfile, io, pstats, sys
 state = sys.modules.setdefault("_runner_profile", type(sys)("_runner_profile"))
@@ -307,6 +326,10 @@ async function testControl(req, res, url) {
     for await (const c of req) chunks.push(c);
     pyodide.FS.writeFile("/tmp/runner-floor-body", new Uint8Array(Buffer.concat(chunks)));
     const reps = Number(url.searchParams.get("reps") ?? 1);
+    if (url.searchParams.get("kind") === "pages") {
+      const lengths = (url.searchParams.get("lengths") ?? "").split(",").filter(Boolean).map(Number);
+      return sendJson(res, 200, { ms: JSON.parse(pyodide.runPython(FLOOR_PAGES_PY, { globals: pyodide.toPy({ reps, lengths }) })) });
+    }
     return sendJson(res, 200, { ms: JSON.parse(pyodide.runPython(FLOOR_PY, { globals: pyodide.toPy({ reps }) })) });
   }
   if (route === "POST /__runner/profile") {

@@ -16,4 +16,7 @@ node bench/pyodide_bench.mjs || rc=1
 node bench/pyodide_bench.mjs bench_turn || rc=1
 node bench/pyodide_bench.mjs bench_recall || rc=1
 node bench/pyodide_bench.mjs bench_capacity || rc=1
+echo
+echo "== Search over a full session, through the runner =="
+"$PY" bench/bench_search.py || rc=1
 exit $rc

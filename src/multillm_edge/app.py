@@ -17,6 +17,7 @@ from .formats.registry import FORMATS
 from .routes.forward import forward
 from .routes.generation import generate
 from .routes.retrieval import SESSION_PARAM, retrieve_page
+from .routes.search import search_pages
 from .routes.sessions import create_session, end_session
 from .base.http import Incoming, Outgoing, error_response, json_response
 
@@ -82,6 +83,7 @@ ROUTES = (
     Route(("POST",), "/v1/roleplay/sessions", create_session),
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param),
+    Route(("POST",), "/v1/context/search", search_pages, _roleplay),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
     Route(("POST",), "/v1/files", batch.upload_file),
     Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope=messages.ERROR_ENVELOPE),

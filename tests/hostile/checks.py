@@ -38,6 +38,21 @@ def check_batch(case: Case, seen: Observed) -> None:
             assert KEY not in headers, f"roleplay key reached the origin\n{where}"
 
 
+def check_search(case: Case, seen: Observed) -> None:
+    """A search never stores, dispatches or forwards; a 200 is the list shape with
+    verbatim-sized excerpts (docs/design.md §6.1)."""
+    where = case.describe()
+    assert seen.status in (200, 400, 401, 403, 404, 413), f"{seen.status} {seen.body[:300]!r}\n{where}"
+    assert not seen.provider_requests and seen.stored_after == seen.stored_before, f"search stored or dispatched\n{where}"
+    if seen.status == 200:
+        doc = json.loads(seen.body)
+        assert doc["object"] == "list" and isinstance(doc["pages_searched"], int), where
+        assert len(doc["data"]) <= 10, where
+        for hit in doc["data"]:
+            assert set(hit) == {"page_id", "sha256", "expires_at", "score", "excerpt"}, where
+            assert len(hit["excerpt"]["text"]) <= 400, where
+
+
 def check(case: Case, seen: Observed) -> None:
     """Raise AssertionError (with the case) if any invariant is broken."""
     if "declares" in case.notes:
@@ -55,6 +70,8 @@ def check(case: Case, seen: Observed) -> None:
         err = doc["error"]
         assert isinstance(err["code"], str) and isinstance(err["message"], str), where
         assert (doc.get("type") == "error") == case.anthropic, f"wrong envelope\n{where}"
+    if case.notes.get("search"):
+        check_search(case, seen)
     if seen.status >= 400 and not relayed:
         assert not seen.provider_requests, f"rejected but dispatched\n{where}"
         assert seen.stored_after == seen.stored_before, f"rejected but stored\n{where}"

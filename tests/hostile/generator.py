@@ -266,11 +266,63 @@ def other_route(rng: random.Random, n: int) -> Case:
     return Case(n, "forward", method, path, headers, body, roleplay=False)
 
 
+# ---------------------------------------------------------------------------
+# The search route (docs/design.md §6.1): `notes["search"]`, never stores or dispatches.
+# ---------------------------------------------------------------------------
+
+SEARCH_PATH = "/v1/context/search"
+QUERY_MARK = "Hostileqmark"           # in every generated query: never in a log line
+SEARCH_QUERIES = [f"{QUERY_MARK} lantern", f"{QUERY_MARK} flickers Aurore 夜の森", f"{QUERY_MARK}\x00lantern",
+                  QUERY_MARK + " " + "x" * 987, QUERY_MARK + " " + "x" * 988, QUERY_MARK + "🎭" * 300,
+                  f"{QUERY_MARK} \ud800", f"{QUERY_MARK} \udfff lantern", f"{QUERY_MARK} " + "lantern " * 1000,
+                  f"{QUERY_MARK} \u202e\uffff", f"{QUERY_MARK} ' OR 1=1 --", f"{QUERY_MARK} H-u-0001",
+                  " ", "", "\t\n\u3000", "\x00"]
+SEARCH_LIMITS = [1, 5, 10, 0, 11, -1, True, False, None, 5.0, "5", [5], {"n": 5}, 2 ** 63, 10 ** 30, 1e308]
+
+
+def search_body(rng: random.Random) -> tuple[str, bytes]:
+    doc = {"query": rng.choice(SEARCH_QUERIES)}
+    if rng.random() < 0.7:
+        doc["limit"] = rng.choice(SEARCH_LIMITS)
+    r = rng.random()
+    if r < 0.5:
+        return "search:valid_shape", _dumps(rng, doc)
+    if r < 0.6:
+        doc["query"] = rng.choice(HOSTILE_VALUES)
+        return "search:query_type", _dumps(rng, doc)
+    if r < 0.7:
+        return "search:odd_number", _with_hole(rng, {**doc, "limit": HOLE}, rng.choice(ODD_NUMBERS))
+    if r < 0.78:
+        depth = rng.choice([MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 100_000])
+        return "search:deep", _with_hole(rng, {**doc, "extra": HOLE}, depth_bomb(depth, rng.choice([b"[", b'{"a":'])))
+    if r < 0.84:
+        return "search:huge", _dumps(rng, {**doc, "query": QUERY_MARK + "y" * rng.choice([1001, 16 * 1024, 70_000])})
+    if r < 0.9:
+        raw = _dumps(rng, doc)
+        return "search:duplicate", raw[:-1] + b',"query":' + json.dumps(rng.choice(SEARCH_QUERIES)).encode() + b"}"
+    return "search:not_an_object", rng.choice([b"", b"[]", b"null", b'"lantern"', b"\xff\xfe", b"{", b"\x00" * 16,
+                                               b'{"query":"\xed\xa0\x80"}', b"\xef\xbb\xbf{}"])
+
+
+def search_case(rng: random.Random, n: int) -> Case:
+    variant, headers = roleplay_headers(rng)
+    kind, body = search_body(rng)
+    roleplay = rng.random() < 0.9
+    if not roleplay:                      # without the session header: the origin's path
+        headers = {k: v for k, v in headers.items() if k != "X-Roleplay-Session-ID"}
+    method = "POST" if rng.random() < 0.95 else rng.choice(["GET", "PUT"])
+    return Case(n, f"{kind}:{variant}", method, SEARCH_PATH, headers, body,
+                roleplay=roleplay and method == "POST", notes={"search": roleplay and method == "POST"})
+
+
 def cases(seed: int, count: int):
     rng = random.Random(seed)
     for n in range(count):
         if rng.random() < 0.2:
             yield other_route(rng, n)
+            continue
+        if rng.random() < 0.08:
+            yield search_case(rng, n)
             continue
         if rng.random() < 0.05:
             yield batch_case(rng, n)

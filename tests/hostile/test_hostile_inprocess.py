@@ -77,6 +77,7 @@ def test_hostile_requests_in_process():
         for record in edge.logs:
             text = repr(record)
             assert gen.KEY not in text and gen.OTHER_KEY not in text
+            assert gen.QUERY_MARK.lower() not in text.lower() and "lantern" not in text.lower()
         assert not [r for r in edge.logs if r.get("error") == "internal_error"]
     finally:
         gc.enable()

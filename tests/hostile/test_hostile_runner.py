@@ -89,6 +89,8 @@ def test_hostile_sample_through_the_runner(edge, servers):
         except Exception as e:
             raise AssertionError(f"hostile seed {seed}, {case.describe()}") from e
     assert edge.client.get("/healthz").status_code == 200
+    logs = repr(edge.logs()).lower()
+    assert gen.QUERY_MARK.lower() not in logs and "lantern" not in logs
     assert not [r for r in edge.logs() if r.get("error") == "internal_error" or r.get("runner") == "worker_exception"]
     print(f"hostile (runner): {len(cases)} cases in {time.monotonic() - started:.1f} s")
 

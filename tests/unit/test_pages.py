@@ -280,3 +280,15 @@ def test_the_signers_page_ids_have_the_length_they_declare():
     for i in range(500):
         pid = ids(hashlib.sha256(str(i).encode()).hexdigest())
         assert len(pid) == ids.length and paging._id_len(pid) == ids.length
+
+
+@given(st.sampled_from(["old", "new", "other"]), st.sampled_from([SHA, "A" * 64, "a" * 63, 5, None]),
+       st.sampled_from(["rps_1", "rps_2"]), st.booleans())
+def test_page_id_verifier_agrees_with_verify_page_id(secret, sha, session, mangle):
+    signer = PageSigner(b"new", previous=b"old")
+    pid = PageSigner(secret.encode()).page_id("roleplay", "alice", "rps_1", 1, SHA)
+    if mangle:
+        pid = pid[:-2] + ("AA" if pid[-2:] != "AA" else "BA")
+    verify = signer.page_id_verifier("roleplay", "alice", session, 1)
+    assert verify(pid, sha) == signer.verify_page_id(pid, "roleplay", "alice", session, 1, sha)
+    assert verify(pid, SHA) == (secret != "other" and session == "rps_1" and not mangle)

@@ -297,6 +297,45 @@ def test_retrieval_ended_session(db):
     assert f.session.exists and f.session.owned and f.session.ended and not f.session.open
 
 
+# -- search -----------------------------------------------------------------------
+
+def test_session_pages_are_the_active_rows_of_the_current_revision(db):
+    live = page(b"live", 4, key="context-pages/obj_" + "A" * 43, offset=7)
+    other_rev = page(b"old", 3, rev=1)
+    expired = page(b"dead", 4, expires=NOW)
+    other_session = page(b"s", 1, session="rps_x")
+    managed = page(b"m", 1, authority="managed")
+    assert upsert(db, [live, expired]) and upsert(db, [other_session], session="rps_x")
+    run(db.run("INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision,"
+               " sha256, byte_length, r2_key, created_at, expires_at, signature) SELECT ?1, 'managed',"
+               " 'alice', 'rps_a', 2, 'x', 1, 'k', 0, ?2, 's'", [managed["page_id"], NOW + 10]))
+    run(db.run("INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision,"
+               " sha256, byte_length, r2_key, created_at, expires_at, signature) SELECT ?1, 'roleplay',"
+               " 'alice', 'rps_a', 1, 'x', 1, 'k', 0, ?2, 's'", [other_rev["page_id"], NOW + 10]))
+    f = run(store.load_session_pages(db, KEY_A, "rps_a", NOW))
+    assert f.principal == "alice" and f.policy.revision == 2 and f.session.open
+    assert f.pages == [live] and list(f.pages[0]) == list(store.PAGE_COLUMNS)
+    assert SIGNER.verify_row(f.pages[0])
+
+
+def test_session_pages_foreign_ended_unknown(db):
+    assert upsert(db, [page(b"b", 1, principal="bob", session="rps_b")], principal="bob", session="rps_b")
+    f = run(store.load_session_pages(db, KEY_A, "rps_b", NOW))
+    assert f.session.exists and not f.session.owned and f.pages == []
+    assert run(store.load_session_pages(db, "e" * 64, "rps_a", NOW)) is None
+    f = run(store.load_session_pages(db, KEY_B, "rps_b", NOW))
+    assert f.policy is None and f.pages == []       # no policy: no current revision
+    assert run(store.end_session(db, "rps_a", "alice", NOW))
+    assert run(store.load_session_pages(db, KEY_A, "rps_a", NOW)).session.ended
+
+
+def test_session_pages_many_rows_one_statement(db):
+    rows = [page(str(i).encode(), 1) for i in range(300)]
+    assert upsert(db, rows)
+    f = run(store.load_session_pages(db, KEY_A, "rps_a", NOW))
+    assert sorted(p["page_id"] for p in f.pages) == sorted(r["page_id"] for r in rows)
+
+
 # -- sessions -------------------------------------------------------------------
 
 def test_end_session_rules(db):

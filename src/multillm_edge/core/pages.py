@@ -305,6 +305,29 @@ class PageSigner:
             ok |= hmac.compare_digest(_b64(mac(data)).encode("ascii"), given)
         return ok
 
+    def page_id_verifier(self, authority: str, principal: str, session_id: str,
+                         revision: int) -> Callable[[Any, Any], bool]:
+        """`(page_id, sha256) -> verify_page_id(page_id, authority, principal, session_id,
+        revision, sha256)` for many rows of one owner (a search checks every page of a
+        session, docs/design.md §6.1): the signed data's head is hashed once per key."""
+        data = self._id_data(authority, principal, session_id, revision, "0" * 64)
+        head, tail = data[:-66], data[-2:]
+        states = [_hmac_states(k, head) for k in self._id_keys]
+
+        def verify(page_id: Any, sha256: Any) -> bool:
+            if not is_well_formed_page_id(page_id) or not isinstance(sha256, str) \
+                    or _SHA256_RE.match(sha256) is None:
+                return False
+            given, ok = page_id[len(PAGE_ID_PREFIX):].encode("ascii"), False
+            for inner, outer in states:   # no early exit: same work whichever key matches
+                h = inner.copy()
+                h.update(sha256.encode("ascii") + tail)
+                o = outer.copy()
+                o.update(h.digest())
+                ok |= hmac.compare_digest(_b64(o.digest()).encode("ascii"), given)
+            return ok
+        return verify
+
     # -- row signatures --------------------------------------------------------
 
     @staticmethod

@@ -175,3 +175,38 @@ def session_id(value: str | None) -> str:
         raise EdgeError(400, "invalid_request",
                         f"X-Roleplay-Session-ID must be at most {MAX_SESSION_ID} characters.")
     return sid
+
+
+# ---------------------------------------------------------------------------
+# The search route's body (docs/design.md §6.1)
+# ---------------------------------------------------------------------------
+
+#: Longest search body read (a 1,000-character query in \uXXXX escapes is ~12 KiB).
+MAX_SEARCH_BODY = 16 * 1024
+MAX_QUERY_CHARS = 1000
+SEARCH_LIMITS = (1, 10)
+DEFAULT_SEARCH_LIMIT = 5
+
+
+def search_request(raw: bytes) -> tuple[str, int]:
+    """`{"query": string, "limit"?: integer}` → (query, limit); 400 naming the field.
+    Other fields are ignored (nothing is forwarded); `limit: null` is the default."""
+    body = parse_json(raw)
+    if type(body) is not dict:
+        raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
+    query = body.get("query")
+    if type(query) is not str:
+        raise invalid_field("query", "must be a string")
+    if not query.strip() or len(query) > MAX_QUERY_CHARS:
+        raise invalid_field("query", f"must be 1 to {MAX_QUERY_CHARS} characters, not blank")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid_field("query", "must not contain a lone surrogate") from None
+    limit = body.get("limit")
+    if limit is None:
+        return query, DEFAULT_SEARCH_LIMIT
+    low, high = SEARCH_LIMITS
+    if type(limit) is not int or not low <= limit <= high:   # a bool is not an int here
+        raise invalid_field("limit", f"must be an integer from {low} to {high}")
+    return query, limit

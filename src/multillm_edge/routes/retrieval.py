@@ -92,14 +92,26 @@ def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
         sign.verify_row({"signature": "", "page_id": page_id})
         misses.append("absent")
         return misses
-    if not facts.page_active or not isinstance(row.get("expires_at"), int) \
-            or row["expires_at"] <= now:
+    if not facts.page_active:
+        misses.append("expired")
+    return misses + [m for m in row_misses(row, page_id, facts.principal, session_id,
+                                           policy, sign, now) if m not in misses]
+
+
+def row_misses(row: dict, page_id: str, principal: str, session_id: str,
+               policy: store.Policy, sign: PageSigner, now: int, verify_id=None) -> list[str]:
+    """Every reason a page row may not be served to (principal, session_id) under
+    ``policy``, the session's state aside (empty = servable). Shared with search
+    (docs/design.md §6.1): a page is ranked only after these. No early exit.
+    ``verify_id``: ``sign.page_id_verifier`` of these facts, for many rows."""
+    misses = []
+    if not isinstance(row.get("expires_at"), int) or row["expires_at"] <= now:
         misses.append("expired")
     if row.get("page_id") != page_id:
         misses.append("absent")
     if row.get("authority") != AUTHORITY:
         misses.append("authority")
-    if row.get("principal") != facts.principal:
+    if row.get("principal") != principal:
         misses.append("principal")
     if row.get("session_id") != session_id:
         misses.append("other_session")
@@ -110,8 +122,11 @@ def _page_misses(page_id: str, session_id: str, facts: store.RetrievalFacts,
     # The id must be the HMAC of (authority, principal, session, CURRENT revision,
     # sha256) — computed from the caller's facts, not only the row's — and the row
     # must carry a valid signature over all its fields.
-    id_ok = sign.verify_page_id(page_id, AUTHORITY, facts.principal, session_id,
-                                policy.revision, row.get("sha256"))
+    if verify_id is None:
+        id_ok = sign.verify_page_id(page_id, AUTHORITY, principal, session_id,
+                                    policy.revision, row.get("sha256"))
+    else:
+        id_ok = verify_id(page_id, row.get("sha256"))
     row_ok = sign.verify_row(row)
     if not id_ok:
         misses.append("page_id_signature")
@@ -162,6 +177,11 @@ async def _read_body(req: Incoming, bucket, row: dict) -> bytes:
                 body = await bucket.get(row["r2_key"], row["r2_offset"], row["byte_length"])
         except StorageError:
             raise EdgeError(503, "storage_failed", "The context page could not be read.") from None
+    return checked(req, row, body)
+
+
+def checked(req: Incoming, row: dict, body: bytes | None) -> bytes:
+    """``body`` if it is the row's page (byte length and SHA-256), else 503 Corrupted."""
     if body is None or len(body) != row["byte_length"] or sha256_hex(body) != row["sha256"]:
         req.notes["corrupted"] = "missing" if body is None else "mismatch"
         raise Corrupted()

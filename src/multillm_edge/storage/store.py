@@ -268,6 +268,63 @@ async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str
     )
 
 
+SQL_LOAD_SESSION_PAGES = """
+SELECT k.principal AS principal,
+       (k.revoked_at IS NOT NULL) AS key_revoked,
+       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention,
+       s.principal AS session_principal, s.ended_at AS session_ended_at,
+       (SELECT json_group_array(json_array(c.page_id, c.authority, c.principal, c.session_id,
+                                           c.policy_revision, c.sha256, c.byte_length, c.r2_key,
+                                           c.r2_offset, c.body_written_at, c.created_at,
+                                           c.expires_at, c.signature))
+          FROM context_pages c
+         WHERE c.principal = k.principal AND c.session_id = ?2 AND c.authority = ?4
+           AND c.policy_revision = p.revision AND c.expires_at > ?3) AS pages
+  FROM roleplay_keys k
+  LEFT JOIN principal_policies p ON p.principal = k.principal
+  LEFT JOIN roleplay_sessions s ON s.session_id = ?2
+ WHERE k.key_sha256 = ?1
+"""
+
+
+@dataclass(frozen=True)
+class SessionPages:
+    """A search's facts: the key's, the session's and every active roleplay row of
+    (principal, session, current revision), unexpired (all PAGE_COLUMNS each)."""
+    principal: str
+    key_revoked: bool
+    policy: Optional[Policy]
+    session: SessionState
+    pages: list
+
+
+async def load_session_pages(db: Executor, key_sha256: str, session_id: str,
+                             now: int) -> Optional[SessionPages]:
+    """Raw facts for a search, in one statement; the caller re-checks every row as a
+    retrieval would (docs/design.md §6.1). None = unknown key."""
+    return session_pages(await read_session_row(db, key_sha256, session_id, now))
+
+
+async def read_session_row(db: Executor, key_sha256: str, session_id: str,
+                           now: int) -> Optional[dict]:
+    """The one statement of `load_session_pages`, its row undecoded."""
+    return await db.first(SQL_LOAD_SESSION_PAGES, [key_sha256, session_id, int(now), ROLEPLAY])
+
+
+def session_pages(row: Optional[dict]) -> Optional[SessionPages]:
+    """Decode the row of `read_session_row` (pure CPU: timed apart from the read)."""
+    if row is None:
+        return None
+    pages = []
+    for values in json.loads(row.get("pages") or "[]"):
+        page = dict(zip(PAGE_COLUMNS, values))
+        for c in ("policy_revision", "byte_length", "r2_offset", "body_written_at",
+                  "created_at", "expires_at"):
+            page[c] = _int(page[c])
+        pages.append(page)
+    return SessionPages(**_key_facts(row), session=_session(row), pages=pages)
+
+
 SQL_LOAD_PRINCIPAL = """
 SELECT k.principal AS principal,
        (k.revoked_at IS NOT NULL) AS key_revoked,
