@@ -60,12 +60,15 @@ def steps(n: int) -> tuple[dict, int]:
     groups, shas = prep.groups, [hashlib.sha256(b).hexdigest() for b in prep.raw]
     (plan,) = paging.plan_candidates("chat", body, [budget], ids(), strip=paging.EDGE_FIELDS)
     turn = generation.Turn(pages=plan.pages)
+    # the session's figures a paged answer carries (context_session, docs/design.md §5.11)
+    figures = {"active_bytes": sum(len(p.body) for p in plan.pages), "limit_bytes": 1048576,
+               "active_pages": len(plan.pages)}
 
     def whole_turn():
         b = validation.parse_request("chat", raw)
         (p,) = paging.plan_candidates("chat", b, [budget], ids(), strip=paging.EDGE_FIELDS)
         p.encoded("provider-model")
-        generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages), "chat")
+        generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages), "chat", figures)
 
     return {
         "floor": lambda: hashlib.sha256(json.dumps(json.loads(raw), ensure_ascii=False,
@@ -79,7 +82,7 @@ def steps(n: int) -> tuple[dict, int]:
         "page ids": lambda: list(map(ids(), shas)),
         "plan": lambda: paging.plan_candidates("chat", body, [budget], ids(), strip=paging.EDGE_FIELDS),
         "upstream bytes": lambda: plan.encoded("provider-model"),
-        "annotation": lambda: generation.annotate(b'{"id":"x"}', turn, "chat"),
+        "annotation": lambda: generation.annotate(b'{"id":"x"}', turn, "chat", figures),
         "turn": whole_turn,
     }, len(plan.pages)
 

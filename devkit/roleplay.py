@@ -143,3 +143,27 @@ def messages_body(n: int, model="fake:rp-small", size=300, tag="M", **extra) -> 
     msgs.append({"role": "user", "content": f"{tag}-latest Onward?"})
     return {"model": model, "system": f"You are Aurore. {tag}-system", "messages": msgs,
             "max_tokens": 200, "capabilities": ["multillm_context_retrieve"], **extra}
+
+
+# A long roleplay as the window figures are measured (issue 19): a ~2 KB character card
+# and exchanges of ~1.9 KB (a ~0.5 KB player turn, a ~1.4 KB narrated answer).
+CARD = ("You are Captain Mira of the skyship Aurora: bold, warm, a little reckless. "
+        "Narrate in vivid second person, never speak for the player, keep the crew alive. " * 13)[:2000]
+
+
+def long_turn(i: int, tag: str = "L") -> dict:
+    """The player's message of exchange `i`: unique, Unicode, ~0.5 KB."""
+    return {"role": "user", "content": f"{tag}-{i:05d} *leans on the rail* Tell me about port {i}, "
+            "captain. What do the sky-whales sing there? 港口の歌 🌬️\n" * 5}
+
+
+def long_answer(i: int, tag: str = "L") -> str:
+    """The narrated answer of exchange `i`: unique, Unicode, ~1.4 KB."""
+    return (f"{tag}-{i:05d} *Mira smiles and points toward the horizon.* Port {i}, the singing "
+            "harbour. The whales rise at dusk, their songs rolling through the cloud-sea like "
+            "thunder wrapped in velvet. ¡Qué maravilla! Les marins y dansent jusqu'à l'aube.\r\n") * 5 \
+        + "*The deck sways beneath your feet; the lanterns swing.*"
+
+
+def long_exchange(i: int, tag: str = "L") -> list[dict]:
+    return [long_turn(i, tag), {"role": "assistant", "content": long_answer(i, tag)}]

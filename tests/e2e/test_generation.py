@@ -222,8 +222,14 @@ def test_stream_passes_through_with_the_page_list_header(edge, provider, player)
         for chunk in r.iter_raw():
             arrivals.append(time.monotonic() - t0)
             got += chunk
-    # The provider's events unchanged, after one SSE comment line with the page list.
-    assert got == b": multillm-context-pages " + ",".join(ids).encode() + b"\n\n" + b"".join(events)
+    # The provider's events unchanged, after one SSE comment line with the page list and
+    # one with the session's figures (the same as the headers).
+    figures = {k: int(r.headers[f"x-multillm-context-{k.replace('_', '-')}"])
+               for k in ("active_bytes", "limit_bytes", "active_pages")}
+    assert figures["active_pages"] == len(ids) and figures["limit_bytes"] == 1048576
+    assert got == (b": multillm-context-pages " + ",".join(ids).encode() + b"\n\n"
+                   + b": multillm-context-session " + json.dumps(figures, separators=(",", ":")).encode()
+                   + b"\n\n" + b"".join(events))
     assert arrivals[-1] - arrivals[0] > 0.4          # chunks arrived over time, not at once
     assert {row["page_id"] for row in rows(edge, player)} == set(ids)
 

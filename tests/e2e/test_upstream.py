@@ -213,9 +213,13 @@ def test_paged_stream_leads_with_the_whole_page_list(edge, servers, player):
     # Storing 200+ new pages takes seconds on a busy machine (one R2 put per page today).
     r = edge.client.post("/v1/chat/completions", json=body, headers=player.headers(), timeout=600)
     assert r.status_code == 200
-    first, rest = r.content.split(b"\n\n", 1)
+    first, second, rest = r.content.split(b"\n\n", 2)
     assert first.startswith(PAGE_LIST) and rest == b"".join(events)
     ids = first[len(PAGE_LIST):].decode().split(",")
+    # then the session's figures, one compact JSON comment line
+    assert second == b": multillm-context-session " + json.dumps(
+        {"active_bytes": int(r.headers["x-multillm-context-active-bytes"]), "limit_bytes": 1048576,
+         "active_pages": len(ids)}, separators=(",", ":")).encode()
     assert len(ids) >= 200 and int(r.headers["x-multillm-context-page-count"]) == len(ids)
     assert "x-multillm-context-pages" not in r.headers          # over the 4 KiB header cap
     stored = edge.sql("SELECT page_id FROM context_pages WHERE principal = ?1", player.principal)

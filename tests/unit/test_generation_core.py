@@ -179,3 +179,23 @@ def test_a_providers_own_context_keys_are_replaced_and_the_edges_come_last():
     assert list(doc) == ["id", "context_pages", "context_compaction"]
     assert doc["context_pages"][0]["page_id"] == turn.pages[0].page_id
     assert doc["context_compaction"] == {"dropped_exchanges": 2}
+
+
+FIGURES = {"active_bytes": 90_000, "limit_bytes": 1_048_576, "active_pages": 200}
+
+
+def test_the_sessions_figures_follow_the_page_list_in_json_headers_and_stream():
+    """docs/design.md §5.11: `context_session` after `context_pages` (a provider's own
+    key of that name replaced), three headers, and a second compact comment line."""
+    turn = Turn(pages=pages(2), compacted=1)
+    doc = json.loads(annotate(b'{"id":"x","context_session":"theirs"}', turn, "chat", FIGURES))
+    assert list(doc) == ["id", "context_pages", "context_session", "context_compaction"]
+    assert doc["context_session"] == FIGURES
+    assert dict(info_headers(turn, FIGURES)) == {
+        "x-multillm-context-page-count": "2", "x-multillm-context-pages": ",".join(p.page_id for p in turn.pages),
+        "x-multillm-context-compaction": "1", "x-multillm-context-active-bytes": "90000",
+        "x-multillm-context-limit-bytes": "1048576", "x-multillm-context-active-pages": "200"}
+    assert page_list_comment(turn, FIGURES) == (
+        b": multillm-context-pages " + ",".join(p.page_id for p in turn.pages).encode() + b"\n\n"
+        b': multillm-context-session {"active_bytes":90000,"limit_bytes":1048576,"active_pages":200}\n\n')
+    assert page_list_comment(Turn(), FIGURES) == b""

@@ -1,5 +1,6 @@
-"""What a complete JSON response gains (docs/design.md §5.11): ``context_pages`` and
-``context_compaction``, added after the provider's own fields.
+"""What a complete JSON response gains (docs/design.md §5.11): ``context_pages``,
+``context_session`` (the session's page budget) and ``context_compaction``, added after the
+provider's own fields.
 
 A paged turn lists every page of its plan, each with the same tool schema: hundreds of
 entries. Encoding them as dicts was the costliest step of a steady turn's response, so
@@ -14,7 +15,7 @@ from ..base.errors import EdgeError
 from ..base.jsonbytes import compact_text
 from .validation import parse_json
 
-ADDED_KEYS = ("context_pages", "context_compaction")
+ADDED_KEYS = ("context_pages", "context_session", "context_compaction")
 
 
 def pages_text(pages, rows, schema: dict) -> str:
@@ -30,9 +31,11 @@ def pages_text(pages, rows, schema: dict) -> str:
     return "[" + ",".join(out) + "]"
 
 
-def annotate(payload: bytes, pages_json: str | None, compacted: int) -> bytes:
+def annotate(payload: bytes, pages_json: str | None, compacted: int,
+             session: dict | None = None) -> bytes:
     """``payload`` (a provider's JSON object) with the added keys; anything that is not
-    a JSON object the edge would accept (too deep, NaN, not UTF-8) passes unchanged."""
+    a JSON object the edge would accept (too deep, NaN, not UTF-8) passes unchanged.
+    ``session``: the figures of ``context_session`` (with the pages only)."""
     if pages_json is None and not compacted:
         return payload
     try:   # the request boundary's parse: a provider's answer could nest deep enough
@@ -44,6 +47,8 @@ def annotate(payload: bytes, pages_json: str | None, compacted: int) -> bytes:
     extra = []
     if pages_json is not None:
         extra.append('"context_pages":' + pages_json)
+        if session is not None:
+            extra.append('"context_session":' + compact_text(session))
     if compacted:
         extra.append('"context_compaction":' + compact_text({"dropped_exchanges": compacted}))
     for k in ADDED_KEYS:   # a provider's own key of that name is replaced

@@ -5,39 +5,64 @@ from __future__ import annotations
 import time
 
 from ...base.http import Outgoing
+from ...base.jsonbytes import compact_text
 from ...core import annotation, config
 from ...formats import get as format_module
 from .scope import Scope, Turn, error, spent
 
 
-def annotate(payload: bytes, turn: Turn, fmt: str) -> bytes:
-    """Add `context_pages` / `context_compaction` to a complete JSON response."""
+def session_figures(scope: Scope, turn: Turn) -> dict | None:
+    """The session's page budget after this turn (docs/design.md §5.11), for a paged
+    answer: what the turn's one D1 read found active plus what this request wrote; no
+    further statement (a concurrent writer's pages show on its next turn)."""
+    if not turn.pages:
+        return None
+    ctx = scope.rc.caller
+    return {"active_bytes": ctx.active_bytes + turn.new_bytes,
+            "limit_bytes": config.SESSION_ALLOWANCE_BYTES,
+            "active_pages": len(ctx.active_pages) + turn.new_pages}
+
+
+def annotate(payload: bytes, turn: Turn, fmt: str, session: dict | None = None) -> bytes:
+    """Add `context_pages` / `context_session` / `context_compaction` to a complete JSON response."""
     pages = None
     if turn.pages:
         pages = annotation.pages_text(turn.pages, turn.rows, format_module(fmt).tool_schema())
-    return annotation.annotate(payload, pages, turn.compacted)
+    return annotation.annotate(payload, pages, turn.compacted, session)
 
 
-def info_headers(turn: Turn) -> list:
+FIGURE_HEADERS = (("x-multillm-context-active-bytes", "active_bytes"),
+                  ("x-multillm-context-limit-bytes", "limit_bytes"),
+                  ("x-multillm-context-active-pages", "active_pages"))
+
+
+def info_headers(turn: Turn, session: dict | None = None) -> list:
     headers = []
     if turn.pages:
         headers.append(("x-multillm-context-page-count", str(len(turn.pages))))
         ids = ",".join(p.page_id for p in turn.pages)
         if len(ids) <= config.MAX_PAGE_LIST_HEADER:
             headers.append(("x-multillm-context-pages", ids))
+    if session is not None:
+        headers += [(name, str(session[k])) for name, k in FIGURE_HEADERS]
     if turn.compacted:
         headers.append(("x-multillm-context-compaction", str(turn.compacted)))
     return headers
 
 PAGE_LIST_COMMENT = b": multillm-context-pages "
+SESSION_COMMENT = b": multillm-context-session "
 
 
-def page_list_comment(turn: Turn) -> bytes:
-    """The SSE comment line that leads a paged stream: every page id, however many
-    (the header is capped, SSE parsers skip comment lines)."""
+def page_list_comment(turn: Turn, session: dict | None = None) -> bytes:
+    """The SSE comment lines that lead a paged stream: every page id, however many
+    (the header is capped, SSE parsers skip comment lines), then the session's figures
+    as compact JSON."""
     if not turn.pages:
         return b""
-    return PAGE_LIST_COMMENT + ",".join(p.page_id for p in turn.pages).encode() + b"\n\n"
+    line = PAGE_LIST_COMMENT + ",".join(p.page_id for p in turn.pages).encode() + b"\n\n"
+    if session is not None:
+        line += SESSION_COMMENT + compact_text(session).encode() + b"\n\n"
+    return line
 
 
 def idle_event(fmt: str, idle: float) -> bytes:
@@ -52,6 +77,7 @@ async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
     headers = [(k, v) for k, v in upstream.headers
                if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
     ctype = dict(upstream.headers).get("content-type", "")
+    session = session_figures(scope, turn)
     if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
         spent(turn, "response", t)
         try:
@@ -60,12 +86,13 @@ async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
             raise error("upstream_timeout", "The provider stopped sending its response.", 504) from None
         t = time.perf_counter()
         if payload is not None:
-            out = Outgoing(upstream.status, headers + info_headers(turn), annotate(payload, turn, scope.fmt))
+            out = Outgoing(upstream.status, headers + info_headers(turn, session),
+                           annotate(payload, turn, scope.fmt, session))
             spent(turn, "response", t)
             return out
         # Too large to parse and re-encode whole in the isolate: relayed as it comes.
     sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
-    prefix = page_list_comment(turn) if sse and 200 <= upstream.status < 300 else b""
+    prefix = page_list_comment(turn, session) if sse and 200 <= upstream.status < 300 else b""
     stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None)
     spent(turn, "response", t)
-    return Outgoing(upstream.status, headers + info_headers(turn), stream=stream)
+    return Outgoing(upstream.status, headers + info_headers(turn, session), stream=stream)

@@ -11,11 +11,15 @@ from ...storage import page_writes, store
 from .scope import Scope, Turn, count, error, spent
 
 
-def session_limit() -> EdgeError:
+def session_limit(active: int, needed: int) -> EdgeError:
+    """The 413 with the figures a client's window needs (docs/design.md §5.11): the
+    session's active page bytes as read with the context (plus this request's earlier
+    writes), the allowance, and the bytes this candidate would add."""
     return EdgeError(413, "context_session_limit_exceeded",
                      "The context window was exceeded and this session's stored context "
                      "pages would exceed their allowance.",
-                     allowance_bytes=config.SESSION_ALLOWANCE_BYTES)
+                     allowance_bytes=config.SESSION_ALLOWANCE_BYTES, active_bytes=active,
+                     limit_bytes=config.SESSION_ALLOWANCE_BYTES, needed_bytes=needed)
 
 
 def storage_failed() -> EdgeError:
@@ -47,9 +51,10 @@ async def store_pages(scope: Scope, pages, turn: Turn, stored: set) -> None:
     w = page_writes.classify(pages, known, now, config.PAGE_TTL_SECONDS, horizon)
     # The D1 upsert enforces the allowance atomically; checking the figures read with the
     # context first avoids writing an object that could never get a row.
-    if ctx.active_bytes + turn.new_bytes + w.new_bytes > config.SESSION_ALLOWANCE_BYTES \
+    active = ctx.active_bytes + turn.new_bytes
+    if active + w.new_bytes > config.SESSION_ALLOWANCE_BYTES \
             or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
-        raise session_limit()
+        raise session_limit(active, w.new_bytes)
     turn.rows.update(w.reused)
     spent(turn, "sign", t)
     if not w.empty:
@@ -84,7 +89,7 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     if not done:
         if ours:
             await discard_object(bucket, key, turn)
-        raise session_limit()
+        raise session_limit(ctx.active_bytes + turn.new_bytes, w.new_bytes)
     # A concurrent request may have written every page of the object first (its rows won).
     if ours and all(r.r2_key != key for r in done.rows.values()):
         await discard_object(bucket, key, turn)
