@@ -8,7 +8,7 @@ Every ``--every`` turns and at the end, for merging on and off (lazy refresh alo
 - objects: distinct R2 objects holding the session's active rows: what a search reads;
 - rows/turn: D1 rows written per turn so far (the log line's ``rows_written``);
 - R2 ÷ new: R2 bytes put so far ÷ bytes of the pages new to the session so far;
-- puts: R2 puts per storing turn (must be 1).
+- puts: R2 puts per turn that writes bodies (must be 1; none for a refresh alone).
 Then the worst figures, the targets (≤ 16 objects at every turn, ≤ 6 rows per turn more
 than merging off, R2 ≤ 8× the new bytes) and ``cpu_sign_ms`` (the page-write decisions,
 merges included) per turn with a put, median, on and off. Exit status non-zero when a
@@ -65,8 +65,10 @@ def grow(merging: bool, step: int, every: int, max_turns: int, start: int = 16) 
             assert r.status == 200, r.body
             log = edge.logs[-1]
             stored = edge.bucket.ops["put"] - before
-            if log.get("rows_written"):
+            if log.get("rows_written", 0) > log.get("rows_refreshed", 0):   # bodies to write
                 out["puts_per_storing_turn"].add(stored)
+            else:
+                assert stored == 0
             if stored:
                 out["cpu"].append(log.get("cpu_sign_ms", 0))
             out["merge_turns"] += bool(log.get("pages_moved"))
