@@ -442,7 +442,7 @@ def test_upsert_returns_each_row_as_it_now_stands(db):
     a, b = page(b"a", 10, key=OBJ_A, offset=0), page(b"b", 20, key=OBJ_A, offset=10)
     done = upsert(db, [a, b])
     assert done.accepted and set(done.rows) == {a["page_id"], b["page_id"]}
-    assert done.rows[b["page_id"]] == store.ActivePage(NOW + 3600, NOW, OBJ_A, 10)
+    assert done.rows[b["page_id"]] == store.ActivePage(NOW + 3600, NOW, OBJ_A, 10, 20)
     stored = {r["page_id"]: r for r in rows_of(db)}
     assert stored[b["page_id"]]["r2_offset"] == 10 and SIGNER.verify_row(stored[b["page_id"]])
     refused = upsert(db, [page(b"c", ALLOW)])
@@ -454,7 +454,7 @@ def test_context_lists_active_pages_with_their_location(db):
     dead = page(b"d", 10, expires=NOW + 1)
     assert upsert(db, [a, dead])
     ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW + 1))
-    assert ctx.active_pages == {a["page_id"]: store.ActivePage(NOW + 3600, NOW - 7, OBJ_A, 5)}
+    assert ctx.active_pages == {a["page_id"]: store.ActivePage(NOW + 3600, NOW - 7, OBJ_A, 5, 10)}
     assert set(ctx.active_pages) == {a["page_id"]} and ctx.active_bytes == 10
 
 
@@ -477,7 +477,7 @@ def test_refresh_in_place_keeps_location_and_body_time(db):
     later = NOW + 2000
     p2 = page(b"a", 10, key=OBJ_A, offset=3, written=NOW - 100, expires=later + 3600)
     done = upsert(db, [p2], now=later)
-    assert done.rows[p["page_id"]] == store.ActivePage(later + 3600, NOW - 100, OBJ_A, 3)
+    assert done.rows[p["page_id"]] == store.ActivePage(later + 3600, NOW - 100, OBJ_A, 3, 10)
     (row,) = rows_of(db)
     assert row["created_at"] == NOW and SIGNER.verify_row(row)
 
@@ -500,7 +500,7 @@ def test_stale_body_is_repointed(db):
     assert upsert(db, [first])
     moved = page(b"a", 10, key=OBJ_B, offset=50, written=NOW)
     done = run(store.upsert_pages(db, [moved], ALICE_A, NOW, ALLOW, young_after=NOW - HORIZON))
-    assert done.rows[first["page_id"]] == store.ActivePage(NOW + 3600, NOW, OBJ_B, 50)
+    assert done.rows[first["page_id"]] == store.ActivePage(NOW + 3600, NOW, OBJ_B, 50, 10)
 
 
 def test_upsert_payload_is_compact(db):
@@ -563,8 +563,57 @@ def test_migration_keeps_rows_written_before_it():
 def test_active_pages_decode_integers_and_integral_reals_alike():
     """SQLite's json_array writes INTEGER columns as JSON integers; a REAL column value
     (integral) decodes to the same ActivePage, a tuple either way."""
-    text = '[["cp_a",100,90,"k",0],["cp_b",100.0,90.0,"k",5.0]]'
+    text = '[["cp_a",100,90,"k",0,7],["cp_b",100.0,90.0,"k",5.0,8.0]]'
     pages = store._active_pages(text)
-    assert pages == {"cp_a": store.ActivePage(100, 90, "k", 0), "cp_b": store.ActivePage(100, 90, "k", 5)}
-    assert all(type(p) is store.ActivePage and type(p.r2_offset) is int for p in pages.values())
+    assert pages == {"cp_a": store.ActivePage(100, 90, "k", 0, 7), "cp_b": store.ActivePage(100, 90, "k", 5, 8)}
+    assert all(type(p) is store.ActivePage and type(p.r2_offset) is int and type(p.byte_length) is int
+               for p in pages.values())
     assert store._active_pages(None) == {}
+
+
+# -- issue 18: merging moves rows (docs/design.md §5.9) ---------------------------------
+
+OBJ_C = "context-pages/obj_" + "C" * 42 + "E"
+
+
+def test_context_lists_each_active_rows_byte_length(db):
+    a, b = page(b"a", 10, key=OBJ_A, offset=0), page(b"b", 32, key=OBJ_A, offset=10)
+    assert upsert(db, [a, b])
+    ctx = run(store.load_generation_context(db, KEY_A, "rps_a", [], NOW))
+    assert {pid: p.byte_length for pid, p in ctx.active_pages.items()} == {a["page_id"]: 10, b["page_id"]: 32}
+    assert all(type(p) is store.ActivePage for p in ctx.active_pages.values())
+
+
+def test_a_merge_moves_a_young_row_from_where_it_was_read(db):
+    """A young row elsewhere is kept (a concurrent writer's), unless the incoming row is
+    a merge moving it from that very location: then it is repointed, still verifying."""
+    first = page(b"a", 10, key=OBJ_A, offset=4, written=NOW - 5)
+    assert upsert(db, [first])
+    moved = {**page(b"a", 10, key=OBJ_B, offset=50, written=NOW + 1, expires=NOW + 3600),
+             "moved_from": (OBJ_A, 4)}
+    done = run(store.upsert_pages(db, [moved], ALICE_A, NOW + 1, ALLOW, young_after=NOW + 1 - HORIZON))
+    assert done.rows[first["page_id"]] == store.ActivePage(NOW + 3600, NOW + 1, OBJ_B, 50, 10)
+    (row,) = rows_of(db)
+    assert (row["r2_key"], row["r2_offset"], row["created_at"]) == (OBJ_B, 50, NOW)
+    assert SIGNER.verify_row(row)
+
+
+def test_a_merge_never_moves_a_row_someone_moved_meanwhile(db):
+    first = page(b"a", 10, key=OBJ_C, offset=0, written=NOW)     # a concurrent merge won
+    assert upsert(db, [first])
+    late = {**page(b"a", 10, key=OBJ_B, offset=50, written=NOW + 1), "moved_from": (OBJ_A, 4)}
+    done = run(store.upsert_pages(db, [late], ALICE_A, NOW + 1, ALLOW, young_after=NOW + 1 - HORIZON))
+    assert done and done.rows[first["page_id"]].r2_key == OBJ_C
+    (row,) = rows_of(db)
+    assert (row["r2_key"], row["signature"]) == (OBJ_C, first["signature"])
+
+
+def test_moved_rows_count_once_in_the_allowance(db):
+    a, b = page(b"a", 600, key=OBJ_A, offset=0), page(b"b", 300, key=OBJ_C, offset=0)
+    assert upsert(db, [a, b])
+    moved = {**page(b"a", 600, key=OBJ_B, offset=100), "moved_from": (OBJ_A, 0)}
+    assert upsert(db, [moved, page(b"n", 100, key=OBJ_B, offset=0)])     # 600 + 300 + 100 = ALLOW
+    assert not upsert(db, [{**page(b"b", 300, key=OBJ_B, offset=700), "moved_from": (OBJ_C, 0)},
+                           page(b"m", 1, key=OBJ_B, offset=1000)])
+    with pytest.raises(ValueError):
+        upsert(db, [{**page(b"x", 1), "moved_from": ("k", "0")}])

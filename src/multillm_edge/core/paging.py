@@ -49,6 +49,10 @@ class Plan:
     # The body's history as bytes already made (the upstream bytes need no second
     # encoding of it); None: `encoded` encodes the whole body.
     history: EncodedHistory | None = None
+    # ``superseded(byte_lengths)``: the one-exchange pages of the exchanges inside this
+    # plan's blocks, of those lengths (what earlier turns stored before the block closed:
+    # merging may rewrite them, docs/design.md §5.9); made only when called.
+    superseded: Callable[[set], list] | None = None
 
     def encoded(self, model: str | None = None) -> bytes:
         """``compact(body)``, naming ``model`` when given (the provider's name for it)."""
@@ -188,7 +192,17 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: tuple) -> Plan
     singles = [gi for gi in chosen if gi not in covered] if covered else chosen
     by_group = dict(zip(singles, prep.pages(singles)))
     by_group.update(covered)
-    return _build(prep, by_group, size, budget)
+    plan = _build(prep, by_group, size, budget)
+    if covered:
+        plan.superseded = _superseded(prep, list(covered))
+    return plan
+
+
+def _superseded(prep: Prepared, inside: list) -> Callable[[set], list]:
+    def pages(lengths: set) -> list:
+        raw = prep.raw
+        return prep.pages([gi for gi in inside if len(raw[gi]) in lengths])
+    return pages
 
 
 def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:

@@ -72,12 +72,14 @@ class PrincipalInfo:
 
 
 class ActivePage(NamedTuple):
-    """Where an active page row's body is, and until when the row lives. A tuple: a
-    steady turn decodes one per stored page of the session."""
+    """Where an active page row's body is, how long it is, and until when the row lives.
+    A tuple: a steady turn decodes one per stored page of the session. `byte_length`
+    sizes the session's objects for merging (docs/design.md §5.9)."""
     expires_at: int
     body_written_at: int
     r2_key: str
     r2_offset: int
+    byte_length: int = 0
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ SELECT k.principal AS principal,
           FROM models m
          WHERE m.model IN (SELECT value FROM json_each(?3))) AS models,
        (SELECT json_group_array(json_array(c.page_id, c.expires_at, c.body_written_at,
-                                           c.r2_key, c.r2_offset))
+                                           c.r2_key, c.r2_offset, c.byte_length))
           FROM context_pages c
          WHERE c.principal = k.principal AND c.session_id = ?2 AND c.authority = ?5
            AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_pages,
@@ -202,11 +204,11 @@ def _active_pages(text: Optional[str]) -> dict:
     """page_id -> ActivePage from the JSON array the statement aggregates. SQLite's
     json_array writes INTEGER columns as JSON integers: only a REAL needs `_int`."""
     out = {}
-    for pid, exp, written, key, offset in json.loads(text or "[]"):
-        if type(exp) is int and type(written) is int and type(offset) is int:
-            out[pid] = _tuple_new(ActivePage, (exp, written, key, offset))   # no Python frame
+    for pid, exp, written, key, offset, length in json.loads(text or "[]"):
+        if type(exp) is int and type(written) is int and type(offset) is int and type(length) is int:
+            out[pid] = _tuple_new(ActivePage, (exp, written, key, offset, length))   # no Python frame
         else:
-            out[pid] = ActivePage(_int(exp), _int(written), key, _int(offset))
+            out[pid] = ActivePage(_int(exp), _int(written), key, _int(offset), _int(length))
     return out
 
 
@@ -362,7 +364,7 @@ async def missing_tables(db: Executor) -> list[str]:
 # ---------------------------------------------------------------------------
 
 # ?1 rows: [[page_id, sha256, byte_length, key index in ?6, r2_offset, body_written_at,
-#            expires_at, signature], ...]; ?2 principal, ?3 session, ?4 now, ?5 allowance,
+#            expires_at, signature, moved-from key index in ?6 or null, moved-from offset], ...]; ?2 principal, ?3 session, ?4 now, ?5 allowance,
 # ?6 distinct object keys (rows of one request share one), ?7 authority, ?8 policy revision,
 # ?9 young: a row whose body was written after ?9 is not due for a rewrite.
 SQL_UPSERT_PAGES = """
@@ -374,7 +376,9 @@ WITH incoming AS (
          json_extract(j.value, '$[4]') AS r2_offset,
          json_extract(j.value, '$[5]') AS body_written_at,
          json_extract(j.value, '$[6]') AS expires_at,
-         json_extract(j.value, '$[7]') AS signature
+         json_extract(j.value, '$[7]') AS signature,
+         json_extract(?6, '$[' || json_extract(j.value, '$[8]') || ']') AS from_key,
+         json_extract(j.value, '$[9]') AS from_offset
     FROM json_each(?1) j
 ),
 verdict AS (
@@ -391,6 +395,7 @@ verdict AS (
 ),
 -- A row that a concurrent request has just written elsewhere (active, young body, another
 -- location) stays as it is: repointing it would leave that request's object without rows.
+-- A merge moves a row only from where it was read (compare and swap, docs/design.md §5.9).
 resolved AS (
   SELECT i.page_id, i.sha256, i.byte_length,
          COALESCE(k.r2_key, i.r2_key) AS r2_key,
@@ -402,6 +407,7 @@ resolved AS (
     LEFT JOIN context_pages k
       ON k.page_id = i.page_id AND k.expires_at > ?4 AND k.body_written_at > ?9
      AND (k.r2_key <> i.r2_key OR k.r2_offset <> i.r2_offset)
+     AND NOT (i.from_key IS NOT NULL AND k.r2_key = i.from_key AND k.r2_offset = i.from_offset)
 )
 INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision, sha256,
                            byte_length, r2_key, r2_offset, body_written_at, created_at,
@@ -421,7 +427,7 @@ ON CONFLICT(page_id) DO UPDATE SET
                          ELSE excluded.created_at END,
   expires_at      = excluded.expires_at,
   signature       = excluded.signature
-RETURNING page_id, r2_key, r2_offset, body_written_at, expires_at
+RETURNING page_id, r2_key, r2_offset, body_written_at, expires_at, byte_length
 """
 
 _UPSERT_STR = ("page_id", "authority", "sha256", "r2_key", "signature")
@@ -443,6 +449,12 @@ def _upsert_item(r: dict, principal: str, session_id: str, now: int) -> dict:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"page row field {k} must be an integer")
         item[k] = v
+    moved = r.get("moved_from")   # (key, offset) a merge moves the row from, or absent
+    if moved is not None:
+        key, offset = moved
+        if not isinstance(key, str) or isinstance(offset, bool) or not isinstance(offset, int):
+            raise ValueError("page row field moved_from must be (key, offset)")
+        item["moved_from"] = (key, offset)
     return item
 
 
@@ -452,8 +464,12 @@ def _upsert_payload(items: list[dict]) -> tuple[str, str]:
     rows = []
     for i in items:
         k = keys.setdefault(i["r2_key"], len(keys))
-        rows.append([i["page_id"], i["sha256"], i["byte_length"], k, i["r2_offset"],
-                     i["body_written_at"], i["expires_at"], i["signature"]])
+        row = [i["page_id"], i["sha256"], i["byte_length"], k, i["r2_offset"],
+               i["body_written_at"], i["expires_at"], i["signature"]]
+        moved = i.get("moved_from")
+        if moved is not None:
+            row += [keys.setdefault(moved[0], len(keys)), moved[1]]
+        rows.append(row)
     return _json_list(rows), _json_list(keys)
 
 
@@ -470,7 +486,9 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
     holds: SUM(byte_length) of active rows (expires_at > now, same policy revision) not
     among the incoming page_ids + SUM(incoming byte_length) <= allowance. Existing rows
     are rewritten (expires_at, location, signature), never double counted, except one a
-    concurrent request wrote elsewhere after `young_after` (default: now), which is kept.
+    concurrent request wrote elsewhere after `young_after` (default: now), which is kept;
+    a row carrying `moved_from` (key, offset: a merge, docs/design.md §5.9) is moved
+    only if it still stands there.
     All or nothing: accepted iff the rows went in. Refused also if an incoming page_id
     already belongs to another principal/session/authority (never overwritten).
 
@@ -497,7 +515,8 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
     out = await db.all(SQL_UPSERT_PAGES, [payload, principal, session_id, now, int(allowance), keys,
                                           first["authority"], first["policy_revision"], young])
     return Upserted(bool(out), {r["page_id"]: ActivePage(_int(r["expires_at"]), _int(r["body_written_at"]),
-                                                         r["r2_key"], _int(r["r2_offset"]))
+                                                         r["r2_key"], _int(r["r2_offset"]),
+                                                         _int(r["byte_length"]))
                                 for r in out})
 
 

@@ -36,9 +36,10 @@ async def discard_object(bucket, key: str, turn: Turn) -> None:
         count(turn, "r2_delete_failed")
 
 
-async def store_pages(scope: Scope, pages, turn: Turn, stored: set) -> None:
+async def store_pages(scope: Scope, pages, turn: Turn, stored: set, superseded=None) -> None:
     """Store what this candidate's pages need (page_writes): nothing when nothing is
-    new or due. `stored` collects the ids of the pages whose bodies this request wrote."""
+    new or due. `stored` collects the ids of the pages whose bodies this request wrote.
+    `superseded`: the plan's (paging.Plan), the bodies merging may also rewrite."""
     if not pages:
         return
     platform, ctx = scope.rc.platform, scope.rc.caller
@@ -56,10 +57,12 @@ async def store_pages(scope: Scope, pages, turn: Turn, stored: set) -> None:
             or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
         raise session_limit(active, w.new_bytes)
     turn.rows.update(w.reused)
+    if w.bodies:  # moved rows are existing rows (same bytes): the pre-check holds
+        page_writes.merge(w, known, now, pages, superseded, page_writes.MERGE)
     spent(turn, "sign", t)
     if not w.empty:
         await write_pages(scope, bucket, w, turn, (now, horizon), known)
-    stored.update(p.page_id for p in w.bodies)
+    stored.update(p.page_id for p in w.packed)
 
 
 async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, clock: tuple,
@@ -73,9 +76,10 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     owner = Owner(AUTHORITY, ctx.principal, session_id, ctx.policy.revision)
     key, data, rows = page_writes.rows(w, scope.sign, owner, Lifetime(now, config.PAGE_TTL_SECONDS))
     spent(turn, "sign", t)
-    # The key is derived from the written pages' ids: only their own rows can point into it.
+    # The key is derived from the written pages' ids: only their own rows can point into
+    # it. It is ours (to delete on failure) only if none of them did before.
     ours = key is not None and all(known[p.page_id].r2_key != key
-                                   for p in w.bodies if p.page_id in known)
+                                   for p in w.packed if p.page_id in known)
     try:
         if key is not None:
             await bucket.put(key, data)
@@ -99,3 +103,4 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     count(turn, "rows_written", len(done.rows))
     count(turn, "pages_rewritten", len(w.bodies) - w.new_pages)
     count(turn, "rows_refreshed", len(w.refresh))
+    count(turn, "pages_moved", len(w.moved))
