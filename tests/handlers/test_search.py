@@ -318,6 +318,9 @@ def test_404_paging_off_is_retrieval_404(edge, stored):
     r = search(edge, {"query": "lantern"})
     assert (r.status, r.body) == (404, EXPECTED_404)
     assert edge.bucket.ops["get"] == 0
+    # whatever the body: with the feature off the route does not exist (as retrieval)
+    for body in ({"query": ""}, {"query": "x", "limit": 99}, [1]):
+        assert (search(edge, body).status, search(edge, body).body) == (404, EXPECTED_404)
 
 
 @pytest.mark.parametrize("session", ["rps_unknown", "rps_foreign", "ended"])

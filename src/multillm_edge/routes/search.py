@@ -6,9 +6,11 @@ The same authority as retrieval (routes/retrieval.py), in the same order:
 
 1. no key                                 → 401 (no storage touched)
 2. empty or absurd session header         → 400
-3. body over MAX_SEARCH_BODY              → 413; not strict JSON, a bad `query` or
-   `limit`                                → 400 naming the field (`param`)
-4. paging off → 404 PageNotFound (the bytes of retrieval's); signer, D1, R2 → 503
+3. paging off → 404 PageNotFound (the bytes of retrieval's), whatever the body: with the
+   feature off the route answers as if nothing existed, as retrieval does
+4. body over MAX_SEARCH_BODY              → 413; not strict JSON, a bad `query` or
+   `limit`                                → 400 naming the field (`param`); then the
+   signer, D1, R2 bindings → 503
 5. ONE D1 statement (store.load_session_pages): key, policy, session and every active
    roleplay row of (principal, session, current revision); 401 key, 403 grant
 6. zero retention → 403; unknown, ended or foreign session → the same 404
@@ -42,7 +44,7 @@ from ..core import validation
 from ..core.pages import ROLEPLAY, is_legacy_location
 from ..search import page_texts, search
 from ..storage import store
-from .auth import SESSION_HEADER, key_digest, request_context
+from .auth import SESSION_HEADER, key_digest, paging_enabled, request_context
 from .retrieval import NO_CACHE, Corrupted, ZeroRetention, checked, row_misses
 
 #: Simultaneous R2 gets: the Workers' limit of open connections per invocation.
@@ -60,9 +62,12 @@ def _spent(req: Incoming, phase: str, since: float) -> None:
 async def search_pages(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)                                        # 1. 401
     session_id = validation.session_id(req.header(SESSION_HEADER))  # 2. 400
-    raw = await platform.read_body(validation.MAX_SEARCH_BODY)      # 3. 413
+    if not paging_enabled(platform):                                # 3. 404
+        req.notes["miss"] = "paging_disabled"
+        raise PageNotFound()
+    raw = await platform.read_body(validation.MAX_SEARCH_BODY)      # 4. 413
     t = time.perf_counter()
-    query, limit = validation.search_request(raw)                   # 3. 400
+    query, limit = validation.search_request(raw)                   # 4. 400
     _spent(req, "parse", t)
     rc = await request_context(req, platform, session_id,           # 4.-5.
                                partial(_load, req, digest, session_id), paged=True)
