@@ -72,3 +72,43 @@ def test_a_provider_answer_too_large_to_annotate_is_relayed_as_is(edge, headers)
             assert doc["pad"] == json.loads(answer)["pad"] and doc["context_pages"]
         else:
             assert r.body == answer
+
+
+def test_a_block_page_is_read_one_exchange_at_a_time(edge, headers):
+    # A page may hold a block of exchanges (docs/design.md §5.7): `exchange=N` answers
+    # one of them, byte-exact, so a small window can read back what it was handed.
+    r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(160, tag="BLK"))
+    pages = r.json()["context_pages"]
+    whole = {p["page_id"]: retrieve(edge, p["page_id"]).json() for p in pages}
+    block_id = next(pid for pid, d in whole.items() if d["exchanges"] > 1)
+    doc = whole[block_id]
+    parts = []
+    for n in range(1, doc["exchanges"] + 1):
+        got = retrieve_exchange(edge, block_id, n)
+        assert got.status == 200 and got.header("cache-control") == "private, no-store"
+        one = got.json()
+        assert (one["exchange"], one["exchanges"], one["sha256"]) == (n, doc["exchanges"], doc["sha256"])
+        assert base64.b64decode(one["body_base64"]) == json.dumps(
+            one["messages"], ensure_ascii=False, separators=(",", ":")).encode()
+        assert n == 1 or one["messages"][0]["role"] == "user"   # a later one starts at a turn
+        parts += one["messages"]
+    assert parts == doc["messages"]                           # together: the whole page
+    over = retrieve_exchange(edge, block_id, doc["exchanges"] + 1)
+    assert over.status == 400 and over.json()["error"]["param"] == "exchange"
+    assert over.json()["error"]["exchanges"] == doc["exchanges"]
+    single = next(pid for pid, d in whole.items() if d["exchanges"] == 1)
+    assert retrieve_exchange(edge, single, 1).json()["body_base64"] == whole[single]["body_base64"]
+
+
+def test_a_malformed_exchange_is_400_before_any_storage(edge, headers):
+    pid = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30)).json()["context_pages"][0]["page_id"]
+    gets = edge.bucket.ops["get"]
+    for bad in ("0", "-1", "1.5", "x", "", "１", "9999999"):
+        r = retrieve_exchange(edge, pid, bad)
+        assert r.status == 400 and r.json()["error"]["param"] == "exchange", bad
+    assert edge.bucket.ops["get"] == gets
+
+
+def retrieve_exchange(edge, page_id, n, session=SESSION):
+    return edge.request("GET", f"/v1/context/pages/{page_id}?roleplay_session_id={session}&exchange={n}",
+                        {"Authorization": f"Bearer {KEY}"})

@@ -91,7 +91,8 @@ def test_the_needle_page_is_found_and_quoted_verbatim(edge, stored):
     needle_row = stored[4]
     assert (top["page_id"], top["sha256"], top["expires_at"]) == \
         (needle_row["page_id"], needle_row["sha256"], needle_row["expires_at"])
-    assert set(top) == {"page_id", "sha256", "expires_at", "score", "excerpt"}
+    assert set(top) == {"page_id", "sha256", "expires_at", "score", "exchange", "excerpt"}
+    assert top["exchange"] == 1                  # a page of one exchange
     assert isinstance(top["score"], float) and top["score"] > 0
     assert "Ilsabeth" in top["excerpt"]["text"] and len(top["excerpt"]["text"]) <= 400
     assert edge.bucket.ops["get"] == 1          # one object, one get
@@ -390,3 +391,19 @@ def test_logs_hold_counts_only(edge, stored):
     for secret in ("Ilsabeth", "lantern", SESSION, KEY, stored[4]["page_id"],
                    doc["data"][0]["excerpt"]["text"][:20]):
         assert secret not in text
+
+
+def test_a_hit_names_the_exchange_of_a_block_page_that_retrieval_reads(edge, headers):
+    # A paged turn whose pages are blocks of exchanges (docs/design.md §5.7): the hit says
+    # which exchange matched, and `exchange=N` of retrieval answers exactly that one.
+    body = rp.chat_body(160, tag="HX")
+    r = edge.request("POST", "/v1/chat/completions", headers, body)
+    assert r.status == 200
+    needle = body["messages"][-40]["content"]            # a paged user turn, late in a block
+    words = " ".join(needle.split()[:6])
+    hit = search(edge, {"query": words, "limit": 1}).json()["data"][0]
+    got = edge.request("GET", f"/v1/context/pages/{hit['page_id']}?roleplay_session_id={SESSION}"
+                       f"&exchange={hit['exchange']}", {"Authorization": f"Bearer {KEY}"}).json()
+    assert got["exchanges"] > 1 and got["exchange"] == hit["exchange"] > 1
+    texts = [m["content"] for m in got["messages"] if isinstance(m.get("content"), str)]
+    assert any(hit["excerpt"]["text"].strip("\u2026") in t for t in texts)

@@ -14,12 +14,14 @@ from multillm_edge import formats
 BODIES = {"/v1/chat/completions": rp.chat_body, "/v1/responses": rp.responses_body,
           "/v1/messages": rp.messages_body}
 RETRIEVE, SEARCH = formats.TOOL_NAME, formats.SEARCH_TOOL_NAME
-# sha256 of the upstream bytes of each paged request below, taken before the search tool
-# existed (commit 261250f): a request without the capability must not change by one byte.
+# sha256 of the upstream bytes of each paged request below: taken before the search tool
+# existed (commit 261250f), then once more when the retrieve tool gained its `exchange`
+# argument (a page may hold a block, docs/design.md §6); the search tool changes nothing
+# of a request that does not declare it.
 PINNED = {
-    "/v1/chat/completions": "49103599a4878040b1c770c01d2857951630f2a2553eddd6281566745d198ec1",
-    "/v1/responses": "d0207276f5f8da46ff90e18ac9257084e06c0a78d8380ad2c428de7802d761d7",
-    "/v1/messages": "7d6108a6cbdd744a52ae610f2e52c5ce0f9283c05d4367525a6843da7f787465",
+    "/v1/chat/completions": "e0a8e2807c339445b397be96cf275f7dcd0378fbc25360185d0793b89e87dc73",
+    "/v1/responses": "ff3bb35c5326c2339f7486c3b02c5eb34ccffbe3cba63a96a76b892b13b099dd",
+    "/v1/messages": "512d439fea427ddfb1df1c8a1c06110679489c940f2662ce94751cc4554f774c",
 }
 
 

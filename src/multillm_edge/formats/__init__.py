@@ -53,8 +53,8 @@ SEARCH_TOOL_NAME = "multillm_context_search"
 SEARCH_TOOL_DESCRIPTION = (
     "Search the earlier exchanges of this conversation that were stored outside the "
     "context window, by words you remember from them: names, places, events, objects, "
-    "promises. Returns the best-matching stored pages with their page_id and a verbatim "
-    "excerpt; read a whole page with multillm_context_retrieve."
+    "promises. Returns the best-matching stored pages with their page_id, the exchange "
+    "that matched and a verbatim excerpt; read that exchange with multillm_context_retrieve."
 )
 SEARCH_QUERY_MAX = 1000      # characters of a query (docs/design.md §6.1)
 SEARCH_LIMIT_MAX = 10
@@ -70,9 +70,9 @@ MARKER_PREFIX = (
 MARKER_PREFIX_SEARCH = (
     "[multillm context] Earlier exchanges of this conversation are not shown here: "
     "they are stored verbatim. To find one, call the multillm_context_search tool with "
-    "words you remember (names, places, events): it answers with page_ids and verbatim "
-    "excerpts. To read a page whole, call the multillm_context_retrieve tool with its "
-    "page_id. Stored pages, oldest first: "
+    "words you remember (names, places, events): it answers with page_ids, exchanges and "
+    "verbatim excerpts. To read one, call the multillm_context_retrieve tool with its "
+    "page_id and exchange. Stored pages, oldest first: "
 )
 MARKER_SEP = ", "
 MARKER_SUFFIX = "."
@@ -85,7 +85,12 @@ def tool_parameters() -> dict:
             "page_id": {
                 "type": "string",
                 "description": "The page_id (cp_...) named in the stored-context note.",
-            }
+            },
+            "exchange": {
+                "type": "integer", "minimum": 1,
+                "description": "A page may hold several consecutive exchanges: which one to "
+                               "read (1 = its oldest; search results name it). Default 1.",
+            },
         },
         "required": ["page_id"],
         "additionalProperties": False,
@@ -146,6 +151,17 @@ def marker_prefix(search: bool = False) -> str:
 def marker_text(page_ids, search: bool = False) -> str:
     return marker_prefix(search) + MARKER_SEP.join(page_ids) + MARKER_SUFFIX
 
+
+
+def exchange_starts(items: list) -> list:
+    """Where each exchange of a page's items starts (docs/design.md §6): 0, then every
+    item each wire format reads as a genuine user turn. A page does not record its
+    format; it holds complete exchanges only, and a turn one format starts and another
+    continues (an Anthropic tool-result message) is read as a continuation."""
+    from .registry import FORMATS
+    kinds = [f.classify for f in FORMATS]
+    return [0] + [i for i in range(1, len(items))
+                  if all(c(items[i])[0] == USER for c in kinds)]
 
 
 class Group(NamedTuple):

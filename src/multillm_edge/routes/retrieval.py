@@ -49,11 +49,12 @@ from functools import partial
 
 from ..storage import store
 from .auth import key_digest, request_context
-from ..base.errors import EdgeError, PageNotFound, StorageError
+from .. import formats
+from ..base.errors import EdgeError, PageNotFound, StorageError, invalid_field
 from ..base.http import Incoming, Outgoing
 from ..base.jsonbytes import compact
 from ..base.timing import timed
-from ..core.pages import ROLEPLAY as AUTHORITY, PageSigner, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
+from ..core.pages import ROLEPLAY as AUTHORITY, PageSigner, canonical_bytes, is_legacy_location, is_valid_location, is_well_formed_page_id, sha256_hex
 
 SESSION_PARAM = "roleplay_session_id"
 
@@ -138,6 +139,7 @@ def row_misses(row: dict, page_id: str, principal: str, session_id: str,
 async def retrieve_page(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)                                   # 1. 401 without a key
     page_id = req.params["page_id"]
+    exchange = _exchange_param(req)                            # 400 before any storage
     values = req.query.get(SESSION_PARAM) or [""]
     session_id = values[0] if len(set(values)) == 1 else ""
     # 2. flag off → 404, 3. signer, D1, R2 → 503, 4. one D1 statement, 5. 401, 6. 403 (grant)
@@ -151,7 +153,7 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
         req.notes["miss"] = ",".join(misses)   # reason codes only, for operators
         raise PageNotFound()
     body = await _read_body(req, rc.page_bodies(), facts.page)   # 8. one R2 get, checked
-    return _served(req, page_id, facts.page, body)             # 9. 200
+    return _served(req, page_id, facts.page, body, exchange)   # 9. 200
 
 
 async def _load(req: Incoming, digest: str, session_id: str, page_id: str, db,
@@ -188,15 +190,52 @@ def checked(req: Incoming, row: dict, body: bytes | None) -> bytes:
     return body
 
 
-def _served(req: Incoming, page_id: str, row: dict, body: bytes) -> Outgoing:
+EXCHANGE_PARAM = "exchange"
+
+
+def _exchange_param(req: Incoming) -> int | None:
+    """`exchange=N` (a page may hold a block of exchanges, docs/design.md §5.7, §6):
+    absent → the whole page; else a decimal integer from 1 (400 otherwise)."""
+    values = req.query.get(EXCHANGE_PARAM)
+    if values is None:
+        return None
+    v = values[0] if len(set(values)) == 1 else ""
+    if not (v.isascii() and v.isdigit() and 0 < len(v) <= 6 and int(v) >= 1):
+        raise invalid_field(EXCHANGE_PARAM, "must be an integer from 1")
+    return int(v)
+
+
+def _one_exchange(messages: list, body: bytes, exchange: int) -> tuple[list, bytes]:
+    """Exchange ``exchange`` of a page: its items and their bytes, which are a slice of
+    the page's (a page is its items' bytes comma-joined, each exchange a run of them).
+    Past the last: 400 naming how many the page holds."""
+    starts = formats.exchange_starts(messages)
+    if exchange > len(starts):
+        err = invalid_field(EXCHANGE_PARAM, f"must be from 1 to {len(starts)}, the exchanges "
+                                            "this page holds")
+        err.details["exchanges"] = len(starts)
+        raise err
+    end = starts[exchange] if exchange < len(starts) else len(messages)
+    items = messages[starts[exchange - 1]:end]
+    part = canonical_bytes(items)
+    if part[1:-1] not in body:        # never: the page is its items' bytes, comma-joined
+        raise Corrupted()
+    return items, part
+
+
+def _served(req: Incoming, page_id: str, row: dict, body: bytes, exchange: int | None = None) -> Outgoing:
     try:
         messages = json.loads(body.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError is a ValueError
         req.notes["corrupted"] = "unparsable"
         raise Corrupted() from None
     req.notes["page_bytes"] = len(body)
-    doc = {"page_id": page_id, "sha256": row["sha256"], "expires_at": row["expires_at"],
-           "messages": messages, "body_base64": base64.b64encode(body).decode("ascii")}
+    count = len(formats.exchange_starts(messages)) if isinstance(messages, list) else 1
+    doc = {"page_id": page_id, "sha256": row["sha256"], "expires_at": row["expires_at"]}
+    if exchange is not None:
+        messages, body = _one_exchange(messages, body, exchange)
+        doc["exchange"] = exchange
+    doc.update(exchanges=count, messages=messages, body_base64=base64.b64encode(body).decode("ascii"))
     try:
         payload = compact(doc)
     except UnicodeEncodeError:  # a lone surrogate escaped in the page: stay lossless

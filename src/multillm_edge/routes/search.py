@@ -36,6 +36,7 @@ import json
 import time
 from functools import partial
 
+from .. import formats
 from ..base.errors import EdgeError, PageNotFound, StorageError
 from ..base.http import Incoming, Outgoing
 from ..base.jsonbytes import compact
@@ -187,10 +188,23 @@ def _decoded(req: Incoming, rows: list, bodies: dict) -> list:
     return out
 
 
+def _exchange_texts(items) -> tuple[list, list]:
+    """A page's texts and the text index where each of its exchanges starts (the
+    exchanges retrieval's `exchange=N` reads, formats.exchange_starts)."""
+    if type(items) is not list:
+        return page_texts(items), [0]
+    bounds = formats.exchange_starts(items) + [len(items)]
+    texts, starts = [], []
+    for a, b in zip(bounds, bounds[1:]):
+        starts.append(len(texts))
+        texts.extend(page_texts(items[a:b]))
+    return texts, starts
+
+
 def _ranked(query: str, limit: int, rows: list, pages: list) -> list:
-    texts = [page_texts(items) for items in pages]
+    texts, starts = zip(*map(_exchange_texts, pages)) if pages else ((), ())
     data, quoted = [], set()
-    for hit in search(query, texts, min(len(texts), _OVERFETCH * limit)):
+    for hit in search(query, texts, min(len(texts), _OVERFETCH * limit), starts=starts):
         message = texts[hit.page][hit.message_index][1]
         if message in quoted:          # the same exchange in another page: keep the better
             continue
@@ -198,6 +212,7 @@ def _ranked(query: str, limit: int, rows: list, pages: list) -> list:
         row = rows[hit.page]
         data.append({"page_id": row["page_id"], "sha256": row["sha256"],
                      "expires_at": row["expires_at"], "score": hit.score,
+                     "exchange": hit.exchange + 1,
                      "excerpt": {"role": hit.role, "text": hit.text}})
         if len(data) == limit:
             break

@@ -41,6 +41,7 @@ class Hit(NamedTuple):
     message_index: int
     start: int
     end: int
+    exchange: int = 0   # which exchange of the page said it (0 = its oldest)
 
 
 def _prefix(stem: str) -> str:
@@ -83,7 +84,7 @@ def _term_frequencies(terms, folded, stems) -> tuple:
 
 
 def search(query: str, pages: Sequence, limit: int = 5, *, stem: bool = True,
-           extras: bool = True) -> list:
+           extras: bool = True, starts: Sequence | None = None) -> list:
     """The ``limit`` best pages for ``query`` (best first, newest first on ties),
     pages with no query term left out. ``stem=False, extras=False`` is plain BM25 on
     folded words and CJK bigrams (the benchmark's baseline)."""
@@ -93,7 +94,7 @@ def search(query: str, pages: Sequence, limit: int = 5, *, stem: bool = True,
         return []
     # The documents: each page whole (plain BM25), or each exchange of a page — a page
     # may hold a block of many (docs/design.md §5.7), and an answer is said in one.
-    docs = _exchanges(pages) if extras else [(i, 0, texts) for i, texts in enumerate(pages)]
+    docs = _exchanges(pages, starts) if extras else [(i, 0, texts, 0) for i, texts in enumerate(pages)]
     if not docs:
         return []
     scores, finder, weights = _scores(terms, [d[2] for d in docs], stems, extras)
@@ -102,22 +103,24 @@ def search(query: str, pages: Sequence, limit: int = 5, *, stem: bool = True,
         if sc > 0 and sc >= scores[best.get(docs[d][0], d)]:
             best[docs[d][0]] = d
     ranked = sorted(best.items(), key=lambda pd: (-scores[pd[1]], -pd[0]))
-    return [_hit(p, round(scores[d], 4), pages[p], docs[d][1], docs[d][2], finder, weights)
+    return [_hit(p, round(scores[d], 4), pages[p], docs[d], finder, weights)
             for p, d in ranked[:limit]]
 
 
-def _exchanges(pages: Sequence) -> list:
-    """``(page, first text index, texts)`` per exchange: a page's texts cut where a user
-    text starts (tool results carry the role ``tool``: they never start one)."""
+def _exchanges(pages: Sequence, starts: Sequence | None = None) -> list:
+    """``(page, first text index, texts, exchange)`` per exchange with a text: a page's
+    texts cut at ``starts[page]`` (the text index where each exchange begins), else
+    where a user text starts (tool results carry the role ``tool``: they never do)."""
     out = []
     for i, texts in enumerate(pages):
-        start = 0
-        for j in range(1, len(texts)):
-            if texts[j][0] == "user":
-                out.append((i, start, texts[start:j]))
-                start = j
-        if texts:
-            out.append((i, start, texts[start:]))
+        if starts is not None:
+            cuts = list(starts[i])
+        else:
+            cuts = [0] + [j for j in range(1, len(texts)) if texts[j][0] == "user"]
+        for k, a in enumerate(cuts):
+            b = cuts[k + 1] if k + 1 < len(cuts) else len(texts)
+            if a < b:
+                out.append((i, a, texts[a:b], k))
     return out
 
 
@@ -237,9 +240,10 @@ def _matches(text: str, finder) -> list:
     return out
 
 
-def _hit(i: int, score: float, texts, first: int, doc, finder, weights: dict) -> Hit:
-    """Page ``i``'s hit, quoted from the message of its document ``doc`` (``texts``
-    from index ``first``) holding the most query weight."""
+def _hit(i: int, score: float, texts, document: tuple, finder, weights: dict) -> Hit:
+    """Page ``i``'s hit, quoted from the message of its best ``document`` (the page's
+    ``texts`` from index ``first``, exchange ``exchange``) holding the most query weight."""
+    _, first, doc, exchange = document
     best, best_w, best_m = 0, -1.0, []
     for j, (_, t) in enumerate(doc):
         ms = _matches(t, finder)
@@ -249,7 +253,7 @@ def _hit(i: int, score: float, texts, first: int, doc, finder, weights: dict) ->
     role, text = doc[best]
     start, end = excerpt_span(text, best_m)
     cut = (ELLIPSIS if start > 0 else "") + text[start:end] + (ELLIPSIS if end < len(text) else "")
-    return Hit(i, score, role, cut, first + best, start, end)
+    return Hit(i, score, role, cut, first + best, start, end, exchange)
 
 
 def excerpt_span(text: str, matches: list, limit: int = EXCERPT_MAX) -> tuple:
