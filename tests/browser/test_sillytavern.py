@@ -23,15 +23,32 @@ FINAL = "Aurore remembers the lantern by the river, ночью."
 pytestmark = pytest.mark.slow
 
 
+# ST's top-bar panels open and close by class (openDrawer), then a CSS transition of their
+# height and display: a closing panel still looks visible for its transition, and whatever
+# is clicked in it meanwhile lands on what lies beneath (the full-screen
+# #expression-wrapper). So panels are told apart by class and waited on until still.
+DRAWERS_STILL = """() => [...document.querySelectorAll('.drawer-content')]
+    .every(e => e.getAnimations().length === 0)"""
+
+
 def open_drawer(pg, button: str, content: str):
-    """Open a top-bar panel of ST (idempotent)."""
-    if not pg.locator(content).is_visible():
+    """Open a top-bar panel of ST (idempotent), once every panel is still."""
+    pg.wait_for_function(DRAWERS_STILL)
+    if not pg.locator(content).evaluate("e => e.classList.contains('openDrawer')"):
         pg.click(button)
+    pg.wait_for_function("s => document.querySelector(s).classList.contains('openDrawer')", arg=content)
+    pg.wait_for_function(DRAWERS_STILL)
     pg.locator(content).wait_for(state="visible")
 
 
 def close_drawers(pg):
-    pg.locator("#chat").click(position={"x": 5, "y": 5}, force=True)
+    """Close every open panel by its own toggle (a click on the chat lands on a panel
+    that covers it, which keeps it open)."""
+    pg.wait_for_function(DRAWERS_STILL)
+    for toggle in pg.locator(".drawer:has(> .drawer-content.openDrawer:not(.pinnedOpen)) > .drawer-toggle").all():
+        toggle.click()
+    pg.wait_for_function("() => !document.querySelector('.drawer-content.openDrawer:not(.pinnedOpen)')")
+    pg.wait_for_function(DRAWERS_STILL)
 
 
 def test_settings_panel_takes_the_key_and_never_shows_it(page, edge, player):
