@@ -465,7 +465,7 @@ const hitExchange = (h) => (Number.isInteger(h?.exchange) && h.exchange >= 1 ? h
 function hitsText(query, doc) {
     const hits = Array.isArray(doc?.data) ? doc.data : [];
     if (!hits.length) return `No stored page matches "${query}" (${doc?.pages_searched ?? 0} searched).`;
-    const lines = hits.map(h => `${h.page_id} exchange ${hitExchange(h)} ${h.excerpt?.role ?? '?'}: `
+    const lines = hits.map(h => `${h.page_id} exchange=${hitExchange(h)} ${h.excerpt?.role ?? '?'}: `
         + String(h.excerpt?.text ?? '').replace(/\s+/g, ' '));
     return [`Stored pages matching "${query}", best first (${hits.length} of ${doc.pages_searched} searched):`,
         ...lines, `Call ${TOOL} with a page_id and its exchange to read that exchange whole.`].join('\n');

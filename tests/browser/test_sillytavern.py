@@ -369,7 +369,7 @@ def generate_bodies(page) -> list:
     return seen
 
 
-HIT = re.compile(r"^(cp_[A-Za-z0-9_-]+) exchange (\d+) (user|assistant): (.+)$")
+HIT = re.compile(r"^(cp_[A-Za-z0-9_-]+) exchange=(\d+) (user|assistant): (.+)$")
 
 
 def test_the_model_searches_stored_context_and_reads_back_the_exchange_it_found(page, edge, provider):
