@@ -57,6 +57,12 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
     body = make(n, model=MODEL, size=rng.choice([20, 80]), tag="H")
     if rng.random() < 0.3:
         del body["capabilities"]
+    elif rng.random() < 0.4:   # the search tool too (§6.1), in odd shapes as well
+        body["capabilities"] = rng.choice([
+            ["multillm_context_retrieve", "multillm_context_search"], ["multillm_context_search"],
+            ["multillm_context_search", "multillm_context_retrieve", "multillm_context_search"],
+            "multillm_context_search", ["multillm_context_search\u0000"], [["multillm_context_search"]],
+            {"multillm_context_search": True}, ["MULTILLM_CONTEXT_SEARCH", "multillm_context_retrieve"]])
     if rng.random() < 0.2:
         body["models"] = [MODEL, "fake:tiny"]
     if rng.random() < 0.2:
