@@ -80,14 +80,15 @@ def turn(edge, player, body):
 # --- lazy refresh: a steady turn writes only its new pages --------------------------
 
 def test_steady_turns_write_only_their_new_pages_then_one_turn_refreshes_all(edge, provider, player):
-    body = rp.chat_body(200, model="fake:rp-32k", size=450, tag="SD")
+    # every exchange its own page (no blocks, docs/design.md §5.7): 150+ rows to refresh
+    body = rp.one_page_each("chat", rp.chat_body(200, model="fake:rp-32k", size=450, tag="SD"))
     msgs = body["messages"]
     pages, d = turn(edge, player, body)
     assert len(pages) > 150 and d["r2_puts"] == 1 and d["d1_statements"] == 2
     assert d["d1_rows_changed"] == len(pages)
     for i in range(4):
         before = rows(edge, player)
-        msgs = grow(msgs, i)
+        msgs = rp.one_page_each("chat", {"messages": grow(msgs, i)})["messages"]
         pages, d = turn(edge, player, {**body, "messages": msgs})
         after = rows(edge, player)
         new = set(after) - set(before)
