@@ -84,6 +84,25 @@ def stored_page(edge, page_id: str) -> bytes | None:
     return None if data is None else data[offset:offset + length]
 
 
+def _genuine_user(item: dict) -> bool:
+    """A user turn, not a user message holding only tool results (Anthropic)."""
+    c = item.get("content")
+    return item.get("role") == "user" and not (
+        isinstance(c, list) and c and all(isinstance(p, dict) and p.get("type") == "tool_result" for p in c))
+
+
+def page_exchanges(stored: bytes) -> list[bytes]:
+    """A stored page's exchanges, each as its exact bytes — what retrieval's
+    ``exchange=N`` answers (docs/design.md §6): the page is its items' compact JSON, an
+    exchange runs from a genuine user turn to the next. Checks they are slices of it."""
+    items = json.loads(stored)
+    cuts = [0] + [i for i, m in enumerate(items) if i and _genuine_user(m)] + [len(items)]
+    out = [json.dumps(items[a:b], ensure_ascii=False, separators=(",", ":")).encode()
+           for a, b in zip(cuts, cuts[1:])]
+    assert b"[" + b",".join(e[1:-1] for e in out) + b"]" == stored
+    return out
+
+
 def line(tag: str, i: int, size: int) -> str:
     """A unique, traceable text of about `size` bytes with Unicode and whitespace."""
     head = f"{tag}-{i:04d} «Aurore» 夜の森へ 🌙 ma\u0301gico \u05e9\u05dc\u05d5\u05dd\t \r\n"

@@ -94,17 +94,6 @@ def contiguous(haystack: list, needle: list) -> bool:
     return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
 
 
-def exchanges_of(stored: bytes) -> list[bytes]:
-    """A stored page's exchanges, each as its exact bytes: the page is its items' compact
-    JSON, an exchange runs from a user message to the next (tool results are `tool`)."""
-    items = json.loads(stored)
-    cuts = [0] + [i for i, m in enumerate(items) if i and m.get("role") == "user"] + [len(items)]
-    out = [json.dumps(items[a:b], ensure_ascii=False, separators=(",", ":")).encode()
-           for a, b in zip(cuts, cuts[1:])]
-    assert b"[" + b",".join(e[1:-1] for e in out) + b"]" == stored    # slices of the page
-    return out
-
-
 @pytest.mark.parametrize("exchange", [None, 3])
 def test_tool_call_is_executed_and_the_exchange_fed_back_exactly(edge, provider, model, player, exchange):
     key, sid, client = player
@@ -123,8 +112,8 @@ def test_tool_call_is_executed_and_the_exchange_fed_back_exactly(edge, provider,
     stored = rp.stored_page(edge, page_id)
     assert contiguous(original, json.loads(stored))  # exchanges the client really sent
     # A block: the whole page would not fit back into the 6,000-token window.
-    assert len(exchanges_of(stored)) >= 3 and len(stored) > 5000
-    wanted = exchanges_of(stored)[(exchange or 1) - 1]
+    assert len(rp.page_exchanges(stored)) >= 3 and len(stored) > 5000
+    wanted = rp.page_exchanges(stored)[(exchange or 1) - 1]
     restored = json.loads(wanted)
     assert restored[0]["role"] == "user"
     # The second upstream request: the assistant tool call, then the tool result whose
