@@ -84,6 +84,25 @@ def stored_page(edge, page_id: str) -> bytes | None:
     return None if data is None else data[offset:offset + length]
 
 
+def _genuine_user(item: dict) -> bool:
+    """A user turn, not a user message holding only tool results (Anthropic)."""
+    c = item.get("content")
+    return item.get("role") == "user" and not (
+        isinstance(c, list) and c and all(isinstance(p, dict) and p.get("type") == "tool_result" for p in c))
+
+
+def page_exchanges(stored: bytes) -> list[bytes]:
+    """A stored page's exchanges, each as its exact bytes — what retrieval's
+    ``exchange=N`` answers (docs/design.md §6): the page is its items' compact JSON, an
+    exchange runs from a genuine user turn to the next. Checks they are slices of it."""
+    items = json.loads(stored)
+    cuts = [0] + [i for i, m in enumerate(items) if i and _genuine_user(m)] + [len(items)]
+    out = [json.dumps(items[a:b], ensure_ascii=False, separators=(",", ":")).encode()
+           for a, b in zip(cuts, cuts[1:])]
+    assert b"[" + b",".join(e[1:-1] for e in out) + b"]" == stored
+    return out
+
+
 def line(tag: str, i: int, size: int) -> str:
     """A unique, traceable text of about `size` bytes with Unicode and whitespace."""
     head = f"{tag}-{i:04d} «Aurore» 夜の森へ 🌙 ma\u0301gico \u05e9\u05dc\u05d5\u05dd\t \r\n"
@@ -167,3 +186,47 @@ def long_answer(i: int, tag: str = "L") -> str:
 
 def long_exchange(i: int, tag: str = "L") -> list[dict]:
     return [long_turn(i, tag), {"role": "assistant", "content": long_answer(i, tag)}]
+
+
+# A history whose every exchange is its own page. Blocks (docs/design.md §5.7) close
+# after an exchange whose bytes' CRC-32 is a multiple of BLOCK_SPAN, so a history where
+# every exchange's does pages one exchange per handle, as many pages as exchanges paged:
+# what a test of long page lists (over the 4 KiB header, 200+ handles) needs.
+
+def _retext(item: dict, suffix: str) -> dict:
+    """``item`` with ``suffix`` after its text (a string content, or a list content's
+    last text part)."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return {**item, "content": content + suffix}
+    part = content[-1]
+    return {**item, "content": content[:-1] + [{**part, "text": part["text"] + suffix}]}
+
+
+def _has_text(item) -> bool:
+    c = item.get("content") if isinstance(item, dict) else None
+    return isinstance(c, str) or (isinstance(c, list) and bool(c) and isinstance(c[-1], dict)
+                                  and isinstance(c[-1].get("text"), str))
+
+
+def one_page_each(fmt: str, body: dict) -> dict:
+    """``body`` with a short nonce after the last text of each exchange but the newest,
+    chosen so the exchange's bytes' CRC-32 is a multiple of the block span: every block
+    closes after one exchange. Exchanges already aligned are left as they are, so a
+    history grown and aligned again keeps its earlier pages."""
+    from zlib import crc32
+    from multillm_edge import formats
+    from multillm_edge.core.paging import BLOCK_SPAN
+    mod = formats.get(fmt)
+    items = list(body[mod.ITEMS_KEY])
+    groups = formats.group_items(items, mod.classify)
+    for g in groups[:-1]:
+        if g.kind != formats.EXCHANGE:
+            continue
+        last = max(i for i in range(g.start, g.end) if _has_text(items[i]))
+        original, n = items[last], 0
+        while crc32(json.dumps(items[g.start:g.end], ensure_ascii=False,
+                               separators=(",", ":")).encode()) % BLOCK_SPAN:
+            n += 1
+            items[last] = _retext(original, f" ~{n}")
+    return {**body, mod.ITEMS_KEY: items}

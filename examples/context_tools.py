@@ -2,9 +2,11 @@
 the official `openai` SDK.
 
 The edge pages older exchanges of a long roleplay and gives the model two tools:
-`multillm_context_retrieve` (a page's exact messages) and `multillm_context_search`
-(pages by the words they contain: page id, role, verbatim excerpt). The client runs
-them with the same roleplay key and session. Every paged answer reports the session's
+`multillm_context_retrieve` (one exchange of a page, its exact messages) and
+`multillm_context_search` (pages by the words they contain: page id, exchange, role,
+verbatim excerpt). The client runs them with the same roleplay key and session
+(`run_tool`, whatever the wire format; `examples/context_tools_sdks.py` has the same
+loop for the Responses API and Anthropic Messages). Every paged answer reports the session's
 stored-page figures (`context_session`); once the active bytes pass a share of the
 allowance, the client stops sending the oldest complete exchanges (they stay in its own
 history), and on a 413 `context_session_limit_exceeded` it starts a new session once and
@@ -50,7 +52,7 @@ def open_session(http: httpx.Client, edge_url: str, key: str) -> str:
 def search_pages(http: httpx.Client, edge_url: str, key: str, session_id: str, args: dict) -> str:
     """POST /v1/context/search → compact text for the model: one line per hit."""
     query, limit = args.get("query"), args.get("limit", 5)
-    if not isinstance(query, str) or not query.strip() or not isinstance(limit, int) or not 1 <= limit <= 10:
+    if not isinstance(query, str) or not query.strip() or type(limit) is not int or not 1 <= limit <= 10:
         return json.dumps({"error": "query must be a non-blank string, limit an integer 1-10"})
     r = http.post(f"{edge_url.rstrip('/')}/v1/context/search", json={"query": query, "limit": limit},
                   headers={"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": session_id})
@@ -61,8 +63,26 @@ def search_pages(http: httpx.Client, edge_url: str, key: str, session_id: str, a
             code = f"http_{r.status_code}"
         return json.dumps({"error": code, "status": r.status_code})
     doc = r.json()
-    lines = [f"{h['page_id']} {h['excerpt']['role']}: {h['excerpt']['text']}" for h in doc["data"]]
+    lines = [f"{h['page_id']} exchange={h['exchange']} {h['excerpt']['role']}: {h['excerpt']['text']}"
+             for h in doc["data"]]
     return "\n".join([f"{len(lines)} of {doc['pages_searched']} stored pages match:", *lines])
+
+
+def run_tool(http: httpx.Client, edge_url: str, key: str, session_id: str, name: str, args) -> str:
+    """One context tool call (its parsed arguments) → the text the model gets back."""
+    args = args if isinstance(args, dict) else {}
+    if name == SEARCH:
+        return search_pages(http, edge_url, key, session_id, args)
+    return fetch_page(http, edge_url, key, session_id, args.get("page_id"), args.get("exchange", 1))["content"]
+
+
+def parse_arguments(text) -> dict:
+    """A tool call's JSON arguments; anything unparsable counts as none."""
+    try:
+        args = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return args if isinstance(args, dict) else {}
 
 
 # ------------------------------------------------------------- sliding window
@@ -142,13 +162,6 @@ def run_turn(client: openai.OpenAI, http: httpx.Client, edge_url: str, key: str,
             return completion
         messages.append(_assistant_message(message))
         for tc in calls:
-            try:
-                args = json.loads(tc.function.arguments or "{}")
-            except ValueError:
-                args = {}
-            args = args if isinstance(args, dict) else {}
-            if tc.function.name == SEARCH:
-                content = search_pages(http, edge_url, key, session.id, args)
-            else:
-                content = fetch_page(http, edge_url, key, session.id, args.get("page_id"))["content"]
+            content = run_tool(http, edge_url, key, session.id, tc.function.name,
+                               parse_arguments(tc.function.arguments))
             messages.append({"role": "tool", "tool_call_id": tc.id, "content": content})

@@ -3,7 +3,9 @@
 The edge may replace older exchanges of a long roleplay with stored pages and give the
 model a `multillm_context_retrieve` tool. When the model calls it, the client (not the
 edge) fetches the page with the same roleplay key and session, and feeds the exchange's
-original messages back as the tool result:
+original messages back as the tool result. A page may hold several consecutive
+exchanges; the model names one (`exchange`, 1 = the page's oldest, the default) and
+only that one is fetched, so it fits the window whatever the page's size:
 
     client = openai.OpenAI(api_key=KEY, base_url=EDGE_URL + "/v1")
     reply = run_turn(client, EDGE_URL, KEY, session_id, messages, model="openai:gpt-4o")
@@ -30,15 +32,18 @@ _PAGE_ID = re.compile(r"cp_[A-Za-z0-9_-]{1,128}\Z")
 
 
 def fetch_page(http: httpx.Client, edge_url: str, key: str, session_id: str,
-               page_id: str) -> dict:
-    """GET /v1/context/pages/{page_id}?roleplay_session_id=… → the page document.
+               page_id: str, exchange=1) -> dict:
+    """GET /v1/context/pages/{page_id}?roleplay_session_id=…&exchange=N → one exchange
+    of the page.
 
-    Returns {"ok": True, "content": <the page's exact stored JSON text>} or
+    Returns {"ok": True, "content": <the exchange's exact stored JSON text>} or
     {"ok": False, "content": <a short JSON error the model can read>}."""
     if not isinstance(page_id, str) or not _PAGE_ID.match(page_id):
         return {"ok": False, "content": json.dumps({"error": "invalid page_id"})}
+    if type(exchange) is not int or exchange < 1:
+        return {"ok": False, "content": json.dumps({"error": "exchange must be an integer from 1"})}
     r = http.get(f"{edge_url.rstrip('/')}/v1/context/pages/{page_id}",
-                 params={"roleplay_session_id": session_id},
+                 params={"roleplay_session_id": session_id, "exchange": exchange},
                  headers={"Authorization": f"Bearer {key}"})
     if r.status_code != 200:
         try:
@@ -47,7 +52,7 @@ def fetch_page(http: httpx.Client, edge_url: str, key: str, session_id: str,
             code = f"http_{r.status_code}"
         return {"ok": False, "content": json.dumps({"error": code, "status": r.status_code})}
     doc = r.json()
-    # body_base64 is the exact stored page: a JSON array of the original messages.
+    # body_base64 is the exchange's exact stored bytes: a JSON array of its original messages.
     # Passing its text on (rather than re-serializing `messages`) keeps it byte-exact.
     text = base64.b64decode(doc["body_base64"]).decode("utf-8")
     return {"ok": True, "content": text, "messages": doc["messages"]}
@@ -85,10 +90,12 @@ def run_turn(client, edge_url: str, key: str, session_id: str, messages: list,
             messages.append(_assistant_message(message))
             for tc in calls:
                 try:
-                    page_id = json.loads(tc.function.arguments or "{}").get("page_id")
-                except (ValueError, AttributeError):
-                    page_id = None
-                page = fetch_page(http, edge_url, key, session_id, page_id)
+                    args = json.loads(tc.function.arguments or "{}")
+                except ValueError:
+                    args = None
+                args = args if isinstance(args, dict) else {}
+                page = fetch_page(http, edge_url, key, session_id, args.get("page_id"),
+                                  args.get("exchange", 1))
                 messages.append({"role": "tool", "tool_call_id": tc.id,
                                  "content": page["content"]})
         return completion

@@ -25,8 +25,9 @@ WINDOW_TOKENS, MAX_OUTPUT = 6000, 1000
 EXCHANGES = 30
 PAGE_ID = re.compile(r"cp_[A-Za-z0-9_-]{43}\Z")
 CHUNK_DELAY = 0.02
-#: A wider window, and a history long enough that it pages over 200 exchanges: the
-#: page list outgrows its 4 KiB header and travels only in the stream's comment line.
+#: A wider window, and a history long enough that it pages over 200 exchanges, each its
+#: own page (``rp.one_page_each``: no blocks, docs/design.md §5.7): the page list
+#: outgrows its 4 KiB header and travels only in the stream's comment line.
 WIDE_MODEL = "fake:rp-wide"
 MANY_EXCHANGES, MANY_SIZE = 260, 400
 PAGE_LIST = b": multillm-context-pages "

@@ -129,7 +129,7 @@ def test_message_stream_with_over_200_pages_parses_and_lists_every_page(edge, pr
     client = anthropic.Anthropic(api_key=roleplayer.key, base_url=edge.url, max_retries=0,
                                  http_client=http_client,
                                  default_headers={"X-Roleplay-Session-ID": roleplayer.session})
-    body = rp.messages_body(MANY_EXCHANGES, size=MANY_SIZE, tag="AM")
+    body = rp.one_page_each("messages", rp.messages_body(MANY_EXCHANGES, size=MANY_SIZE, tag="AM"))
     with client.messages.stream(model=WIDE_MODEL, system=body["system"], messages=body["messages"],
                                 max_tokens=MAX_TOKENS, extra_body=CAPS) as stream:
         text = "".join(stream.text_stream)

@@ -182,7 +182,7 @@ def tee_client(edge, roleplayer):
 
 def test_chat_stream_with_over_200_pages_parses_and_lists_every_page(tee_client, provider, roleplayer):
     client, raw = tee_client
-    messages = rp.chat_body(MANY_EXCHANGES, size=MANY_SIZE, tag="OM")["messages"]
+    messages = rp.one_page_each("chat", rp.chat_body(MANY_EXCHANGES, size=MANY_SIZE, tag="OM"))["messages"]
     stream = client.chat.completions.create(model=WIDE_MODEL, messages=messages, max_tokens=MAX_TOKENS,
                                             stream=True, extra_body=CAPS)
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
@@ -195,7 +195,7 @@ def test_chat_stream_with_over_200_pages_parses_and_lists_every_page(tee_client,
 
 def test_responses_stream_with_over_200_pages_parses_and_lists_every_page(tee_client, provider, roleplayer):
     client, raw = tee_client
-    body = rp.responses_body(MANY_EXCHANGES, size=MANY_SIZE, tag="OW")
+    body = rp.one_page_each("responses", rp.responses_body(MANY_EXCHANGES, size=MANY_SIZE, tag="OW"))
     stream = client.responses.create(model=WIDE_MODEL, input=body["input"], instructions=body["instructions"],
                                      max_output_tokens=MAX_TOKENS, stream=True, extra_body=CAPS)
     events = list(stream)

@@ -1,6 +1,6 @@
 """examples/context_tools.py against the runner with the official `openai` SDK: the
 (fake) model calls multillm_context_search, then multillm_context_retrieve on the best
-hit; the client runs both. A session at its allowance is replaced once and the turn sent
+hit's page and exchange; the client runs both. A session at its allowance is replaced once and the turn sent
 again with the oldest exchanges left out; with the window off the 413 is the SDK's."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def tool_call(name: str, args: dict) -> Reply:
 
 
 class ScriptedModel:
-    """Search for `query`, retrieve the first page id of the hits, then answer."""
+    """Search for `query`, retrieve the best hit (its page id and exchange), then answer."""
 
     def __init__(self, query: str | None = None):
         self.query = query
@@ -53,7 +53,8 @@ class ScriptedModel:
             if self.query and not tools:
                 return tool_call(SEARCH, {"query": self.query, "limit": 3})
             if self.query and len(tools) == 1:
-                return tool_call(RETRIEVE, {"page_id": tools[0]["content"].split("\n")[1].split(" ")[0]})
+                page_id, exchange = tools[0]["content"].split("\n")[1].split(" ")[:2]
+                return tool_call(RETRIEVE, {"page_id": page_id, "exchange": int(exchange.removeprefix("exchange="))})
             return completion({"role": "assistant", "content": FINAL}, "stop")
 
 
@@ -98,10 +99,13 @@ def test_search_then_retrieve_is_executed_and_the_figures_are_kept(edge, provide
     first, second, third = model.bodies
     assert sorted(t["function"]["name"] for t in first["tools"]) == [RETRIEVE, SEARCH]
     hits = second["messages"][-1]["content"].split("\n")
-    page_id = hits[1].split(" ")[0]
+    page_id, exchange = hits[1].split(" ")[:2]
     assert page_id in marker_ids(next(m["content"] for m in first["messages"] if marker_ids(m.get("content"))))
     assert "0012" in hits[1]
-    assert third["messages"][-1]["content"].encode() == rp.stored_page(edge, page_id)
+    # the tool result is exactly that exchange of the page, the one saying X-u-0012
+    wanted = rp.page_exchanges(rp.stored_page(edge, page_id))[int(exchange.removeprefix("exchange=")) - 1]
+    assert third["messages"][-1]["content"].encode() == wanted
+    assert json.loads(wanted)[0]["content"].startswith("X-u-0012 ")
     assert set(session.figures) == {"active_bytes", "limit_bytes", "active_pages"}
     assert session.figures["limit_bytes"] == 1048576 and session.left_out == 0
 

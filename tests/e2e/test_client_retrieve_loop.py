@@ -1,7 +1,8 @@
 """The README's client loop (examples/retrieve_loop.py) against the runner: the official
 `openai` SDK sends a long roleplay, the (fake) model calls multillm_context_retrieve
-with a real page id, the client fetches the page from the edge and the second upstream
-request carries the restored messages exactly."""
+with a real page id (a block page, several exchanges, larger than the window can take
+back whole) and an exchange, the client fetches that exchange from the edge and the
+second upstream request carries its messages exactly."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class ScriptedModel:
     """First request: a tool call naming `pick(page_ids)`; later: a final text."""
 
     def __init__(self):
-        self.pick = lambda ids: ids[1]
+        self.pick = lambda ids: ids[1]     # a block page of this history (see below)
+        self.exchange = None               # the `exchange` argument, None: not given
         self.asked: list[str] = []
         self.call_id = "call_" + secrets.token_hex(4)
         self._lock = threading.Lock()
@@ -49,10 +51,15 @@ class ScriptedModel:
                 self.asked.append(page_id)
                 return completion({"role": "assistant", "content": None, "tool_calls": [
                     {"id": self.call_id, "type": "function",
-                     "function": {"name": TOOL_NAME,
-                                  "arguments": json.dumps({"page_id": page_id})}}]},
+                     "function": {"name": TOOL_NAME, "arguments": self.arguments(page_id)}}]},
                     "tool_calls")
             return completion({"role": "assistant", "content": FINAL}, "stop")
+
+    def arguments(self, page_id: str) -> str:
+        args = {"page_id": page_id}
+        if self.exchange is not None:
+            args["exchange"] = self.exchange
+        return json.dumps(args)
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +94,10 @@ def contiguous(haystack: list, needle: list) -> bool:
     return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
 
 
-def test_tool_call_is_executed_and_restored_messages_fed_back_exactly(edge, provider, model, player):
+@pytest.mark.parametrize("exchange", [None, 3])
+def test_tool_call_is_executed_and_the_exchange_fed_back_exactly(edge, provider, model, player, exchange):
     key, sid, client = player
+    model.exchange = exchange
     messages = rp.chat_body(30, tag="LOOP")["messages"]
     original = json.loads(json.dumps(messages))
     reply = run_turn(client, edge.url, key, sid, messages, model=MODEL, max_tokens=200)
@@ -101,17 +110,21 @@ def test_tool_call_is_executed_and_restored_messages_fed_back_exactly(edge, prov
                        for m_id in (marker_ids(m.get("content")) or [])}
 
     stored = rp.stored_page(edge, page_id)
-    restored = json.loads(stored)
-    assert contiguous(original, restored)            # an exchange the client really sent
+    assert contiguous(original, json.loads(stored))  # exchanges the client really sent
+    # A block: the whole page would not fit back into the 6,000-token window.
+    assert len(rp.page_exchanges(stored)) >= 3 and len(stored) > 5000
+    wanted = rp.page_exchanges(stored)[(exchange or 1) - 1]
+    restored = json.loads(wanted)
+    assert restored[0]["role"] == "user"
     # The second upstream request: the assistant tool call, then the tool result whose
-    # content is exactly the stored page (the original items, byte-exact).
+    # content is exactly that exchange (the original items, byte-exact).
     calls = [m for m in second["messages"] if m.get("role") == "assistant" and m.get("tool_calls")
              and m["tool_calls"][0]["id"] == model.call_id]
     assert calls and calls[0]["tool_calls"][0]["function"] == {
-        "name": TOOL_NAME, "arguments": json.dumps({"page_id": page_id})}
+        "name": TOOL_NAME, "arguments": model.arguments(page_id)}
     [tool_msg] = [m for m in second["messages"] if m.get("role") == "tool"
                   and m.get("tool_call_id") == model.call_id]
-    assert tool_msg["content"].encode("utf-8") == stored
+    assert tool_msg["content"].encode("utf-8") == wanted
     assert json.loads(tool_msg["content"]) == restored
     idx = second["messages"].index(tool_msg)
     assert second["messages"][idx - 1] == calls[0]
@@ -132,6 +145,17 @@ def test_unknown_page_comes_back_as_a_tool_error_and_the_turn_finishes(edge, pro
     tool_msg = provider.received[1].json()["messages"][-1]
     assert tool_msg["role"] == "tool"
     assert json.loads(tool_msg["content"]) == {"error": "context_page_not_found", "status": 404}
+
+
+def test_an_exchange_past_the_page_comes_back_as_a_tool_error(edge, provider, model, player):
+    key, sid, client = player
+    model.exchange = 999
+    reply = run_turn(client, edge.url, key, sid, rp.chat_body(30, tag="LOOP4")["messages"],
+                     model=MODEL, max_tokens=200)
+    assert reply.choices[0].message.content == FINAL
+    tool_msg = provider.received[1].json()["messages"][-1]
+    assert tool_msg["role"] == "tool"
+    assert json.loads(tool_msg["content"]) == {"error": "invalid_request", "status": 400}
 
 
 def test_a_path_like_page_id_never_reaches_a_url(edge, provider, model, player):

@@ -156,8 +156,9 @@ def test_retrieval_returns_the_exact_stored_bytes_and_original_items(edge, provi
         assert r.headers["cache-control"] == "private, no-store"
         assert r.headers["content-type"].startswith("application/json")
         doc = r.json()
-        assert set(doc) == {"page_id", "sha256", "expires_at", "messages", "body_base64"}
+        assert set(doc) == {"page_id", "sha256", "expires_at", "exchanges", "messages", "body_base64"}
         stored = rp.stored_page(edge, page["page_id"])
+        assert doc["exchanges"] == len(rp.page_exchanges(stored))     # a block holds several
         body = base64.b64decode(doc["body_base64"], validate=True)
         assert body == stored
         assert (doc["page_id"], doc["sha256"], doc["expires_at"]) == \
@@ -172,6 +173,17 @@ def test_retrieval_returns_the_exact_stored_bytes_and_original_items(edge, provi
         assert delta == {"d1_statements": 1, "d1_batches": 0, "d1_rows_changed": 0,
                          "d1_rows_written": 0, "r2_puts": 0, "r2_gets": 1, "r2_heads": 0,
                          "r2_deletes": 0}
+    # exchange=N: that exchange alone, byte-exact (what a small window reads back, §6)
+    block = max(c.pages, key=lambda p: len(rp.page_exchanges(rp.stored_page(edge, p["page_id"]))))
+    parts = rp.page_exchanges(rp.stored_page(edge, block["page_id"]))
+    assert len(parts) >= 2
+    for n, part in enumerate(parts, 1):
+        r = edge.client.get(PAGES + block["page_id"], params={"roleplay_session_id": c.sid, "exchange": n},
+                            headers={"Authorization": f"Bearer {c.key}"})
+        doc = r.json()
+        assert r.status_code == 200 and (doc["exchange"], doc["exchanges"]) == (n, len(parts))
+        assert base64.b64decode(doc["body_base64"], validate=True) == part
+        assert canonical_bytes(doc["messages"]) == part
     docs = [fetch(edge, p["page_id"], c.sid, c.key).json() for p in c.pages]
     tool_page = next(d for d in docs if any(m.get("tool_calls") for m in d["messages"]))
     assert any(m.get("role") == "tool" for m in tool_page["messages"])

@@ -69,6 +69,12 @@ def grow(msgs: list, i: int, size: int = 450) -> list:
                    {"role": "user", "content": rp.line("G-u", 9000 + i, size)}]
 
 
+def stored_at(edge, row) -> bytes:
+    """The bytes at a row's location (an object its rows moved out of stays until the
+    bucket's lifecycle rule takes it)."""
+    return edge.r2_get(row["r2_key"])[row["r2_offset"]:row["r2_offset"] + row["byte_length"]]
+
+
 def turn(edge, player, body):
     s0 = edge.stats()
     r = post(edge, player, body)
@@ -80,23 +86,34 @@ def turn(edge, player, body):
 # --- lazy refresh: a steady turn writes only its new pages --------------------------
 
 def test_steady_turns_write_only_their_new_pages_then_one_turn_refreshes_all(edge, provider, player):
-    body = rp.chat_body(200, model="fake:rp-32k", size=450, tag="SD")
+    # every exchange its own page (no blocks, docs/design.md §5.7): 150+ rows to refresh
+    body = rp.one_page_each("chat", rp.chat_body(200, model="fake:rp-32k", size=450, tag="SD"))
     msgs = body["messages"]
     pages, d = turn(edge, player, body)
     assert len(pages) > 150 and d["r2_puts"] == 1 and d["d1_statements"] == 2
     assert d["d1_rows_changed"] == len(pages)
+    moves = 0
     for i in range(4):
         before = rows(edge, player)
-        msgs = grow(msgs, i)
+        msgs = rp.one_page_each("chat", {"messages": grow(msgs, i)})["messages"]
         pages, d = turn(edge, player, {**body, "messages": msgs})
         after = rows(edge, player)
         new = set(after) - set(before)
         changed = {pid for pid, row in after.items() if row != before.get(pid)}
-        assert changed == new and len(new) <= 1                 # rows written = new pages
-        assert d["d1_rows_changed"] == len(new) and d["r2_puts"] == len(new)
-        assert d["d1_statements"] == 1 + len(new)
+        assert len(new) <= 1 and d["r2_puts"] == len(new)       # one put, for the new page
+        assert d["d1_rows_changed"] == len(changed) and d["d1_statements"] == 1 + len(new)
+        # Besides it, only rows merged into its object (§5.9): same page, same bytes.
+        moved = changed - new
+        assert not moved or new
+        [key] = {after[pid]["r2_key"] for pid in new} or [None]
+        for pid in moved:
+            assert after[pid]["r2_key"] == key != before[pid]["r2_key"]
+            assert all(after[pid][c] == before[pid][c] for c in ("sha256", "byte_length", "created_at"))
+            assert rp.stored_page(edge, pid) == stored_at(edge, before[pid])
+        moves += len(moved)
         assert {p["page_id"]: p["expires_at"] for p in pages} == \
             {pid: after[pid]["expires_at"] for pid in (p["page_id"] for p in pages)}
+    assert moves                 # the steady turns' small objects were merged at least once
     # Nothing new: the context read is the only statement; nothing written at all.
     pages, d = turn(edge, player, {**body, "messages": msgs})
     assert (d["d1_statements"], d["d1_rows_changed"], d["d1_rows_written"], d["r2_puts"]) == (1, 0, 0, 0)

@@ -209,7 +209,8 @@ def test_paged_stream_leads_with_the_whole_page_list(edge, servers, player):
     _, good = servers
     events = chat_events(3) + [b"data: [DONE]\n\n"]
     good.reply = Reply(headers=[("content-type", "text/event-stream")], chunks=events)
-    body = rp.chat_body(260, size=400, model="fake:rp-large", tag="LIST", stream=True)
+    # every exchange its own page (no blocks, docs/design.md §5.7): 200+ handles
+    body = rp.one_page_each("chat", rp.chat_body(260, size=400, model="fake:rp-large", tag="LIST", stream=True))
     # Storing 200+ new pages takes seconds on a busy machine (one R2 put per page today).
     r = edge.client.post("/v1/chat/completions", json=body, headers=player.headers(), timeout=600)
     assert r.status_code == 200

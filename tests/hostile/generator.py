@@ -57,6 +57,12 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
     body = make(n, model=MODEL, size=rng.choice([20, 80]), tag="H")
     if rng.random() < 0.3:
         del body["capabilities"]
+    elif rng.random() < 0.4:   # the search tool too (§6.1), in odd shapes as well
+        body["capabilities"] = rng.choice([
+            ["multillm_context_retrieve", "multillm_context_search"], ["multillm_context_search"],
+            ["multillm_context_search", "multillm_context_retrieve", "multillm_context_search"],
+            "multillm_context_search", ["multillm_context_search\u0000"], [["multillm_context_search"]],
+            {"multillm_context_search": True}, ["MULTILLM_CONTEXT_SEARCH", "multillm_context_retrieve"]])
     if rng.random() < 0.2:
         body["models"] = [MODEL, "fake:tiny"]
     if rng.random() < 0.2:
@@ -239,6 +245,10 @@ HOSTILE_IDS = [
 ]
 
 
+EXCHANGES = ["1", "2", "0", "-1", "", "1.0", "1e3", "99999999999999999999", "１", "٣",
+             "\x00", "1&exchange=2", "0x1", " 1", "true", "null", "[1]", "9" * 5000]
+
+
 def other_route(rng: random.Random, n: int) -> Case:
     kind = rng.choice(["session_create", "session_end", "retrieve", "retrieve", "forward", "healthz"])
     _, headers = roleplay_headers(rng)
@@ -255,6 +265,8 @@ def other_route(rng: random.Random, n: int) -> Case:
         query = rng.choice([f"roleplay_session_id={session}",
                             f"roleplay_session_id={session}&roleplay_session_id=other",
                             "roleplay_session_id", f"roleplay_session_id={session}&x=%ff"])
+        if rng.random() < 0.4:   # one exchange of a block (§6): every odd shape of N
+            query += "&exchange=" + quote(rng.choice(EXCHANGES), safe="")
         return Case(n, kind, "GET", f"/v1/context/pages/{ident}?{query}", headers, roleplay=not dotted)
     if kind == "healthz":
         return Case(n, kind, rng.choice(["GET", "HEAD"]), "/healthz", headers)

@@ -68,3 +68,14 @@ def test_fold_equals_whole_text_nfkc_for_every_stable_character():
     def same(text):
         assert analyzer.fold(text) == unicodedata.normalize("NFKC", text).casefold()
     same()
+
+
+def test_irregular_forms_stem_with_their_verb():
+    from multillm_edge.search.analyzer import Stems, variants
+    st = Stems()
+    assert st("found") == st("finding") == st("find")
+    assert st("stole") == st("stolen") == st("stealing")
+    assert st("нашла") == st("найти") and st("украла") == st("украсть")
+    assert "found" in variants(st("find"), st)
+    assert st("rose") != st("rise")            # as often a flower: left out
+    assert Stems(stem=False)("found") == "found" and variants("find", Stems(stem=False)) == []

@@ -88,3 +88,10 @@ def test_a_block_page_ranks_by_the_exchange_that_says_it():
     assert second.page == 1
     # plain BM25 sees each page whole
     assert {h.page for h in search("mira silver key", [block, spread], 5, stem=False, extras=False)} == {0, 1}
+
+
+def test_an_irregular_form_is_found_from_its_verb():
+    pages = [[("user", "we search the docks")], [("assistant", "Wynros found the cursed map.")],
+             [("user", "the map is lost")]]
+    [top, *_] = search("who was finding the map", pages, 3)
+    assert top.page == 1

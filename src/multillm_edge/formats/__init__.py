@@ -132,6 +132,15 @@ def context_tools(search: bool) -> tuple:
     return (RETRIEVE, SEARCH) if search else (RETRIEVE,)
 
 
+def add_context_tools(body: dict, key: str, shape, search: bool) -> bool:
+    """Append the context tools, each as ``shape(tool)``, to ``body[key]``; True if the
+    list was created (a format module's ``add_tool``)."""
+    created = False
+    for tool in context_tools(search):
+        created |= tools_list_append(body, key, shape(tool))
+    return created
+
+
 def history(body: dict, key: str):
     """The pageable list under `key`, or None when there is none."""
     v = body.get(key)

@@ -8,7 +8,7 @@ alone. Content may be a string or an array; it does not matter for grouping.
 
 from __future__ import annotations
 
-from . import OTHER, RETRIEVE, SEARCH, Tool, context_tools, int_field, tools_list_append
+from . import OTHER, RETRIEVE, SEARCH, Tool, add_context_tools, int_field
 from .roles import NONE, PLAIN, by_role
 from ..base.errors import invalid_field
 from .fields import STR, STR_LIST_NULL, content, expect, history_items, objects, optional
@@ -68,11 +68,9 @@ def _uses_legacy_functions(body: dict) -> bool:
 def add_tool(body: dict, search: bool = False) -> bool:
     # A request on the deprecated `functions` parameter gets the schemas there: the API
     # does not accept `tools` and `functions` together.
-    key, shape = ("functions", _legacy_schema) if _uses_legacy_functions(body) else ("tools", schema)
-    created = False
-    for tool in context_tools(search):
-        created |= tools_list_append(body, key, shape(tool))
-    return created
+    if _uses_legacy_functions(body):
+        return add_context_tools(body, "functions", _legacy_schema, search)
+    return add_context_tools(body, "tools", schema, search)
 
 
 

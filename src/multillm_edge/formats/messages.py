@@ -15,7 +15,7 @@ complete exchanges, so it never lands between a ``tool_use`` and its ``tool_resu
 
 from __future__ import annotations
 
-from . import OTHER, RETRIEVE, SEARCH, Tool, context_tools, int_field, tools_list_append
+from . import OTHER, RETRIEVE, SEARCH, Tool, add_context_tools, int_field
 from .roles import NONE, PLAIN, by_role
 from ..base.errors import Envelope
 from ..base.jsonbytes import compact
@@ -78,10 +78,7 @@ def search_tool_schema() -> dict:
 
 
 def add_tool(body: dict, search: bool = False) -> bool:
-    created = False
-    for tool in context_tools(search):
-        created |= tools_list_append(body, "tools", schema(tool))
-    return created
+    return add_context_tools(body, "tools", schema, search)
 
 
 

@@ -12,7 +12,7 @@ exchange. Top-level ``instructions`` is not in ``input`` and is never paged.
 
 from __future__ import annotations
 
-from . import OTHER, RETRIEVE, SEARCH, Tool, context_tools, int_field, tools_list_append
+from . import OTHER, RETRIEVE, SEARCH, Tool, add_context_tools, int_field
 from .roles import NONE, PLAIN, by_role
 from .fields import STR, STR_LIST_NULL, content, expect, history_items, optional
 from .openai import ERROR_ENVELOPE, VERSION_HEADER, auth_headers, idle_event  # noqa: F401
@@ -57,10 +57,7 @@ def search_tool_schema() -> dict:
 
 
 def add_tool(body: dict, search: bool = False) -> bool:
-    created = False
-    for tool in context_tools(search):
-        created |= tools_list_append(body, "tools", schema(tool))
-    return created
+    return add_context_tools(body, "tools", schema, search)
 
 
 

@@ -24,6 +24,8 @@ import unicodedata
 
 import snowballstemmer
 
+from . import irregular
+
 # Hangul Jamo, CJK punctuation-free symbols 々〆, Hiragana, Katakana (+ prolonged mark),
 # Hangul compatibility Jamo, CJK Ext A, Unified Ideographs, Hangul syllables,
 # compatibility ideographs, Ext B and beyond.
@@ -111,6 +113,11 @@ def cjk_length(folded: str) -> int:
     return len("".join(CJK_RE.findall(folded)))
 
 
+def variants(stem: str, stems: "Stems") -> list:
+    """The irregular forms whose stem is ``stem`` (the words a page may say it with)."""
+    return [f for f, base in irregular.FORMS.items() if stems(base) == stem] if stems._on else []
+
+
 class Stems:
     """word -> stem, each distinct word stemmed once (one instance per search)."""
 
@@ -129,6 +136,7 @@ class Stems:
     def _stem(self, word: str) -> str:
         if not self._on or _DIGIT_RE.search(word):
             return word
+        word = irregular.FORMS.get(word, word)      # found -> find, нашла -> найти
         if _CYRILLIC_RE.match(word):
             return self._ru.stemWord(word)
         if _LATIN_RE.match(word):

@@ -63,7 +63,8 @@ def _term_frequencies(terms, folded, stems) -> tuple:
     n = len(folded)
     tfs, found = {}, {}
     word_terms = {value: ("w", value) for kind, value in terms if kind == "w"}
-    scan = _scanner([_prefix(v) for v in word_terms])
+    # a query verb's irregular forms are scanned for too: they share no prefix with it
+    scan = _scanner([_prefix(p) for v in word_terms for p in (v, *analyzer.variants(v, stems))])
     if scan is not None:
         for t in word_terms.values():
             tfs[t], found[t] = [0] * n, set()

@@ -1,0 +1,59 @@
+"""Both context tools with the Responses API (`openai`) and Anthropic Messages
+(`anthropic`): the loop of examples/context_tools.py, only the shapes of a tool call
+and of its result differ. (The sliding window is left out here; it works the same.)
+
+    reply = responses_turn(openai_client, http, EDGE_URL, KEY, session_id, input_items,
+                           model="openai:gpt-4o")
+    reply = messages_turn(anthropic_client, http, EDGE_URL, KEY, session_id, messages,
+                          model="anthropic:claude-sonnet-4-5", max_tokens=1024)
+
+`input_items` / `messages` is the full history, extended in place with this turn's tool
+calls and results.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from examples.context_tools import CAPABILITIES, parse_arguments, run_tool
+
+
+def _edge_fields(session_id: str) -> dict:
+    return {"extra_body": {"capabilities": CAPABILITIES},
+            "extra_headers": {"X-Roleplay-Session-ID": session_id}}
+
+
+def responses_turn(client, http: httpx.Client, edge_url: str, key: str, session_id: str,
+                   input_items: list, model: str, max_rounds: int = 4, **create_kwargs):
+    """One user turn with `client.responses.create`: each `function_call` of the output
+    is sent back with its `function_call_output`."""
+    for _ in range(max_rounds):
+        response = client.responses.create(model=model, input=input_items,
+                                           **_edge_fields(session_id), **create_kwargs)
+        calls = [it for it in response.output if it.type == "function_call"]
+        if not calls or any(c.name not in CAPABILITIES for c in calls):
+            break
+        for c in calls:
+            output = run_tool(http, edge_url, key, session_id, c.name, parse_arguments(c.arguments))
+            input_items += [{"type": "function_call", "call_id": c.call_id, "name": c.name,
+                             "arguments": c.arguments},
+                            {"type": "function_call_output", "call_id": c.call_id, "output": output}]
+    return response
+
+
+def messages_turn(client, http: httpx.Client, edge_url: str, key: str, session_id: str,
+                  messages: list, model: str, max_tokens: int, max_rounds: int = 4, **create_kwargs):
+    """One user turn with `client.messages.create`: the assistant's content (its
+    `tool_use` blocks) is sent back, then one user message of `tool_result` blocks."""
+    for _ in range(max_rounds):
+        message = client.messages.create(model=model, messages=messages, max_tokens=max_tokens,
+                                         **_edge_fields(session_id), **create_kwargs)
+        uses = [b for b in message.content if b.type == "tool_use"]
+        if not uses or any(u.name not in CAPABILITIES for u in uses):
+            break
+        messages.append({"role": "assistant", "content": [b.to_dict() for b in message.content]})
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": u.id,
+             "content": run_tool(http, edge_url, key, session_id, u.name, u.input)}
+            for u in uses]})
+    return message
