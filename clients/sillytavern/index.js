@@ -8,12 +8,15 @@
 //   source's own "include headers / include body" fields, which ST's server merges into
 //   the upstream request; with the sliding window on, the oldest exchanges are left out
 //   of `messages` once the session's pages near their allowance (window.js);
-// - ToolManager: the retrieve tool's action fetches the page and returns its exact bytes,
-//   the search tool's action returns the edge's hits as compact text;
+// - ToolManager: the retrieve tool's action fetches one exchange of a page (a page may
+//   hold a block of several, larger than the model's window) and returns its exact
+//   bytes; the search tool's action returns the edge's hits as compact text, each naming
+//   its page and exchange;
 // - ST's server drops response headers, so the page count and the session's figures are
 //   read from the response ST relays to the page (`context_pages` / `context_session`,
 //   or the stream's leading SSE comments, read whole: stream.js);
-// - the "Stored context" panel: the player searches the stored pages and opens one.
+// - the "Stored context" panel: the player searches the stored pages and opens the
+//   exchange a hit quotes.
 import { yaml } from '../../../../lib.js';
 import { slideWindow, windowBudget, windowNeeded } from './window.js';
 import { figures, leadingComments } from './stream.js';
@@ -60,10 +63,11 @@ function targetsEdge(data) {
 // ---------------------------------------------------------------- edge calls
 
 class EdgeError extends Error {
-    constructor(status, code, message) {
+    constructor(status, code, message, details = {}) {
         super(message);
         this.status = status;
         this.code = code;
+        this.details = details;     // the edge's error object (`param`, figures)
     }
 }
 
@@ -97,7 +101,7 @@ async function edgeFetch(method, pathAndQuery, { json, headers: extra } = {}) {
     try { body = JSON.parse(text); } catch { /* not JSON: the proxy's own failure */ }
     if (response.ok && body) return body;
     const err = body?.error;
-    if (err?.code) throw new EdgeError(response.status, err.code, err.message || err.code);
+    if (err?.code) throw new EdgeError(response.status, err.code, err.message || err.code, err);
     throw new EdgeError(response.status, 'edge_unreachable', `The MultiLLM edge at ${edgeBase()} cannot be reached (HTTP ${response.status}).`);
 }
 
@@ -183,17 +187,19 @@ function windowLimit() {
     return state.window_limit || null;
 }
 
-/** Leaves the oldest exchanges out of `data.messages` while the window is on, and says so. */
-function applyWindow(data) {
+/** Leaves the oldest exchanges out of `data.messages` while the window is on, and says so.
+ * `already`: messages this request's first pass left out (a request sent again is windowed
+ * from what it already holds, so the count says how many the chat does not send). */
+function applyWindow(data, already = 0) {
     const limit = windowLimit();
     if (!limit || !Array.isArray(data.messages)) {
-        announceWindow(0);
-        return 0;
+        announceWindow(already);
+        return already;
     }
     const { messages, dropped } = slideWindow(data.messages, windowBudget({ limit_bytes: limit }, windowShare()));
     data.messages = messages;
-    announceWindow(dropped);
-    return dropped;
+    announceWindow(already + dropped);
+    return already + dropped;
 }
 
 function announceWindow(dropped) {
@@ -370,9 +376,10 @@ function watchGenerateResponses() {
                 startWindow(err.limit_bytes ?? err.allowance_bytes ?? chatState()?.figures?.limit_bytes);
             }
             chatState().session_id = null;
+            const already = Number(chatState().left_out) || 0;   // this request's first pass
             try {
                 addEdgeFields(ours, await createSession());
-                applyWindow(ours);
+                applyWindow(ours, already);
                 response = await send(input, { ...init, body: JSON.stringify(ours) });
                 err = await inspect(response.clone()).catch(() => undefined);
             } catch (e) {
@@ -392,19 +399,38 @@ function decodeBase64Utf8(b64) {
     return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
 }
 
-async function retrievePage({ page_id: pageId } = {}) {
+/** The tool's `exchange` argument: absent → 1 (a page's oldest), else an integer ≥ 1,
+ * or null when it is neither. */
+function exchangeArg(exchange) {
+    if (exchange === undefined || exchange === null) return 1;
+    const n = typeof exchange === 'string' && /^\d{1,6}$/.test(exchange) ? Number(exchange) : exchange;
+    return Number.isInteger(n) && n >= 1 && n <= 999999 ? n : null;
+}
+
+/** One exchange of a stored page (docs/design.md §6: `exchange=N`). */
+function fetchExchange(pageId, exchange) {
+    const sessionId = chatState()?.session_id || '';
+    return edgeFetch('GET', `/v1/context/pages/${pageId}`
+        + `?roleplay_session_id=${encodeURIComponent(sessionId)}&exchange=${exchange}`);
+}
+
+async function retrievePage({ page_id: pageId, exchange: arg } = {}) {
     if (typeof pageId !== 'string' || !PAGE_ID.test(pageId)) {
         return 'No such page: page_id must be one of the cp_… ids named in the stored-context note.';
     }
-    const sessionId = chatState()?.session_id;
+    const exchange = exchangeArg(arg);
+    if (exchange === null) return 'Not retrieved: exchange must be an integer from 1 (1 = the page\'s oldest).';
     try {
-        const doc = await edgeFetch('GET',
-            `/v1/context/pages/${pageId}?roleplay_session_id=${encodeURIComponent(sessionId || '')}`);
-        // The exact stored bytes: a JSON array of the exchange's original messages.
-        return decodeBase64Utf8(doc.body_base64);
+        // The exact stored bytes of that exchange: a JSON array of its original messages.
+        // Never the whole page: a block of exchanges can be larger than the model's window.
+        return decodeBase64Utf8((await fetchExchange(pageId, exchange)).body_base64);
     } catch (err) {
         if (err.code === 'context_page_not_found') {
             return `Page ${pageId} is no longer available (expired or its session ended). Continue without it.`;
+        }
+        const held = err.details?.exchanges;
+        if (err.code === 'invalid_request' && err.details?.param === 'exchange' && Number.isInteger(held)) {
+            return `Page ${pageId} holds ${held} exchange${held === 1 ? '' : 's'}: exchange must be from 1 to ${held}.`;
         }
         toastEdgeError(err, 'MultiLLM: page retrieval failed');
         return `Page ${pageId} could not be retrieved (${err.code}).`;
@@ -431,13 +457,18 @@ function searchArgs({ query, limit } = {}) {
     return { query, limit: n };
 }
 
-/** The hits as compact text for the model: one line per page (id, role, excerpt). */
+/** The exchange of the page a hit quotes (1 from an edge that names none). */
+const hitExchange = (h) => (Number.isInteger(h?.exchange) && h.exchange >= 1 ? h.exchange : 1);
+
+/** The hits as compact text for the model: one line per hit (page id, exchange, role,
+ * excerpt), the two arguments retrieval takes first. */
 function hitsText(query, doc) {
     const hits = Array.isArray(doc?.data) ? doc.data : [];
     if (!hits.length) return `No stored page matches "${query}" (${doc?.pages_searched ?? 0} searched).`;
-    const lines = hits.map(h => `${h.page_id} ${h.excerpt?.role ?? '?'}: ${String(h.excerpt?.text ?? '').replace(/\s+/g, ' ')}`);
+    const lines = hits.map(h => `${h.page_id} exchange=${hitExchange(h)} ${h.excerpt?.role ?? '?'}: `
+        + String(h.excerpt?.text ?? '').replace(/\s+/g, ' '));
     return [`Stored pages matching "${query}", best first (${hits.length} of ${doc.pages_searched} searched):`,
-        ...lines, `Call ${TOOL} with a page_id for the whole exchange.`].join('\n');
+        ...lines, `Call ${TOOL} with a page_id and its exchange to read that exchange whole.`].join('\n');
 }
 
 async function searchPages(args) {
@@ -459,7 +490,10 @@ function registerTool() {
         description: 'Retrieve an earlier exchange of this conversation stored by the MultiLLM edge.',
         parameters: {
             type: 'object',
-            properties: { page_id: { type: 'string', description: 'A page_id (cp_...) named in the stored-context note.' } },
+            properties: {
+                page_id: { type: 'string', description: 'A page_id (cp_...) named in the stored-context note.' },
+                exchange: { type: 'integer', minimum: 1, description: 'Which exchange of the page (1 = its oldest; search results name it). Default 1.' },
+            },
             required: ['page_id'],
         },
         action: retrievePage,
@@ -503,14 +537,16 @@ function messageText(m) {
     return JSON.stringify(m?.content ?? m);
 }
 
-async function openPage(pageId, into) {
+/** Opens the exchange a hit quotes (only that one: a page may hold many). */
+async function openExchange(pageId, exchange, into) {
     into.replaceChildren(el('small', 'multillm-paging-note', 'Opening…'));
-    const sessionId = chatState()?.session_id || '';
     try {
-        const doc = await edgeFetch('GET',
-            `/v1/context/pages/${pageId}?roleplay_session_id=${encodeURIComponent(sessionId)}`);
+        const doc = await fetchExchange(pageId, exchange);
         const messages = JSON.parse(decodeBase64Utf8(doc.body_base64));
-        into.replaceChildren(...messages.map(m => {
+        const held = Number.isInteger(doc.exchanges) ? doc.exchanges : null;
+        const note = el('small', 'multillm-paging-note multillm-page-where',
+            held > 1 ? `Exchange ${exchange} of the ${held} stored in this page:` : 'The stored exchange:');
+        into.replaceChildren(note, ...messages.map(m => {
             const row = el('div', 'multillm-page-message');
             row.append(el('b', null, `${m?.role ?? '?'}: `), el('span', null, messageText(m)));
             return row;
@@ -529,12 +565,18 @@ function renderHits(doc) {
     for (const h of hits) {
         const item = el('div', 'multillm-search-hit');
         const head = el('div', 'multillm-search-hit-head');
-        head.append(el('b', 'multillm-search-role', h.excerpt?.role ?? '?'), el('code', 'multillm-search-id', h.page_id));
+        const exchange = hitExchange(h);
+        const where = el('span', 'multillm-search-where');
+        where.append(el('span', 'multillm-search-exchange', `exchange ${exchange}`), ' of page ',
+            el('code', 'multillm-search-id', h.page_id));
+        where.title = `${h.page_id}, exchange ${exchange}`;
+        head.append(el('b', 'multillm-search-role', h.excerpt?.role ?? '?'), where);
         const open = el('button', 'menu_button multillm-search-open', 'Open');
         open.type = 'button';
+        open.title = 'Show this whole exchange as it was stored';
         head.append(open);
         const view = el('div', 'multillm-page-view');
-        open.addEventListener('click', () => (view.childElementCount ? view.replaceChildren() : openPage(h.page_id, view)));
+        open.addEventListener('click', () => (view.childElementCount ? view.replaceChildren() : openExchange(h.page_id, exchange, view)));
         item.append(head, el('div', 'multillm-search-excerpt', h.excerpt?.text ?? ''), view);
         list.append(item);
     }

@@ -108,7 +108,7 @@ def origin():
 def edge(provider, origin, tmp_path_factory):
     with Edge(tmp_path_factory.mktemp("edge"), vars=rp.edge_vars(provider.url, origin.url),
               start_timeout=240) as edge:
-        # A window that ~150 of the chat's 160 exchanges must leave.
+        # A window that ~145 of the chat's 160 exchanges must leave (blocks, §5.7).
         rp.set_model(edge, MODEL, 14000, 1000)
         yield edge
 
@@ -239,6 +239,8 @@ class SplittingRelay:
 
 @pytest.fixture(scope="module")
 def relay(edge):
-    r = SplittingRelay(edge.url)
+    # Pieces small enough that the pages line (~48 bytes an id; blocks make the ids few,
+    # docs/design.md §5.7) spans several reads.
+    r = SplittingRelay(edge.url, piece=96)
     yield r
     r.close()

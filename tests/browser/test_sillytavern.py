@@ -23,15 +23,32 @@ FINAL = "Aurore remembers the lantern by the river, ночью."
 pytestmark = pytest.mark.slow
 
 
+# ST's top-bar panels open and close by class (openDrawer), then a CSS transition of their
+# height and display: a closing panel still looks visible for its transition, and whatever
+# is clicked in it meanwhile lands on what lies beneath (the full-screen
+# #expression-wrapper). So panels are told apart by class and waited on until still.
+DRAWERS_STILL = """() => [...document.querySelectorAll('.drawer-content')]
+    .every(e => e.getAnimations().length === 0)"""
+
+
 def open_drawer(pg, button: str, content: str):
-    """Open a top-bar panel of ST (idempotent)."""
-    if not pg.locator(content).is_visible():
+    """Open a top-bar panel of ST (idempotent), once every panel is still."""
+    pg.wait_for_function(DRAWERS_STILL)
+    if not pg.locator(content).evaluate("e => e.classList.contains('openDrawer')"):
         pg.click(button)
+    pg.wait_for_function("s => document.querySelector(s).classList.contains('openDrawer')", arg=content)
+    pg.wait_for_function(DRAWERS_STILL)
     pg.locator(content).wait_for(state="visible")
 
 
 def close_drawers(pg):
-    pg.locator("#chat").click(position={"x": 5, "y": 5}, force=True)
+    """Close every open panel by its own toggle (a click on the chat lands on a panel
+    that covers it, which keeps it open)."""
+    pg.wait_for_function(DRAWERS_STILL)
+    for toggle in pg.locator(".drawer:has(> .drawer-content.openDrawer:not(.pinnedOpen)) > .drawer-toggle").all():
+        toggle.click()
+    pg.wait_for_function("() => !document.querySelector('.drawer-content.openDrawer:not(.pinnedOpen)')")
+    pg.wait_for_function(DRAWERS_STILL)
 
 
 def test_settings_panel_takes_the_key_and_never_shows_it(page, edge, player):
@@ -98,6 +115,22 @@ def chat_requests(provider):
     return [r for r in provider.received if r.path.endswith("/chat/completions")]
 
 
+def exchange_starts(items) -> list[int]:
+    """Where each exchange of a stored chat page starts: its first item, then each user
+    message (a page may hold a block of consecutive exchanges, docs/design.md §5.7)."""
+    return [0] + [i for i, m in enumerate(items) if i and m.get("role") == "user"]
+
+
+def exchange_bytes(stored: bytes, n: int) -> bytes:
+    """Exchange ``n`` (from 1) of a stored page, as bytes: its items' compact JSON, which
+    is a byte slice of the page (the page is its items' bytes comma-joined, §5.8)."""
+    items = json.loads(stored)
+    bounds = exchange_starts(items) + [len(items)]
+    part = json.dumps(items[bounds[n - 1]:bounds[n]], ensure_ascii=False, separators=(",", ":")).encode()
+    assert part[1:-1] in stored
+    return part
+
+
 def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider, player, sillytavern):
     key, principal = player
     provider.clear()
@@ -107,7 +140,7 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
         if not after_tool(body):
             ids = [i for m in body["messages"] if m.get("role") == "user" for i in (marker_ids(m.get("content")) or [])]
             first_ids.extend(ids)
-            return "tool", ids[0]
+            return "tool", ids[1]        # the first block page (no exchange named: its first)
         return "text", FINAL
     provider.model.script = script
 
@@ -121,27 +154,40 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
 
     first, second = (r.json() for r in chat_requests(provider))
     raw_first, raw_second = chat_requests(provider)
-    # First upstream request: the marker naming ≥ 150 pages, the edge's tool schema once,
-    # no capabilities, no roleplay key anywhere.
-    assert len(first_ids) >= 150
+    # First upstream request: the marker naming pages that hold the chat's oldest ≥ 140
+    # exchanges in order (most pages blocks of several; what follows the marker is the
+    # next message), the edge's tool schema once, no capabilities, no roleplay key anywhere.
+    pages = [json.loads(rp.stored_page(edge, i)) for i in first_ids]
+    held = [len(exchange_starts(items)) for items in pages]
+    heads = [m["content"].split(" ")[0] for items in pages for m in items]
+    chat_heads = ["greet-0000"] + [f"{w}-{i:04d}" for i in range(EXCHANGES) for w in "ua"]
+    assert heads == chat_heads[:len(heads)] and sum(held) >= 140 and len(first_ids) < sum(held)
+    sent = first["messages"]
+    at = next(i for i, m in enumerate(sent) if marker_ids(m.get("content")))
+    assert sent[at + 1]["content"].split(" ")[0] == chat_heads[len(heads)]
     tools = [t["function"]["name"] for t in first.get("tools", [])]
-    assert tools == ["multillm_context_retrieve"]
+    assert tools == ["multillm_context_retrieve", "multillm_context_search"]   # both declared
     assert "capabilities" not in first and "capabilities" not in second
     for rec in (raw_first, raw_second):
         assert key.encode() not in rec.body and key not in json.dumps(rec.headers)
         assert "x-roleplay-session-id" not in rec.headers
-    # Second: the tool result is byte for byte the stored page.
-    [row] = edge.sql("SELECT * FROM context_pages WHERE page_id = ?1", first_ids[0])
+    # Second: the tool result is byte for byte the page's first exchange (the model named
+    # no exchange: 1), never the whole block.
+    [row] = edge.sql("SELECT * FROM context_pages WHERE page_id = ?1", first_ids[1])
     offset = row.get("r2_offset", 0)        # a page may be a byte range of its request's object
     stored = edge.r2_get(row["r2_key"])[offset:offset + row["byte_length"]]
     assert len(stored) == row["byte_length"] and hashlib.sha256(stored).hexdigest() == row["sha256"]
+    assert held[1] > 1, held[:4]             # a block: exchange 1 is not the whole page
     [tool_msg] = [m for m in second["messages"] if m.get("role") == "tool"]
-    assert tool_msg["content"].encode("utf-8") == stored
+    got = tool_msg["content"].encode("utf-8")
+    assert got == exchange_bytes(stored, 1) and stored.startswith(got[:-1]) and len(got) < len(stored)
     call = [m for m in second["messages"] if m.get("tool_calls")][0]["tool_calls"][0]
     assert call["id"] == tool_msg["tool_call_id"]
-    assert json.loads(call["function"]["arguments"]) == {"page_id": first_ids[0]}
-    # The first page is the oldest part of the chat as ST sent it: the greeting.
-    assert json.loads(stored)[0]["content"].startswith("greet-0000 «Aurore»")
+    assert json.loads(call["function"]["arguments"]) == {"page_id": first_ids[1]}
+    # The oldest page starts with the chat's oldest message as ST sent it, the greeting;
+    # the block read back starts its first exchange with the player's turn after it.
+    assert pages[0][0]["content"].startswith("greet-0000 «Aurore»")
+    assert [m["content"].split(" ")[0] for m in json.loads(got)] == chat_heads[len(pages[0]):len(pages[0]) + 2]
     # One session for this chat, stored in its metadata; the indicator shows the count.
     sessions = edge.sql("SELECT session_id FROM roleplay_sessions WHERE principal = ?1", principal)
     meta = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging")
@@ -150,7 +196,7 @@ def test_long_chat_is_paged_and_the_model_gets_a_page_back(page, edge, provider,
     indicator = page.locator("#multillm_paging_indicator")
     indicator.filter(has_text="pages stored").wait_for()
     n_pages = int(indicator.inner_text().split()[0])
-    assert n_pages >= 150 and meta["pages"] == n_pages
+    assert meta["pages"] == n_pages == len(set(marker_page_ids(second))) > 1
     # The key reached the edge, and was logged nowhere on the way.
     assert key not in "\n".join(page.console_lines) and key not in sillytavern.output()
     close_drawers(page)
@@ -168,9 +214,10 @@ def marker_page_ids(body) -> list[str]:
 
 
 def test_page_count_is_read_whole_when_the_stream_arrives_in_pieces(page, edge, provider, relay):
-    """A streamed turn behind a relay that hands the edge's answer on in 700-byte pieces:
-    the leading `: multillm-context-pages …` line (≈ 150 ids, several KB) reaches the page
-    in many reads, and the indicator counts every id, not those of the first read."""
+    """A streamed turn behind a relay that hands the edge's answer on in small pieces:
+    the leading `: multillm-context-pages …` line (one id per page, most pages blocks of
+    exchanges) reaches the page in many reads, and the indicator counts every id, not
+    those of the first read."""
     answer = "The river remembers every lantern."
     provider.clear()
     provider.model.script = lambda body: ("text", answer)
@@ -183,7 +230,7 @@ def test_page_count_is_read_whole_when_the_stream_arrives_in_pieces(page, edge, 
         wait_idle(page)
         [req] = chat_requests(provider)
         ids = marker_page_ids(req.json())
-        assert len(ids) >= 150 and len(",".join(ids)) > 5 * relay.piece    # the line spans reads
+        assert len(ids) > 10 and len(",".join(ids)) > 5 * relay.piece    # the line spans reads
         assert relay.responses >= 1
         indicator = page.locator("#multillm_paging_indicator")
         indicator.filter(has_text=f"{len(ids)} pages stored").wait_for(timeout=10_000)
@@ -322,7 +369,13 @@ def generate_bodies(page) -> list:
     return seen
 
 
-def test_the_model_searches_stored_context_and_gets_verbatim_excerpts(page, edge, provider):
+HIT = re.compile(r"^(cp_[A-Za-z0-9_-]+) exchange=(\d+) (user|assistant): (.+)$")
+
+
+def test_the_model_searches_stored_context_and_reads_back_the_exchange_it_found(page, edge, provider):
+    """The model searches, then retrieves the exchange the best hit names: the search
+    result names page and exchange, and the retrieval answers that exchange's exact
+    bytes, not its whole block."""
     answer = "By the ford, at the forty-second night."
     provider.clear()
     first = {}
@@ -331,6 +384,10 @@ def test_the_model_searches_stored_context_and_gets_verbatim_excerpts(page, edge
         if not after_tool(body):
             first["body"] = body
             return "call", (SEARCH, {"query": "0042", "limit": 3})
+        result = body["messages"][-1]["content"]
+        if result.startswith("Stored pages matching"):
+            page_id, exchange = HIT.match(result.split("\n")[1]).group(1, 2)
+            return "call", ("multillm_context_retrieve", {"page_id": page_id, "exchange": int(exchange)})
         return "text", answer
     provider.model.script = script
     clear_toasts(page)
@@ -341,26 +398,30 @@ def test_the_model_searches_stored_context_and_gets_verbatim_excerpts(page, edge
     names = sorted(t["function"]["name"] for t in first["body"].get("tools", []))
     assert names == ["multillm_context_retrieve", SEARCH]
     ids = set(marker_page_ids(first["body"]))
-    second = chat_requests(provider)[1].json()
-    [tool_msg] = [m for m in second["messages"] if m.get("role") == "tool"][-1:]
+    _, second, third = (r.json() for r in chat_requests(provider))
+    tool_msg = [m for m in second["messages"] if m.get("role") == "tool"][-1]
     lines = tool_msg["content"].split("\n")
     assert lines[0].startswith('Stored pages matching "0042", best first (')
-    assert lines[-1] == "Call multillm_context_retrieve with a page_id for the whole exchange."
+    assert lines[-1] == "Call multillm_context_retrieve with a page_id and its exchange to read that exchange whole."
     hits = lines[1:-1]
-    assert 1 <= len(hits) <= 3
-    page_id, rest = hits[0].split(" ", 1)
-    role, excerpt = rest.split(": ", 1)
-    assert page_id in ids and role in {"user", "assistant"}
-    # The best hit is the page of exchange 42, and its excerpt is verbatim from it.
-    stored = json.loads(rp.stored_page(edge, page_id))
-    texts = [m["content"] for m in stored if isinstance(m.get("content"), str)]
+    assert 1 <= len(hits) <= 3 and all(HIT.match(h) for h in hits)
+    page_id, exchange, role, excerpt = HIT.match(hits[0]).groups()
+    exchange = int(exchange)
+    # The best hit is exchange 42 of a block page, and its excerpt is verbatim from it.
+    stored = rp.stored_page(edge, page_id)
+    assert page_id in ids and len(exchange_starts(json.loads(stored))) > 1
+    part = exchange_bytes(stored, exchange)
+    texts = [m["content"] for m in json.loads(part) if isinstance(m.get("content"), str)]
     assert "0042" in excerpt and any("-0042 " in t for t in texts)
     fragment = excerpt.strip("…").strip()
     assert fragment and any(fragment in " ".join(t.split()) for t in texts)
+    # The model read that exchange back: its exact bytes, never the rest of the block.
+    read = [m for m in third["messages"] if m.get("role") == "tool"][-1]
+    assert read["content"].encode("utf-8") == part and len(part) < len(stored)
     assert toasts(page) == []
 
 
-def test_the_player_searches_the_stored_context_panel_and_opens_a_page(page, edge):
+def test_the_player_searches_the_stored_context_panel_and_opens_an_exchange(page, edge):
     open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
     panel = page.locator("#multillm_stored_context")
     if not panel.locator("#multillm_search_query").is_visible():
@@ -372,6 +433,9 @@ def test_the_player_searches_the_stored_context_panel_and_opens_a_page(page, edg
     assert re.fullmatch(r"\d+ of \d+ stored pages match\.",
                         panel.locator("#multillm_search_results > small").inner_text())
     page_id = hit.locator(".multillm-search-id").inner_text()
+    where = re.fullmatch(r"exchange (\d+) of page (cp_\S+)", hit.locator(".multillm-search-where").inner_text())
+    assert where and where.group(2) == page_id
+    exchange = int(where.group(1))
     assert hit.locator(".multillm-search-role").inner_text() in {"user", "assistant"}
     assert "0007" in hit.locator(".multillm-search-excerpt").inner_text()
     sid = chat_session(page)
@@ -380,10 +444,14 @@ def test_the_player_searches_the_stored_context_panel_and_opens_a_page(page, edg
     hit.locator(".multillm-search-open").click()
     view = hit.locator(".multillm-page-view .multillm-page-message")
     view.first.wait_for()
-    opened = " ".join(view.all_inner_texts())
-    stored = json.loads(rp.stored_page(edge, page_id))
-    assert all(m["content"].split()[0] in opened for m in stored if isinstance(m.get("content"), str))
-    assert "u-0007" in opened or "a-0007" in opened
+    # Opened: that exchange, message by message, and none of the rest of its block.
+    stored = rp.stored_page(edge, page_id)
+    held = len(exchange_starts(json.loads(stored)))
+    assert held > 1
+    assert hit.locator(".multillm-page-where").inner_text() == f"Exchange {exchange} of the {held} stored in this page:"
+    shown = [m for m in json.loads(exchange_bytes(stored, exchange)) if isinstance(m.get("content"), str)]
+    assert view.all_inner_texts() == [f"{m['role']}: {m['content']}" for m in shown]
+    assert any("u-0007" in t or "a-0007" in t for t in view.all_inner_texts())
     panel.screenshot(path=str(DOCS / "sillytavern-stored-context.png"))
     # A query nothing matches says so.
     page.fill("#multillm_search_query", "qwzxv")
@@ -406,7 +474,9 @@ def test_a_session_at_its_allowance_is_replaced_once_and_the_window_applied(page
     """Streaming (ST relays the edge's 413 body): the session's stored pages are at the
     allowance, so the edge refuses with context_session_limit_exceeded; the extension
     starts a new session once and sends the request again with the oldest exchanges left
-    out, and says so."""
+    out, and says so. The figures the chat's last paged answer reported may have started
+    the window already (its stored pages past 5 %): then both sends are windowed alike and
+    the count is that first pass's."""
     key, principal = player
     assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.windowPercent") == 75
     assert page.locator("#multillm_paging_window").is_checked()
@@ -423,6 +493,8 @@ def test_a_session_at_its_allowance_is_replaced_once_and_the_window_applied(page
     bodies = generate_bodies(page)
     set_streaming(page, True)
     set_window(page, percent=5)      # the chat's ~100 KB of history > 5 % of 1 MiB
+    reported = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.figures")
+    windowed_before = reported is not None and reported["active_bytes"] > 0.05 * reported["limit_bytes"]
     try:
         clear_toasts(page)
         send(page, "Shall we take the high road?")
@@ -446,6 +518,10 @@ def test_a_session_at_its_allowance_is_replaced_once_and_the_window_applied(page
         # The chat's oldest messages are not sent (a tool result may quote them: a page).
         assert not any(m["role"] != "tool" and "greet-0000" in str(m.get("content")) for m in windowed)
         assert bodies[1]["custom_include_headers"] != bodies[0]["custom_include_headers"]   # the new session
+        if windowed_before:
+            assert bodies[0]["messages"] == windowed
+        else:
+            assert any("greet-0000" in str(m.get("content")) for m in bodies[0]["messages"])
         [notice] = page.locator("#toast-container .toast-info").filter(has_text="oldest messages").all_inner_texts()
         assert NOTICE.match(notice.split("\n")[-1]).group(1) == str(left_out)
         note = page.locator("#multillm_paging_indicator .multillm-window-note")
