@@ -15,13 +15,13 @@ BODIES = {"/v1/chat/completions": rp.chat_body, "/v1/responses": rp.responses_bo
           "/v1/messages": rp.messages_body}
 RETRIEVE, SEARCH = formats.TOOL_NAME, formats.SEARCH_TOOL_NAME
 # sha256 of the upstream bytes of each paged request below: taken before the search tool
-# existed (commit 261250f), then once more when the retrieve tool gained its `exchange`
-# argument (a page may hold a block, docs/design.md §6); the search tool changes nothing
-# of a request that does not declare it.
+# existed (commit 261250f), then again when the retrieve tool gained its `exchange`
+# argument (docs/design.md §6) and when a run's head stopped being cut into blocks
+# (§5.7); the search tool changes nothing of a request that does not declare it.
 PINNED = {
-    "/v1/chat/completions": "e0a8e2807c339445b397be96cf275f7dcd0378fbc25360185d0793b89e87dc73",
-    "/v1/responses": "ff3bb35c5326c2339f7486c3b02c5eb34ccffbe3cba63a96a76b892b13b099dd",
-    "/v1/messages": "512d439fea427ddfb1df1c8a1c06110679489c940f2662ce94751cc4554f774c",
+    "/v1/chat/completions": "84b9f5aeba389d2b225e2af10936aff7536dd18e66917de27e7ad98e40b14fb9",
+    "/v1/responses": "eb513246fdf97c03d287e8df2e1bb54a310772c4423542f095c632c7e95c63f1",
+    "/v1/messages": "cb6db7f40ca9214f51d54512e64a518a13eb493549ab874280942c192caa5503",
 }
 
 

@@ -104,3 +104,46 @@ def test_editing_an_old_exchange_changes_only_nearby_pages():
     ids_a = {p.page_id for p in a.pages}
     changed = [p for p in b.pages if p.page_id not in ids_a]
     assert len(b.pages) > 10 and len(changed) <= 3
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(exchange, min_size=30, max_size=80), exchange, st.integers(1, 3),
+       st.sampled_from(RULES))
+def test_a_window_that_slides_writes_only_its_new_pages(history, new, dropped, rule):
+    # A client window leaves out its oldest exchanges as new ones come (README's recipe):
+    # the pages of what it still sends are the pages it had, but for the newly paged.
+    budget = 6000
+    try:
+        before = plan_paging("chat", chat(history), budget, SIGNER_IDS, rule=rule)
+        after = plan_paging("chat", chat(history[dropped:] + [new]), budget, SIGNER_IDS, rule=rule)
+    except EdgeError:
+        return
+    old = {p.page_id for p in before.pages}
+    fresh = [p for p in after.pages if p.page_id not in old]
+    k0 = len(history) - paged_count(before)
+    k1 = len(history) - dropped + 1 - paged_count(after)
+    newly = max(k1 - (k0 - dropped), 0)
+    event(f"newly paged: {min(newly, 3)}")
+    # New blocks: at most one per exchange newly paged at the far end (each may close
+    # one). New single pages: the newly paged exchanges, or the run's head (up to its
+    # first boundary, which moved if the window slid past it: those exchanges were single
+    # pages once, before their block closed). Nothing else is re-cut, wherever the
+    # window starts.
+    assert sum(1 for p in fresh if len(p.items) > 2) <= max(newly, 1)
+    first_block = next((i for i, p in enumerate(after.pages) if len(p.items) > 2), len(after.pages))
+    allowed = {p.page_id for p in after.pages[:first_block]}
+    allowed |= {p.page_id for p in after.pages[len(after.pages) - newly - 1:]}
+    assert all(p.page_id in allowed for p in fresh if len(p.items) <= 2)
+    if fresh and first_block < len(after.pages):
+        event("blocks while sliding")
+
+
+def test_a_run_head_is_paged_one_exchange_a_page_until_its_first_boundary():
+    ex = [(f"[{i}] go on " * 8, f"*{i}* onward " * 40) for i in range(200)]
+    plan = plan_paging("chat", chat(ex), 20000, SIGNER_IDS)
+    sizes = [len(p.items) for p in plan.pages]
+    head = next(i for i, n in enumerate(sizes) if n > 2)
+    assert head >= 1 and all(n == 2 for n in sizes[:head])      # singles, then blocks
+    # the head's last single is the content boundary the first block starts after
+    from zlib import crc32
+    assert crc32(plan.pages[head - 1].body) % paging.BLOCK_SPAN == 0

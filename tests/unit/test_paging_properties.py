@@ -239,12 +239,19 @@ def reference_blocks(items, truth, pageable, rule):
     """The closed blocks of the pageable groups, by their definition: a block closes after
     a group whose bytes' CRC-32 is a multiple of the span, at max_groups groups, or before
     an adjacent pageable group that would take its bytes over the cap; a run of adjacent
-    pageable groups never continues across a gap. -> list of group lists (any length)."""
+    pageable groups never continues across a gap, and a run's groups up to its first such
+    CRC boundary are never in a block (where a run starts moves as a client's window
+    slides). -> list of group lists (any length)."""
     span, max_groups, cap = rule
-    closed, cur = [], []
+    closed, cur, prev, synced = [], [], None, False
     for pos, g in enumerate(pageable):
-        if cur and g != cur[-1] + 1:
-            cur = []
+        if prev is None or g != prev + 1:
+            cur, synced = [], False
+        prev = g
+        if not synced:
+            closed.append([g])
+            synced = zlib.crc32(dumps(items[truth[g][0]:truth[g][1]])) % span == 0
+            continue
         cur.append(g)
         nxt = pageable[pos + 1] if pos + 1 < len(pageable) else None
         over = nxt == g + 1 and len(dumps(items[truth[cur[0]][0]:truth[nxt][1]])) > cap

@@ -135,6 +135,7 @@ def _fit(prep: Prepared, budget: int, rule: tuple) -> tuple[int, int, list]:
     blocks: list = []
     prev = seg = -2       # seg: position of the open block's first group; -1: none open
     seg_bytes = seg_ids = 0
+    synced = False        # the run has passed a content boundary: blocks may open
     size = prep.total
     for k, gi in enumerate(pageable):
         il = length if length is not None else _id_len(prep.pages([gi])[0].page_id)
@@ -143,22 +144,29 @@ def _fit(prep: Prepared, budget: int, rule: tuple) -> tuple[int, int, list]:
             n_units -= 1
         else:                    # a new run: a new marker replaces the group
             sum_units += mbase + il - inner[gi]
-            seg = -1
-        if seg < 0:
-            seg, seg_bytes, seg_ids = k, inner[gi] + 2, il
-        else:
-            seg_bytes += inner[gi] + 1
-            seg_ids += il
+            seg, synced = -1, False
         prev = gi
-        nxt = pageable[k + 1] if k + 1 < n else -1
-        if (crc32(raw[gi]) % span == 0 or k - seg + 1 >= max_groups
-                or (nxt == gi + 1 and seg_bytes + inner[nxt] + 1 > cap)):
-            if k > seg:          # a block of two groups or more: one handle for all
-                bl = length if length is not None else _id_len(
-                    prep.block_page(pageable[seg], gi).page_id)
-                sum_units += bl - seg_ids - (k - seg) * sep
-                blocks.append((seg, k))
-            seg = -1
+        boundary = crc32(raw[gi]) % span == 0
+        if not synced:
+            # A run's head, up to its first boundary, is paged one exchange a page: where
+            # a run starts moves when a client's window leaves out its oldest exchanges,
+            # and a block cut from there would be new bytes at every turn.
+            synced = boundary
+        else:
+            if seg < 0:
+                seg, seg_bytes, seg_ids = k, inner[gi] + 2, il
+            else:
+                seg_bytes += inner[gi] + 1
+                seg_ids += il
+            nxt = pageable[k + 1] if k + 1 < n else -1
+            if (boundary or k - seg + 1 >= max_groups
+                    or (nxt == gi + 1 and seg_bytes + inner[nxt] + 1 > cap)):
+                if k > seg:          # a block of two groups or more: one handle for all
+                    bl = length if length is not None else _id_len(
+                        prep.block_page(pageable[seg], gi).page_id)
+                    sum_units += bl - seg_ids - (k - seg) * sep
+                    blocks.append((seg, k))
+                seg = -1
         size = fixed + sum_units + (n_units - 1 if n_units else 0)
         if size <= budget:
             return k + 1, size, blocks
