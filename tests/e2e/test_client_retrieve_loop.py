@@ -34,7 +34,7 @@ class ScriptedModel:
     """First request: a tool call naming `pick(page_ids)`; later: a final text."""
 
     def __init__(self):
-        self.pick = lambda ids: ids[1]     # a block page of this history (see below)
+        self.pick = lambda ids: ids[0]
         self.exchange = None               # the `exchange` argument, None: not given
         self.asked: list[str] = []
         self.call_id = "call_" + secrets.token_hex(4)
@@ -98,6 +98,8 @@ def contiguous(haystack: list, needle: list) -> bool:
 def test_tool_call_is_executed_and_the_exchange_fed_back_exactly(edge, provider, model, player, exchange):
     key, sid, client = player
     model.exchange = exchange
+    # the largest page the marker names: a block (a run's head is single pages, §5.7)
+    model.pick = lambda ids: max(ids, key=lambda i: len(rp.stored_page(edge, i)))
     messages = rp.chat_body(30, tag="LOOP")["messages"]
     original = json.loads(json.dumps(messages))
     reply = run_turn(client, edge.url, key, sid, messages, model=MODEL, max_tokens=200)
