@@ -150,7 +150,7 @@ def play(history: int, turns: int = 120) -> dict:
 def retention(per_row: float, created_day: float, sitting_s: float, players: int, db_bytes: float) -> dict:
     """A row lives from its write to last use + TTL + retention; a daily player's rows are
     gone before the next sitting (retention < a day minus the sitting and the TTL), so each
-    day creates `created_day` rows again (first paging + one new page per turn):
+    day creates `created_day` rows again (first paging + the new pages of each turn):
     rows held = players × created_day × (sitting + TTL + retention) / 1 day <= capacity."""
     capacity = db_bytes / per_row
     life = capacity / (players * created_day) * 86400
@@ -186,9 +186,12 @@ def main() -> int:
           f"{args.players:,} players × {args.turns} turns a day, one sitting of {sitting // 60} min "
           f"(one turn a minute), TTL {config.PAGE_TTL_SECONDS} s:")
     for r in runs:
-        created = r["first_paging_rows"] + args.turns      # first paging + one new page a turn
+        # first paging + the new pages a turn writes, as measured (single pages, the blocks
+        # they close, a renewed session's first paging)
+        rate = sum(h["new_per_turn"] for h in r["hours"]) / len(r["hours"])
+        created = round(r["first_paging_rows"] + args.turns * rate)
         x = retention(per_row, created, sitting, args.players, args.db_gb * 1e9)
-        print(f"  {r['history']:,}-exchange chat: {r['first_paging_rows']} + {args.turns} = {created} rows "
+        print(f"  {r['history']:,}-exchange chat: {r['first_paging_rows']} + {args.turns} × {rate:.2f} = {created} rows "
               f"a player-day; {x['per_player_rows']:.0f} rows/player / {created} × 86,400 s = "
               f"{x['life_s']:,.0f} s a row may live; - {sitting:,} s sitting - {config.PAGE_TTL_SECONDS:,} s TTL "
               f"→ EXPIRED_ROW_RETENTION_SECONDS ≤ {x['retention_seconds']:,}"
