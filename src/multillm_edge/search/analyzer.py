@@ -113,9 +113,18 @@ def cjk_length(folded: str) -> int:
     return len("".join(CJK_RE.findall(folded)))
 
 
+_VARIANTS: dict = {}     # stem of a verb -> its irregular forms; built on first use
+
+
 def variants(stem: str, stems: "Stems") -> list:
-    """The irregular forms whose stem is ``stem`` (the words a page may say it with)."""
-    return [f for f, base in irregular.FORMS.items() if stems(base) == stem] if stems._on else []
+    """The irregular forms whose stem is ``stem`` (the words a page may say it with).
+    The table's verbs are stemmed once per isolate, not per search."""
+    if not stems._on:
+        return []
+    if not _VARIANTS:
+        for form, base in irregular.FORMS.items():
+            _VARIANTS.setdefault(stems(base), []).append(form)
+    return _VARIANTS.get(stem, [])
 
 
 class Stems:
