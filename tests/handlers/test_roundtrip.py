@@ -112,3 +112,10 @@ def test_a_malformed_exchange_is_400_before_any_storage(edge, headers):
 def retrieve_exchange(edge, page_id, n, session=SESSION):
     return edge.request("GET", f"/v1/context/pages/{page_id}?roleplay_session_id={session}&exchange={n}",
                         {"Authorization": f"Bearer {KEY}"})
+
+
+def test_with_paging_off_a_malformed_exchange_is_the_same_404(edge, headers):
+    pid = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30)).json()["context_pages"][0]["page_id"]
+    edge.vars["CONTEXT_PAGING_ENABLED"] = "false"
+    r = retrieve_exchange(edge, pid, "x")
+    assert (r.status, r.body) == (404, EXPECTED_404)

@@ -139,7 +139,6 @@ def row_misses(row: dict, page_id: str, principal: str, session_id: str,
 async def retrieve_page(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)                                   # 1. 401 without a key
     page_id = req.params["page_id"]
-    exchange = _exchange_param(req)                            # 400 before any storage
     values = req.query.get(SESSION_PARAM) or [""]
     session_id = values[0] if len(set(values)) == 1 else ""
     # 2. flag off → 404, 3. signer, D1, R2 → 503, 4. one D1 statement, 5. 401, 6. 403 (grant)
@@ -147,6 +146,7 @@ async def retrieve_page(req: Incoming, platform) -> Outgoing:
                                partial(_load, req, digest, session_id, page_id), paged=True)
     if rc.policy.retention == "zero":                          # 6. 403 (principal only)
         raise ZeroRetention()
+    exchange = _exchange_param(req)        # 400, before any R2 read (after the flag's 404)
     facts = rc.caller
     misses = _page_misses(page_id, session_id, facts, rc.policy, rc.sign, rc.now)
     if misses:                                                 # 7. one 404 for all
