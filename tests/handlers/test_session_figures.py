@@ -10,6 +10,7 @@ import pytest
 from devkit import roleplay as rp
 from multillm_edge.core import config
 from tests.handlers.conftest import SESSION
+from tests.handlers.test_roundtrip import retrieve
 from tests.support.inprocess import Answer
 
 LIMIT = config.SESSION_ALLOWANCE_BYTES
@@ -19,11 +20,20 @@ FORMATS = [("/v1/chat/completions", rp.chat_body, False),
 EVENTS = b'data: {"x":1}\n\ndata: [DONE]\n\n'
 
 
-def stored(edge, session=SESSION) -> dict:
-    """The session's active rows as the allowance counts them."""
-    [row] = edge.sql("SELECT COUNT(*) AS n, COALESCE(SUM(byte_length), 0) AS b FROM context_pages "
-                     "WHERE session_id = ?1 AND expires_at > ?2", session, edge.clock)
-    return {"active_bytes": row["b"], "limit_bytes": LIMIT, "active_pages": row["n"]}
+def stored(edge, session=SESSION, named=()) -> dict:
+    """The session's active rows as the allowance counts them: every row, but a single
+    page whose bytes a block page the answer names holds again (§5.9)."""
+    rows = edge.sql("SELECT page_id, byte_length, r2_key, r2_offset FROM context_pages "
+                    "WHERE session_id = ?1 AND expires_at > ?2", session, edge.clock)
+
+    def body(r):
+        obj = edge.bucket.objects.get(r["r2_key"])
+        return None if obj is None else obj[r["r2_offset"]:r["r2_offset"] + r["byte_length"]]
+    blocks = [body(r) for r in rows if r["page_id"] in named]
+    counted = [r for r in rows if r["page_id"] in named or body(r) is None
+               or not any(len(b) > r["byte_length"] and body(r)[1:-1] in b for b in blocks)]
+    return {"active_bytes": sum(r["byte_length"] for r in counted), "limit_bytes": LIMIT,
+            "active_pages": len(counted)}
 
 
 def header_figures(r) -> dict:
@@ -51,9 +61,27 @@ def test_a_paged_json_answer_reports_the_sessions_figures(edge, headers, path, b
     # one exchange more may page nothing new, docs/design.md §5.7).
     r = edge.request("POST", path, headers, body(40, tag="FJ"))
     doc = r.json()
-    now = stored(edge)
+    now = stored(edge, named={p["page_id"] for p in doc["context_pages"]})
     assert doc["context_session"] == now == header_figures(r)
-    assert now["active_bytes"] > first["active_bytes"] and now["active_pages"] > first["active_pages"]
+    assert now["active_bytes"] > first["active_bytes"]
+
+
+def test_single_pages_a_block_holds_again_are_counted_once(edge, headers):
+    # A chat grown one exchange a turn: each newly paged exchange is a single page until
+    # its block closes (§5.7); from then on the block holds its bytes, and the figures
+    # (and the allowance, §5.9) count them once, though the single rows stay retrievable.
+    seen_cover = False
+    for n in range(30, 90):
+        r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(n, tag="CV"))
+        assert r.status == 200
+        doc = r.json()
+        named = {p["page_id"] for p in doc["context_pages"]}
+        counted, every = stored(edge, named=named), stored(edge)
+        assert doc["context_session"] == counted == header_figures(r)
+        seen_cover |= counted["active_bytes"] < every["active_bytes"]
+        for row in edge.sql("SELECT page_id FROM context_pages WHERE session_id = ?1", SESSION)[:3]:
+            assert retrieve(edge, row["page_id"]).status == 200
+    assert seen_cover
 
 
 @pytest.mark.parametrize("path,body,_", FORMATS)

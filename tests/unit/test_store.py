@@ -617,3 +617,18 @@ def test_moved_rows_count_once_in_the_allowance(db):
                            page(b"m", 1, key=OBJ_B, offset=1000)])
     with pytest.raises(ValueError):
         upsert(db, [{**page(b"x", 1), "moved_from": ("k", "0")}])
+
+
+def test_uncounted_rows_are_left_out_of_both_sums(db):
+    # Single pages a block covers (docs/design.md §5.9): active and kept, not counted.
+    single = page(b"s", 600)
+    assert upsert(db, [single])
+    block = page(b"block", 700)
+    assert not upsert(db, [block])                       # 600 + 700 > 1000
+    assert run(store.upsert_pages(db, [block], ALICE_A, NOW, 1000, uncounted=[single["page_id"]]))
+    assert {r["page_id"] for r in rows_of(db)} == {single["page_id"], block["page_id"]}
+    # an uncounted row rewritten in the same statement is not counted either
+    assert run(store.upsert_pages(db, [single, page(b"t", 300)], ALICE_A, NOW, 1000,
+                                  uncounted=[single["page_id"]]))
+    assert not run(store.upsert_pages(db, [page(b"u", 301)], ALICE_A, NOW, 1000,
+                                      uncounted=[single["page_id"]]))   # 700 + 300 + 301

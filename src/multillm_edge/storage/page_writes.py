@@ -209,3 +209,20 @@ def _reproduce(ids: list, known: Mapping[str, ActivePage], held: dict,
         for p in superseded(lengths):
             held.setdefault(p.page_id, p)
     return all(pid in held for pid in missing)
+
+
+def covered_rows(pages, known: Mapping[str, ActivePage], now: int,
+                 superseded: Callable[[set], list] | None) -> dict:
+    """page_id -> byte_length of the active rows this plan's blocks hold again: the
+    single pages an earlier turn stored for exchanges that are now inside a block page of
+    the plan (docs/design.md §5.9). Their bytes are in the allowance once, as the block's.
+    Only rows of a length some such exchange has are looked for (`superseded` hashes just
+    those exchanges); none without blocks."""
+    if superseded is None:
+        return {}
+    sent = {p.page_id for p in pages}
+    lengths = {a.byte_length for pid, a in known.items() if pid not in sent and a.expires_at > now}
+    if not lengths:
+        return {}
+    return {p.page_id: known[p.page_id].byte_length for p in superseded(lengths)
+            if p.page_id in known and p.page_id not in sent and known[p.page_id].expires_at > now}

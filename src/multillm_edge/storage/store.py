@@ -386,8 +386,10 @@ verdict AS (
             FROM context_pages c
            WHERE c.principal = ?2 AND c.session_id = ?3 AND c.policy_revision = ?8
              AND c.expires_at > ?4
-             AND c.page_id NOT IN (SELECT page_id FROM incoming))
-       + (SELECT COALESCE(SUM(byte_length), 0) FROM incoming) <= ?5
+             AND c.page_id NOT IN (SELECT page_id FROM incoming)
+             AND c.page_id NOT IN (SELECT value FROM json_each(?10)))
+       + (SELECT COALESCE(SUM(byte_length), 0) FROM incoming
+           WHERE page_id NOT IN (SELECT value FROM json_each(?10))) <= ?5
      AND NOT EXISTS (SELECT 1
                        FROM context_pages c JOIN incoming i ON c.page_id = i.page_id
                       WHERE c.principal <> ?2 OR c.session_id <> ?3
@@ -481,7 +483,8 @@ class PageSession:
 
 
 async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, now: int,
-                       allowance: int, young_after: Optional[int] = None) -> Upserted:
+                       allowance: int, young_after: Optional[int] = None,
+                       uncounted: Sequence[str] = ()) -> Upserted:
     """Write page rows for `owner` (principal, session_id) iff the session's active allowance
     holds: SUM(byte_length) of active rows (expires_at > now, same policy revision) not
     among the incoming page_ids + SUM(incoming byte_length) <= allowance. Existing rows
@@ -495,7 +498,9 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
     Each row: page_id, authority, principal, session_id, policy_revision, sha256,
     byte_length, r2_key, r2_offset, body_written_at, expires_at, signature (created_at
     is `now` for a new or revived row). One authority and revision per call. Rows
-    repeating a page_id must be identical (they are written once)."""
+    repeating a page_id must be identical (they are written once). `uncounted`: page_ids
+    whose bytes another counted row holds (single pages a block covers, docs/design.md
+    §5.9), left out of both sums."""
     now, principal, session_id = int(now), owner.principal, owner.session_id
     by_id: dict[str, dict] = {}
     for r in rows:
@@ -513,7 +518,8 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
     payload, keys = _upsert_payload(list(by_id.values()))
     young = now if young_after is None else int(young_after)
     out = await db.all(SQL_UPSERT_PAGES, [payload, principal, session_id, now, int(allowance), keys,
-                                          first["authority"], first["policy_revision"], young])
+                                          first["authority"], first["policy_revision"], young,
+                                          _json_list(uncounted)])
     return Upserted(bool(out), {r["page_id"]: ActivePage(_int(r["expires_at"]), _int(r["body_written_at"]),
                                                          r["r2_key"], _int(r["r2_offset"]),
                                                          _int(r["byte_length"]))

@@ -9,18 +9,20 @@ from ...base.jsonbytes import compact_text
 from ...core import annotation, config
 from ...formats import get as format_module
 from .scope import Scope, Turn, error, spent
+from .storing import counted_bytes
 
 
 def session_figures(scope: Scope, turn: Turn) -> dict | None:
     """The session's page budget after this turn (docs/design.md §5.11), for a paged
-    answer: what the turn's one D1 read found active plus what this request wrote; no
-    further statement (a concurrent writer's pages show on its next turn)."""
+    answer: what the turn's one D1 read found active plus what this request wrote, less
+    the single pages its blocks hold again (§5.9); no further statement (a concurrent
+    writer's pages show on its next turn)."""
     if not turn.pages:
         return None
     ctx = scope.rc.caller
-    return {"active_bytes": ctx.active_bytes + turn.new_bytes,
+    return {"active_bytes": counted_bytes(ctx, turn),
             "limit_bytes": config.SESSION_ALLOWANCE_BYTES,
-            "active_pages": len(ctx.active_pages) + turn.new_pages}
+            "active_pages": len(ctx.active_pages) + turn.new_pages - len(turn.covered)}
 
 
 def annotate(payload: bytes, turn: Turn, fmt: str, session: dict | None = None) -> bytes:

@@ -22,6 +22,12 @@ def session_limit(active: int, needed: int) -> EdgeError:
                      limit_bytes=config.SESSION_ALLOWANCE_BYTES, needed_bytes=needed)
 
 
+def counted_bytes(ctx, turn: Turn) -> int:
+    """The session's active page bytes as the allowance counts them: what the context
+    read found, plus this request's writes, minus the single pages its blocks cover."""
+    return ctx.active_bytes + turn.new_bytes - sum(turn.covered.values())
+
+
 def storage_failed() -> EdgeError:
     return error("storage_failed", "Context pages could not be stored.", 503)
 
@@ -50,9 +56,11 @@ async def store_pages(scope: Scope, pages, turn: Turn, stored: set, superseded=N
     # an earlier candidate's rows first; a plain dict (ChainMap lookups run in Python)
     known = {**ctx.active_pages, **turn.rows} if turn.rows else ctx.active_pages
     w = page_writes.classify(pages, known, now, config.PAGE_TTL_SECONDS, horizon)
+    # Single pages this plan's blocks hold again are counted once, as the blocks (§5.9).
+    turn.covered = page_writes.covered_rows(pages, known, now, superseded)
     # The D1 upsert enforces the allowance atomically; checking the figures read with the
     # context first avoids writing an object that could never get a row.
-    active = ctx.active_bytes + turn.new_bytes
+    active = counted_bytes(ctx, turn)
     if active + w.new_bytes > config.SESSION_ALLOWANCE_BYTES \
             or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
         raise session_limit(active, w.new_bytes)
@@ -85,7 +93,8 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
             await bucket.put(key, data)
             count(turn, "r2_puts")
         done = await store.upsert_pages(scope.rc.db, rows, store.PageSession(ctx.principal, session_id),
-                                        now, config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon)
+                                        now, config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon,
+                                        uncounted=list(turn.covered))
     except StorageError:
         if ours:
             await discard_object(bucket, key, turn)
@@ -93,7 +102,7 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     if not done:
         if ours:
             await discard_object(bucket, key, turn)
-        raise session_limit(ctx.active_bytes + turn.new_bytes, w.new_bytes)
+        raise session_limit(counted_bytes(ctx, turn), w.new_bytes)
     # A concurrent request may have written every page of the object first (its rows won).
     if ours and all(r.r2_key != key for r in done.rows.values()):
         await discard_object(bucket, key, turn)
