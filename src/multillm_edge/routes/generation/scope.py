@@ -3,11 +3,11 @@ the running record for the response and the log line)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from ...base.errors import EdgeError
 from ...base.http import Incoming
+from ...base.timing import cpu_spent
 from ...core import config, paging
 from ...core.pages import PageSigner
 from ..auth import RequestContext
@@ -75,7 +75,5 @@ def count(turn: Turn, name: str, n: int = 1) -> None:
 
 
 def spent(turn: Turn, phase: str, since: float) -> None:
-    """Add the CPU since `since` (a perf_counter) to `phase` in the log line. Only ever
-    measured across pure-CPU sections: an await's wait is not the Worker's CPU."""
-    key = f"cpu_{phase}_ms"
-    turn.notes[key] = round(turn.notes.get(key, 0) + (time.perf_counter() - since) * 1000, 2)
+    """The turn's CPU since `since` into its log line (`base.timing.cpu_spent`)."""
+    cpu_spent(turn.notes, phase, since)
