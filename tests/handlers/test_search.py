@@ -407,3 +407,19 @@ def test_a_hit_names_the_exchange_of_a_block_page_that_retrieval_reads(edge, hea
     assert got["exchanges"] > 1 and got["exchange"] == hit["exchange"] > 1
     texts = [m["content"] for m in got["messages"] if isinstance(m.get("content"), str)]
     assert any(hit["excerpt"]["text"].strip("\u2026") in t for t in texts)
+
+
+def test_a_body_that_is_json_but_no_list_of_items_is_corrupted_for_search_and_retrieval(edge):
+    # The edge stores only lists of items (§5.8): anything else under a matching row is
+    # a corrupted body, a 503 on both routes (retrieval's exchange=N included), never served.
+    body = b'{"role":"user","content":"json"}'
+    key = "context-pages/obj_" + "R" * 43
+    edge.bucket.objects[key] = body
+    row = row_for(body, key, 0, edge.clock)
+    insert(edge, row)
+    r = search(edge, {"query": "json"})
+    assert (r.status, r.json()["error"]["code"]) == (503, "context_page_corrupted")
+    for query in ("", "&exchange=1"):
+        got = edge.request("GET", f"/v1/context/pages/{row['page_id']}?roleplay_session_id={SESSION}{query}",
+                           {"Authorization": f"Bearer {KEY}"})
+        assert (got.status, got.json()["error"]["code"]) == (503, "context_page_corrupted")

@@ -205,11 +205,10 @@ def _exchange_param(req: Incoming) -> int | None:
     return int(v)
 
 
-def _one_exchange(messages: list, body: bytes, exchange: int) -> tuple[list, bytes]:
-    """Exchange ``exchange`` of a page: its items and their bytes, which are a slice of
-    the page's (a page is its items' bytes comma-joined, each exchange a run of them).
-    Past the last: 400 naming how many the page holds."""
-    starts = formats.exchange_starts(messages)
+def _one_exchange(messages: list, starts: list, body: bytes, exchange: int) -> tuple[list, bytes]:
+    """Exchange ``exchange`` of a page (its exchanges begin at ``starts``): its items and
+    their bytes, which are a slice of the page's (a page is its items' bytes
+    comma-joined, each exchange a run of them). Past the last: 400 naming how many."""
     if exchange > len(starts):
         err = invalid_field(EXCHANGE_PARAM, f"must be from 1 to {len(starts)}, the exchanges "
                                             "this page holds")
@@ -227,15 +226,17 @@ def _served(req: Incoming, page_id: str, row: dict, body: bytes, exchange: int |
     try:
         messages = json.loads(body.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError is a ValueError
+        messages = None
+    if type(messages) is not list:    # the edge stores only lists of items (§5.8)
         req.notes["corrupted"] = "unparsable"
-        raise Corrupted() from None
+        raise Corrupted()
     req.notes["page_bytes"] = len(body)
-    count = len(formats.exchange_starts(messages)) if isinstance(messages, list) else 1
+    starts = formats.exchange_starts(messages)
     doc = {"page_id": page_id, "sha256": row["sha256"], "expires_at": row["expires_at"]}
     if exchange is not None:
-        messages, body = _one_exchange(messages, body, exchange)
+        messages, body = _one_exchange(messages, starts, body, exchange)
         doc["exchange"] = exchange
-    doc.update(exchanges=count, messages=messages, body_base64=base64.b64encode(body).decode("ascii"))
+    doc.update(exchanges=len(starts), messages=messages, body_base64=base64.b64encode(body).decode("ascii"))
     try:
         payload = compact(doc)
     except UnicodeEncodeError:  # a lone surrogate escaped in the page: stay lossless

@@ -40,7 +40,7 @@ from .. import formats
 from ..base.errors import EdgeError, PageNotFound, StorageError
 from ..base.http import Incoming, Outgoing
 from ..base.jsonbytes import compact
-from ..base.timing import timed
+from ..base.timing import cpu_spent, timed
 from ..core import validation
 from ..core.pages import ROLEPLAY, is_legacy_location
 from ..search import page_texts, search
@@ -54,12 +54,6 @@ R2_CONCURRENCY = 6
 _OVERFETCH = 3
 
 
-def _spent(req: Incoming, phase: str, since: float) -> None:
-    """CPU of a pure section into the log line (as generation's `cpu_<phase>_ms`)."""
-    key = f"cpu_{phase}_ms"
-    req.notes[key] = round(req.notes.get(key, 0) + (time.perf_counter() - since) * 1000, 2)
-
-
 async def search_pages(req: Incoming, platform) -> Outgoing:
     digest = key_digest(req)                                        # 1. 401
     session_id = validation.session_id(req.header(SESSION_HEADER))  # 2. 400
@@ -69,7 +63,7 @@ async def search_pages(req: Incoming, platform) -> Outgoing:
     raw = await platform.read_body(validation.MAX_SEARCH_BODY)      # 4. 413
     t = time.perf_counter()
     query, limit = validation.search_request(raw)                   # 4. 400
-    _spent(req, "parse", t)
+    cpu_spent(req.notes, "parse", t)
     rc = await request_context(req, platform, session_id,           # 4.-5.
                                partial(_load, req, digest, session_id), paged=True)
     if rc.policy.retention == "zero":                               # 6. 403
@@ -80,14 +74,14 @@ async def search_pages(req: Incoming, platform) -> Outgoing:
         raise PageNotFound()
     t = time.perf_counter()
     rows = _servable(req, facts, rc)                                # 7.
-    _spent(req, "check", t)
+    cpu_spent(req.notes, "check", t)
     bodies = await _read_pages(req, rc.page_bodies(), rows)         # 8.
     t = time.perf_counter()
     pages = _decoded(req, rows, bodies)
-    _spent(req, "verify", t)
+    cpu_spent(req.notes, "verify", t)
     t = time.perf_counter()
     data = _ranked(query, limit, rows, pages)                       # 9.
-    _spent(req, "rank", t)
+    cpu_spent(req.notes, "rank", t)
     req.notes["hits"] = len(data)
     t = time.perf_counter()
     doc = {"object": "list", "data": data, "pages_searched": len(rows)}
@@ -95,7 +89,7 @@ async def search_pages(req: Incoming, platform) -> Outgoing:
         payload = compact(doc)
     except UnicodeEncodeError:   # a lone surrogate escaped in a page: quote it escaped
         payload = compact(doc, ascii=True)
-    _spent(req, "response", t)
+    cpu_spent(req.notes, "response", t)
     return Outgoing(200, [("content-type", "application/json")] + NO_CACHE, payload)
 
 
@@ -107,7 +101,7 @@ async def _load(req: Incoming, digest: str, session_id: str, db, now: int):
             raise EdgeError(503, "storage_failed", "Context page metadata could not be read.") from None
     t = time.perf_counter()
     facts = store.session_pages(row)
-    _spent(req, "load", t)
+    cpu_spent(req.notes, "load", t)
     return facts
 
 
@@ -171,7 +165,7 @@ async def _read_pages(req: Incoming, bucket, rows: list) -> dict:
             at = row["r2_offset"] - span[0]
             data = data[at:at + row["byte_length"]]
         bodies[row["page_id"]] = checked(req, row, data)   # 503 when missing or altered
-    _spent(req, "verify", t)
+    cpu_spent(req.notes, "verify", t)
     return bodies
 
 
@@ -180,10 +174,13 @@ def _decoded(req: Incoming, rows: list, bodies: dict) -> list:
     out = []
     for row in rows:
         try:
-            out.append(json.loads(bodies[row["page_id"]].decode("utf-8")))
+            items = json.loads(bodies[row["page_id"]].decode("utf-8"))
         except ValueError:   # UnicodeDecodeError is a ValueError
+            items = None
+        if type(items) is not list:    # the edge stores only lists of items (§5.8)
             req.notes["corrupted"] = "unparsable"
-            raise Corrupted() from None
+            raise Corrupted()
+        out.append(items)
     req.notes["pages"] = len(out)
     return out
 
@@ -191,8 +188,6 @@ def _decoded(req: Incoming, rows: list, bodies: dict) -> list:
 def _exchange_texts(items) -> tuple[list, list]:
     """A page's texts and the text index where each of its exchanges starts (the
     exchanges retrieval's `exchange=N` reads, formats.exchange_starts)."""
-    if type(items) is not list:
-        return page_texts(items), [0]
     bounds = formats.exchange_starts(items) + [len(items)]
     texts, starts = [], []
     for a, b in zip(bounds, bounds[1:]):
