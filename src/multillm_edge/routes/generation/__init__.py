@@ -67,6 +67,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
     finally:  # the log line keeps every attempt, answered or not
         note(req, scope, turn, cands)
     turn.pages, turn.compacted = list(chosen.plan.pages), chosen.plan.dropped
+    turn.covered = chosen.covered
     req.notes.update(pages=len(turn.pages), compacted=turn.compacted, model_index=cands.index(chosen))
     return await respond(scope, upstream, turn)
 

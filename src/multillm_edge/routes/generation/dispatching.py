@@ -98,7 +98,7 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
             continue
         if scope.paging:
             with timed(turn.timings, "store_ms"):
-                await store_pages(scope, c.plan.pages, turn, stored, c.plan.superseded)
+                c.covered = await store_pages(scope, c.plan.pages, turn, stored, c.plan.superseded)
         t = time.perf_counter()
         payload = dispatch_body(c, body, raw, turn)
         spent(turn, "encode", t)

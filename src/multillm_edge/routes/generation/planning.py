@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...base.errors import EdgeError
 from ...core import compaction, config, paging
@@ -23,6 +23,7 @@ class Candidate:
     budget: int
     plan: paging.Plan | None = None         # what it sends (paged or compacted alike)
     skipped: EdgeError | None = None        # why it was never sent
+    covered: dict = field(default_factory=dict)   # single pages its blocks hold again (§5.9)
 
 
 def requested_models(body: dict) -> list[str]:

@@ -20,7 +20,7 @@ def session_figures(scope: Scope, turn: Turn) -> dict | None:
     if not turn.pages:
         return None
     ctx = scope.rc.caller
-    return {"active_bytes": counted_bytes(ctx, turn),
+    return {"active_bytes": counted_bytes(ctx, turn, turn.covered),
             "limit_bytes": config.SESSION_ALLOWANCE_BYTES,
             "active_pages": len(ctx.active_pages) + turn.new_pages - len(turn.covered)}
 

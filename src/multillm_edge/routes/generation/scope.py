@@ -25,8 +25,8 @@ class Turn:
     repeats_a_key: bool | None = None           # the raw body repeats a key (checked lazily)
     pages: list = field(default_factory=list)   # Page objects of the dispatched plan
     compacted: int = 0                          # exchanges the dispatched plan dropped
-    # page_id -> byte_length of active single pages the stored plan's blocks hold again
-    # (docs/design.md §5.9): not counted in the allowance, nor in the figures
+    # page_id -> byte_length of active single pages the dispatched plan's blocks hold
+    # again (docs/design.md §5.9): not counted in the figures
     covered: dict = field(default_factory=dict)
 
 

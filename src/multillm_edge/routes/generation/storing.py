@@ -22,10 +22,11 @@ def session_limit(active: int, needed: int) -> EdgeError:
                      limit_bytes=config.SESSION_ALLOWANCE_BYTES, needed_bytes=needed)
 
 
-def counted_bytes(ctx, turn: Turn) -> int:
+def counted_bytes(ctx, turn: Turn, covered: dict) -> int:
     """The session's active page bytes as the allowance counts them: what the context
-    read found, plus this request's writes, minus the single pages its blocks cover."""
-    return ctx.active_bytes + turn.new_bytes - sum(turn.covered.values())
+    read found, plus this request's writes, minus the single pages `covered` (those a
+    candidate's blocks hold again, page_writes.covered_rows)."""
+    return ctx.active_bytes + turn.new_bytes - sum(covered.values())
 
 
 def storage_failed() -> EdgeError:
@@ -42,12 +43,13 @@ async def discard_object(bucket, key: str, turn: Turn) -> None:
         count(turn, "r2_delete_failed")
 
 
-async def store_pages(scope: Scope, pages, turn: Turn, stored: set, superseded=None) -> None:
+async def store_pages(scope: Scope, pages, turn: Turn, stored: set, superseded=None) -> dict:
     """Store what this candidate's pages need (page_writes): nothing when nothing is
     new or due. `stored` collects the ids of the pages whose bodies this request wrote.
-    `superseded`: the plan's (paging.Plan), the bodies merging may also rewrite."""
+    `superseded`: the plan's (paging.Plan), the bodies merging may also rewrite.
+    Returns the active single pages this candidate's blocks cover (counted once, §5.9)."""
     if not pages:
-        return
+        return {}
     platform, ctx = scope.rc.platform, scope.rc.caller
     bucket = scope.rc.page_bodies()
     now = platform.now()
@@ -57,10 +59,10 @@ async def store_pages(scope: Scope, pages, turn: Turn, stored: set, superseded=N
     known = {**ctx.active_pages, **turn.rows} if turn.rows else ctx.active_pages
     w = page_writes.classify(pages, known, now, config.PAGE_TTL_SECONDS, horizon)
     # Single pages this plan's blocks hold again are counted once, as the blocks (§5.9).
-    turn.covered = page_writes.covered_rows(pages, known, now, superseded)
+    covered = page_writes.covered_rows(pages, known, now, superseded)
     # The D1 upsert enforces the allowance atomically; checking the figures read with the
     # context first avoids writing an object that could never get a row.
-    active = counted_bytes(ctx, turn)
+    active = counted_bytes(ctx, turn, covered)
     if active + w.new_bytes > config.SESSION_ALLOWANCE_BYTES \
             or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
         raise session_limit(active, w.new_bytes)
@@ -69,12 +71,13 @@ async def store_pages(scope: Scope, pages, turn: Turn, stored: set, superseded=N
         page_writes.merge(w, known, now, pages, superseded, page_writes.MERGE)
     spent(turn, "sign", t)
     if not w.empty:
-        await write_pages(scope, bucket, w, turn, (now, horizon), known)
+        await write_pages(scope, bucket, w, turn, (now, horizon), known, covered)
     stored.update(p.page_id for p in w.packed)
+    return covered
 
 
 async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, clock: tuple,
-                      known) -> None:
+                      known, covered: dict) -> None:
     """ONE R2 put of the bodies to write, then ONE D1 upsert of the new and due rows.
     Refused or failed after the put: the object is deleted (no orphan) unless rows
     already point into it (the same pages rewritten: same content, same key).
@@ -94,7 +97,7 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
             count(turn, "r2_puts")
         done = await store.upsert_pages(scope.rc.db, rows, store.PageSession(ctx.principal, session_id),
                                         now, config.SESSION_ALLOWANCE_BYTES, young_after=now - horizon,
-                                        uncounted=list(turn.covered))
+                                        uncounted=list(covered))
     except StorageError:
         if ours:
             await discard_object(bucket, key, turn)
@@ -102,7 +105,7 @@ async def write_pages(scope: Scope, bucket, w: page_writes.Writes, turn: Turn, c
     if not done:
         if ours:
             await discard_object(bucket, key, turn)
-        raise session_limit(counted_bytes(ctx, turn), w.new_bytes)
+        raise session_limit(counted_bytes(ctx, turn, covered), w.new_bytes)
     # A concurrent request may have written every page of the object first (its rows won).
     if ours and all(r.r2_key != key for r in done.rows.values()):
         await discard_object(bucket, key, turn)
