@@ -40,7 +40,7 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 if os.path.isdir(SRC) and SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from multillm_edge.storage import page_writes  # noqa: E402
+from multillm_edge.core import page_writes  # noqa: E402
 from multillm_edge.core import paging, validation  # noqa: E402
 from multillm_edge.core.pages import Lifetime, Owner, PageSigner  # noqa: E402
 

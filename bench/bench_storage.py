@@ -31,7 +31,7 @@ for path in (os.path.join(ROOT, "src"), ROOT):
         sys.path.insert(0, path)
 
 from devkit import roleplay as rp  # noqa: E402
-from multillm_edge.storage import page_writes  # noqa: E402
+from multillm_edge.core import page_writes  # noqa: E402
 from tests.support.inprocess import LocalEdge  # noqa: E402
 
 KEY, SESSION, MODEL = "rpk_bench_storage", "rps_bench_storage", "fake:rp-32k"

@@ -7,22 +7,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .storage import store
-from .routes import batch
-from .routes.auth import SESSION_HEADER, paging_enabled
-from .core.config import signing_secrets
 from .base.errors import EDGE_ENVELOPE, EdgeError, Envelope, InternalError, StorageError
+from .base.platform import Platform
+from .core.config import signing_secrets
 from .formats import messages
 from .formats.registry import FORMATS
-from .routes.forward import forward
+from .routes import batch
 from .routes.generation import generate
 from .routes.retrieval import SESSION_PARAM, retrieve_page
 from .routes.search import search_pages
 from .routes.sessions import create_session, end_session
 from .base.http import Incoming, Outgoing, error_response, json_response
+from .service.access import SESSION_HEADER, paging_enabled
+from .service.origin import forward
+from .storage import store
 
 
-async def healthz(req: Incoming, platform) -> Outgoing:
+async def healthz(req: Incoming, platform: Platform) -> Outgoing:
     db = platform.db
     try:
         tables_ok = db is not None and not await store.missing_tables(db)
@@ -102,7 +103,7 @@ def route(req: Incoming) -> Route:
     return FORWARD
 
 
-async def handle(req: Incoming, platform) -> Outgoing:
+async def handle(req: Incoming, platform: Platform) -> Outgoing:
     started = time.monotonic()
     matched = route(req)
     handler = matched.handler

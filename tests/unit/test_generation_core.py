@@ -12,7 +12,8 @@ from multillm_edge.formats import chat
 from multillm_edge.base.jsonbytes import compact
 from multillm_edge.routes.generation import Turn, annotate, candidates, idle_event, info_headers, page_list_comment
 from multillm_edge.core.paging import Page
-from multillm_edge.storage.store import ActivePage, GenerationContext, ModelWindow, SessionState
+from multillm_edge.core.rows import ActivePage
+from multillm_edge.storage.store import GenerationContext, ModelWindow, SessionState
 
 PROVIDERS = {"p": Provider("p", "http://127.0.0.1:1/v1", ("chat", "messages"), "K")}
 

@@ -18,8 +18,9 @@ MAY_IMPORT = {
     "formats": {"base", "formats"},
     "core": {"base", "formats", "core"},
     "storage": {"base", "formats", "core", "storage"},
-    "routes": {"base", "formats", "core", "storage", "routes"},
-    "app": {"base", "formats", "core", "storage", "routes"},
+    "service": {"base", "formats", "core", "storage", "service"},
+    "routes": {"base", "formats", "core", "storage", "service", "routes"},
+    "app": {"base", "formats", "core", "storage", "service", "routes"},
     "platform": {"base", "platform"},
 }
 #: pure packages that sit with the core: imported like it, importing no more than it
@@ -120,6 +121,37 @@ def test_no_module_level_import_cycle():
         visit(m)
 
 
+def route_unit(module: str) -> str | None:
+    """The route a module belongs to: `routes.search`, or `routes.generation` for each
+    module of that package (its steps import one another); None outside routes/."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) >= 3 and parts[1] == "routes" else None
+
+
+def sideways(path: pathlib.Path) -> list:
+    """The other routes a route module imports (shared code belongs in service/ or base/)."""
+    own = route_unit(module_name(path))
+    return sorted(m for m in imports(path, top_level_only=False)
+                  if own is not None and route_unit(m) not in (None, own))
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if route_unit(module_name(p))],
+                         ids=lambda p: str(p.relative_to(PKG)))
+def test_no_route_module_imports_another_route(path):
+    assert not sideways(path), f"{module_name(path)} imports another route: {sideways(path)}"
+
+
+def test_the_sideways_check_can_fail(tmp_path):
+    pkg = tmp_path / "multillm_edge" / "routes"
+    pkg.mkdir(parents=True)
+    bad = pkg / "search.py"
+    bad.write_text("from .retrieval import checked\nfrom ..service import access\n")
+    node = ast.parse(bad.read_text()).body[0]
+    assert route_unit(resolve("multillm_edge.routes.search", False, node)[0]) == "multillm_edge.routes.retrieval"
+    assert route_unit("multillm_edge.routes.generation.storing") == "multillm_edge.routes.generation"
+    assert route_unit("multillm_edge.service.access") is None
+
+
 def test_the_layer_checks_can_fail(tmp_path):
     # an upward import and a cycle, as the two tests above read them
     bad = ast.parse("from ..routes import auth\n").body[0]
@@ -139,7 +171,7 @@ def _format_words() -> set:
 
 #: (module, literal): the same word meaning something else than a wire format
 NOT_A_FORMAT = {
-    ("multillm_edge.routes.auth", "chat"),           # the policy's chat grant (docs/design.md §4)
+    ("multillm_edge.service.access", "chat"),        # the policy's chat grant (docs/design.md §4)
     ("multillm_edge.routes.retrieval", "messages"),  # the retrieval answer's field (docs/design.md §6)
 }
 

@@ -2,10 +2,10 @@
 
 import hashlib
 
-from multillm_edge.storage import page_writes
+from multillm_edge.core import page_writes
 from multillm_edge.core.pages import Lifetime, Owner, PageSigner, object_key
 from multillm_edge.core.paging import Page
-from multillm_edge.storage.store import ActivePage
+from multillm_edge.core.rows import ActivePage
 
 SIGN = PageSigner(b"k")
 NOW, TTL, HORIZON = 1_000_000, 3600, 86400
@@ -71,7 +71,7 @@ def test_only_refreshes_means_no_object():
 
 # -- merging (docs/design.md §5.9) ----------------------------------------------------
 
-from multillm_edge.storage.page_writes import MergeRule, choose, tier  # noqa: E402
+from multillm_edge.core.page_writes import MergeRule, choose, tier  # noqa: E402
 
 OBJ = ["context-pages/obj_" + c * 42 + "A" for c in "BCDEFGHIJKLMNOPQRSTUVWXYZ"]
 

@@ -73,6 +73,32 @@ class StorageError(Exception):
     """A D1 or R2 call failed. The edge answers 503 and dispatches nothing."""
 
 
+class StorageFailed(EdgeError):
+    """The 503 a StorageError becomes (docs/design.md §8); the message says what could
+    not be read or written, never a key or a value."""
+    status, code = 503, "storage_failed"
+
+    def __init__(self, message: str):
+        super().__init__(message=message)
+
+
+class StorageUnavailable(EdgeError):
+    """A binding the route needs is not configured."""
+    status, code = 503, "storage_unavailable"
+
+    def __init__(self, binding: str):
+        super().__init__(message=f"The {binding} binding is not configured.")
+
+
+class ZeroRetention(EdgeError):
+    status, code = 403, "retention_zero"
+    message = "This key's policy has zero retention: no context pages are served."
+
+
+class Corrupted(EdgeError):
+    status, code = 503, "context_page_corrupted"
+    message = "The stored context page failed its integrity check."
+
 
 def invalid_field(param: str, message: str) -> EdgeError:
     """400 for a field of the wrong type; ``param`` is its path (``messages[3].role``),

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from .errors import EDGE_ENVELOPE, EdgeError, Envelope
 from .jsonbytes import compact
+from .timing import LogRecord
 
 # RFC 9110 §7.6.1 connection-specific headers (plus every proxy-* one): never forwarded.
 # Content-Length is end to end — a WSGI origin may need it to read the body — and stays;
@@ -37,6 +38,7 @@ class Incoming:
         self.path = parts.path
         self.raw_query = parts.query
         self.query = parse_qs(parts.query, keep_blank_values=True)
+        self.record = LogRecord(self.notes)     # what the services tell the log line
 
     def header(self, name: str) -> str | None:
         name = name.lower()
@@ -52,6 +54,10 @@ class Outgoing:
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
     stream: Any = None                   # an upstream body to pass through chunk by chunk
+
+
+#: Answers about one caller's pages: never stored by anything between (docs/design.md §6).
+NO_CACHE = [("cache-control", "private, no-store")]
 
 
 def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None) -> Outgoing:

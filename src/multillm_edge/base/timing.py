@@ -1,4 +1,4 @@
-"""Wall time of an awaited storage or provider step, for the request's log line
+"""One request's log record: counts, wall times of awaited steps and CPU of pure steps
 (docs/design.md §8: timings and counts, never content)."""
 
 from __future__ import annotations
@@ -24,3 +24,32 @@ def cpu_spent(into: dict, phase: str, since: float) -> None:
     measured across pure-CPU sections: an await's wait is not the Worker's CPU."""
     key = f"cpu_{phase}_ms"
     into[key] = round(into.get(key, 0) + (time.perf_counter() - since) * 1000, 2)
+
+
+class LogRecord:
+    """What one request tells its log line, passed down instead of the request: the
+    services write counts and timings here, app.handle logs ``notes`` once."""
+    __slots__ = ("notes",)
+
+    def __init__(self, notes: dict | None = None):
+        self.notes = {} if notes is None else notes
+
+    def note(self, **fields) -> None:
+        self.notes.update(fields)
+
+    def count(self, name: str, n: int = 1) -> None:
+        if n:
+            self.notes[name] = self.notes.get(name, 0) + n
+
+    def wall(self, name: str):
+        """``with record.wall("r2_ms"):`` an awaited step's milliseconds, summed."""
+        return timed(self.notes, name)
+
+    @contextmanager
+    def cpu(self, phase: str):
+        """``with record.cpu("plan"):`` a pure step's CPU into ``cpu_<phase>_ms``."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            cpu_spent(self.notes, phase, started)

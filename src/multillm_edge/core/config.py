@@ -201,6 +201,22 @@ def _misconfigured(message: str) -> EdgeError:
     return EdgeError(503, "providers_misconfigured", message)
 
 
+_PROVIDERS_CACHE: dict = {}   # the variable's text -> its providers (read-only use)
+
+
+def providers(json_text: Optional[str]) -> dict[str, Provider]:
+    """`parse_providers`, once per isolate for a given text: a request pays a dict
+    lookup, and a changed variable (a new deployment) is parsed anew. Only successes
+    are kept; a misconfiguration is raised again, freshly, on every request."""
+    got = _PROVIDERS_CACHE.get(json_text)
+    if got is None:
+        got = parse_providers(json_text)
+        if len(_PROVIDERS_CACHE) >= 4:      # a few texts at most in an isolate's life
+            _PROVIDERS_CACHE.clear()
+        _PROVIDERS_CACHE[json_text] = got
+    return got
+
+
 def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
     """Parse PROVIDERS: {"name": {"base_url", "formats", "api_key_secret"}}.
 

@@ -41,6 +41,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .rows import INT_COLUMNS, PageRow, integer as _int
+
 PAGE_ID_PREFIX = "cp_"
 R2_PREFIX = "context-pages/"
 # 32-byte HMAC-SHA256 -> 43 unpadded base64url characters.
@@ -69,7 +71,6 @@ ROW_SIGNED_FIELDS = (
     "page_id", "authority", "principal", "session_id", "policy_revision",
     "sha256", "byte_length", "r2_key", "r2_offset", "expires_at",
 )
-_INT_FIELDS = frozenset({"policy_revision", "byte_length", "r2_offset", "expires_at"})
 _SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 OBJECT_KEY_PREFIX = "context-pages/obj_"
 _OBJECT_KEY_RE = re.compile(r"context-pages/obj_[A-Za-z0-9_-]{43}\Z")
@@ -203,17 +204,6 @@ def _as_bytes(v: bytes | str) -> bytes:
     raise TypeError("secret must be bytes or str")
 
 
-def _int(v: Any) -> int:
-    """An integer field. D1 may hand back integral floats; bools are never integers."""
-    if isinstance(v, bool):
-        raise TypeError("bool is not an integer field")
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    raise TypeError("integer field expected")
-
-
 def _str(v: Any) -> str:
     if not isinstance(v, str):
         raise TypeError("string field expected")
@@ -287,7 +277,7 @@ class PageSigner:
             o.update(h.digest())
             return PAGE_ID_PREFIX + b2a(o.digest(), newline=False)[:43].translate(urlsafe).decode("ascii")
         # Every id is this long, in base64url letters: the plan sizes its markers from
-        # it before making any page (paging._fixed_id_len).
+        # it before making any page (prepared.PageIdFor: the declared length).
         page_id.length = PAGE_ID_LENGTH
         return page_id
 
@@ -338,7 +328,7 @@ class PageSigner:
         fields = []
         for name in ROW_SIGNED_FIELDS_V1 if legacy else ROW_SIGNED_FIELDS:
             v = row[name]
-            fields.append(_int(v) if name in _INT_FIELDS else _str(v))
+            fields.append(_int(v) if name in INT_COLUMNS else _str(v))
         if fields[1] not in AUTHORITIES:
             raise ValueError("unknown authority")
         return _encode(fields, "v1" if legacy else "v2")
@@ -349,7 +339,7 @@ class PageSigner:
         return _b64(self._row_macs[0](self._row_data(row)))
 
     def make_row(self, owner: Owner, sha256: str, byte_length: int, life: Lifetime,
-                 body: Location | None = None, page_id: str | None = None) -> dict:
+                 body: Location | None = None, page_id: str | None = None) -> PageRow:
         """A complete, signed context_pages row (all columns) written at ``life.now``:
         expires_at = now + ttl; the body at ``body``, by default the legacy per-page
         object (offset 0, written now). ``page_id``: the id this signer already made for

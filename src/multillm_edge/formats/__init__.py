@@ -56,6 +56,10 @@ SEARCH_TOOL_DESCRIPTION = (
     "promises. Returns the best-matching stored pages with their page_id, the exchange "
     "that matched and a verbatim excerpt; read that exchange with multillm_context_retrieve."
 )
+# A capability is declared by naming its tool in the request's `capabilities`
+# (docs/design.md §5.3, §6.1): the one spelling of each name.
+RETRIEVE_CAPABILITY = TOOL_NAME
+SEARCH_CAPABILITY = SEARCH_TOOL_NAME     # a second tool; alone it pages nothing
 SEARCH_QUERY_MAX = 1000      # characters of a query (docs/design.md §6.1)
 SEARCH_LIMIT_MAX = 10
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .auth import SESSION_HEADER, paging_enabled
+from ..service.access import SESSION_HEADER, paging_enabled
 from ..base.errors import EdgeError
-from .forward import forward
+from ..service.origin import forward
 from ..base.http import Incoming, Outgoing
 from ..core.validation import parse_json
+from ..formats import RETRIEVE_CAPABILITY as CAPABILITY
+from ..base.multipart import delimiter, form_boundary, form_parts, header_params, part
 
-CAPABILITY = "multillm_context_retrieve"
 #: The origin's limits for a batch input file (docs/design.md §7.1).
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_FILE_LINES = 1000
@@ -38,76 +39,10 @@ class Refusal:
     custom_id: object           # the item's custom_id as sent (None if not a string)
 
 
-# ---------------------------------------------------------------------------
-# multipart/form-data (RFC 7578), read as the origin's form parser reads it
-# ---------------------------------------------------------------------------
-
-_PARAM = re.compile(r';\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;]*)')
-_BOUNDARY_CHARS = re.compile(r"[0-9A-Za-z'()+_,./:=? -]{0,69}[0-9A-Za-z'()+_,./:=?-]")
-_BLANK_LINE = re.compile(rb"\r\n\r\n|\r\r|\n\n")
-_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
-
-
-def _params(value: str) -> tuple[str, dict]:
-    """A header value's token and its `;` parameters (names lower-cased, quotes removed)."""
-    token, _, rest = value.partition(";")
-    params = {}
-    for name, raw in _PARAM.findall(";" + rest):
-        raw = raw.strip()
-        if raw[:1] == '"':
-            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
-        params.setdefault(name.lower(), raw)
-    return token.strip().lower(), params
-
-
-def form_boundary(content_type: str) -> bytes | None:
-    """The boundary of a `multipart/form-data` content type (RFC 2046 §5.1.1), else None."""
-    kind, params = _params(content_type or "")
-    boundary = params.get("boundary")
-    if kind != "multipart/form-data" or boundary is None or not _BOUNDARY_CHARS.fullmatch(boundary):
-        return None
-    return boundary.encode("ascii")
-
-
-def _delimiter(boundary: bytes) -> re.Pattern:
-    return re.compile(rb"(?:\A|\r\n|\r|\n)--" + re.escape(boundary) + rb"(--)?[ \t]*(\r\n|\r|\n|\Z)")
-
-
-def form_parts(body: bytes, boundary: bytes) -> list[tuple[dict, bytes]] | None:
-    """Each part's headers (lower-case names) and content, or None if the body is not a
-    complete form: a delimiter is `--boundary` at the start or after a line break, and
-    the last one is closed (`--boundary--`). Linear: one regex scan of the body."""
-    parts, start, closed = [], None, False
-    for m in _delimiter(boundary).finditer(body):
-        if start is not None:
-            part = _part(body[start:m.start()])
-            if part is None:
-                return None
-            parts.append(part)
-        if m.group(1):
-            closed = True
-            break
-        start = m.end()
-    return parts if closed else None
-
-
-def _part(raw: bytes) -> tuple[dict, bytes] | None:
-    blank = _BLANK_LINE.search(raw)
-    if blank is None:
-        return None
-    headers = {}
-    for line in _LINE_BREAK.split(raw[:blank.start()]):
-        name, colon, value = line.partition(b":")
-        if not colon:
-            return None
-        headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-    return headers, raw[blank.end():]
-
-
 def _field(headers: dict) -> str | None:
     """"purpose" for the purpose field, "file" for a file part, else None (a part the
     origin's form parser does not read as either)."""
-    kind, params = _params(headers.get("content-disposition", ""))
+    kind, params = header_params(headers.get("content-disposition", ""))
     if kind != "form-data" or headers.get("content-transfer-encoding", "binary").lower() \
             not in ("binary", "8bit", "7bit"):
         return None
@@ -124,14 +59,14 @@ def not_a_batch_upload(head: bytes, boundary: bytes) -> bool:
     then never passes `batch_file`). Such an upload streams on unread (§7.1); only
     parts closed by a delimiter inside `head` are read."""
     purposes, start = 0, None
-    for m in _delimiter(boundary).finditer(head):
+    for m in delimiter(boundary).finditer(head):
         if m.end() == len(head):        # a delimiter the next bytes may still extend
             break
         if start is not None:
-            part = _part(head[start:m.start()])
-            if part is not None and _field(part[0]) == "purpose":
+            found = part(head[start:m.start()])
+            if found is not None and _field(found[0]) == "purpose":
                 purposes += 1
-                if part[1] != b"batch" or purposes > 1:
+                if found[1] != b"batch" or purposes > 1:
                     return True
         if m.group(1):
             break

@@ -2,7 +2,7 @@
 
 `POST /v1/context/search` with the roleplay key and `X-Roleplay-Session-ID` (without
 the header app.route forwards the path to the origin), body `{"query", "limit"?}`.
-The same authority as retrieval (routes/retrieval.py), in the same order:
+The same authority as retrieval (service/access.py), in the same order:
 
 1. no key                                 → 401 (no storage touched)
 2. empty or absurd session header         → 400
@@ -14,10 +14,10 @@ The same authority as retrieval (routes/retrieval.py), in the same order:
 5. ONE D1 statement (store.load_session_pages): key, policy, session and every active
    roleplay row of (principal, session, current revision); 401 key, 403 grant
 6. zero retention → 403; unknown, ended or foreign session → the same 404
-7. every row through retrieval's checks (`row_misses`: expiry, principal, session,
+7. every row through retrieval's checks (`service.access.row_misses`: expiry, principal, session,
    revision, authority, page-id HMAC, row signature, location); a row failing one is
    left out, as retrieval would 404 it
-8. R2: the rows grouped by object, each object read once (one ranged get spanning its
+8. R2 (`service.bodies.read_pages`): the rows grouped by object, each object read once (one ranged get spanning its
    pages, a legacy per-page object whole), at most R2_CONCURRENCY at a time; every
    page's byte length and SHA-256 checked, and its JSON parsed: a missing or corrupted
    body → 503 `context_page_corrupted` (never skipped), R2 failure → 503
@@ -31,158 +31,76 @@ never the query, excerpts, page ids, the session id or the key.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from functools import partial
 
 from .. import formats
-from ..base.errors import EdgeError, PageNotFound, StorageError
-from ..base.http import Incoming, Outgoing
+from ..base.errors import PageNotFound, StorageError, StorageFailed, ZeroRetention
+from ..base.http import NO_CACHE, Incoming, Outgoing
 from ..base.jsonbytes import compact
-from ..base.timing import cpu_spent, timed
+from ..base.platform import Platform
+from ..base.timing import LogRecord
 from ..core import validation
-from ..core.pages import ROLEPLAY, is_legacy_location
 from ..search import page_texts, search
+from ..service import bodies
+from ..service.access import SESSION_HEADER, Reader, key_digest, paging_enabled, request_context, row_misses
 from ..storage import store
-from .auth import SESSION_HEADER, key_digest, paging_enabled, request_context
-from .retrieval import NO_CACHE, Corrupted, ZeroRetention, checked, row_misses
 
-#: Simultaneous R2 gets: the Workers' limit of open connections per invocation.
-R2_CONCURRENCY = 6
 #: Hits asked of the ranker per hit answered, so dropping duplicates still fills `limit`.
 _OVERFETCH = 3
 
 
-async def search_pages(req: Incoming, platform) -> Outgoing:
+async def search_pages(req: Incoming, platform: Platform) -> Outgoing:
+    record = req.record
     digest = key_digest(req)                                        # 1. 401
     session_id = validation.session_id(req.header(SESSION_HEADER))  # 2. 400
     if not paging_enabled(platform):                                # 3. 404
-        req.notes["miss"] = "paging_disabled"
+        record.note(miss="paging_disabled")
         raise PageNotFound()
     raw = await platform.read_body(validation.MAX_SEARCH_BODY)      # 4. 413
-    t = time.perf_counter()
-    query, limit = validation.search_request(raw)                   # 4. 400
-    cpu_spent(req.notes, "parse", t)
+    with record.cpu("parse"):
+        query, limit = validation.search_request(raw)               # 4. 400
     rc = await request_context(req, platform, session_id,           # 4.-5.
-                               partial(_load, req, digest, session_id), paged=True)
+                               partial(_load, record, digest, session_id), paged=True)
     if rc.policy.retention == "zero":                               # 6. 403
         raise ZeroRetention()
     facts = rc.caller
     if not facts.session.open:                                      # 6. 404
-        req.notes["miss"] = "session"
+        record.note(miss="session")
         raise PageNotFound()
-    t = time.perf_counter()
-    rows = _servable(req, facts, rc)                                # 7.
-    cpu_spent(req.notes, "check", t)
-    bodies = await _read_pages(req, rc.page_bodies(), rows)         # 8.
-    t = time.perf_counter()
-    pages = _decoded(req, rows, bodies)
-    cpu_spent(req.notes, "verify", t)
-    t = time.perf_counter()
-    data = _ranked(query, limit, rows, pages)                       # 9.
-    cpu_spent(req.notes, "rank", t)
-    req.notes["hits"] = len(data)
-    t = time.perf_counter()
-    doc = {"object": "list", "data": data, "pages_searched": len(rows)}
-    try:
-        payload = compact(doc)
-    except UnicodeEncodeError:   # a lone surrogate escaped in a page: quote it escaped
-        payload = compact(doc, ascii=True)
-    cpu_spent(req.notes, "response", t)
+    with record.cpu("check"):
+        rows = _servable(record, facts.pages, rc.reader(facts.principal, many=True))   # 7.
+    found = await bodies.read_pages(record, rc.page_bodies(), rows)   # 8.
+    with record.cpu("verify"):
+        pages = [bodies.items(record, found[row["page_id"]]) for row in rows]
+        record.note(pages=len(pages))
+    with record.cpu("rank"):
+        data = _ranked(query, limit, rows, pages)                   # 9.
+    record.note(hits=len(data))
+    with record.cpu("response"):
+        doc = {"object": "list", "data": data, "pages_searched": len(rows)}
+        try:
+            payload = compact(doc)
+        except UnicodeEncodeError:   # a lone surrogate escaped in a page: quote it escaped
+            payload = compact(doc, ascii=True)
     return Outgoing(200, [("content-type", "application/json")] + NO_CACHE, payload)
 
 
-async def _load(req: Incoming, digest: str, session_id: str, db, now: int):
-    with timed(req.notes, "d1_ms"):
+async def _load(record: LogRecord, digest: str, session_id: str, db, now: int):
+    with record.wall("d1_ms"):
         try:
             row = await store.read_session_row(db, digest, session_id, now)
         except StorageError:
-            raise EdgeError(503, "storage_failed", "Context page metadata could not be read.") from None
-    t = time.perf_counter()
-    facts = store.session_pages(row)
-    cpu_spent(req.notes, "load", t)
-    return facts
+            raise StorageFailed("Context page metadata could not be read.") from None
+    with record.cpu("load"):
+        return store.session_pages(row)
 
 
-def _servable(req: Incoming, facts: store.SessionPages, rc) -> list:
+def _servable(record: LogRecord, rows: list, reader: Reader) -> list:
     """The rows passing every retrieval check, oldest first."""
-    rows, left_out = [], 0
-    verify_id = rc.sign.page_id_verifier(ROLEPLAY, facts.principal, rc.session_id, rc.policy.revision)
-    for row in facts.pages:
-        if row_misses(row, row.get("page_id"), facts.principal, rc.session_id,
-                      rc.policy, rc.sign, rc.now, verify_id):
-            left_out += 1
-        else:
-            rows.append(row)
-    if left_out:
-        req.notes["rows_left_out"] = left_out
-    rows.sort(key=lambda r: (r["created_at"], r["r2_key"], r["r2_offset"]))
-    return rows
-
-
-def _spans(rows: list) -> dict:
-    """r2_key -> (offset, length) of the one get reading its pages; None = whole object."""
-    spans: dict = {}
-    for row in rows:
-        key = row["r2_key"]
-        if is_legacy_location(row):
-            spans[key] = None
-            continue
-        lo, hi = row["r2_offset"], row["r2_offset"] + row["byte_length"]
-        if key in spans:
-            lo, hi = min(lo, spans[key][0]), max(hi, spans[key][0] + spans[key][1])
-        spans[key] = (lo, hi - lo)
-    return spans
-
-
-async def _read_pages(req: Incoming, bucket, rows: list) -> dict:
-    """page_id -> its checked bytes, each object read once, R2_CONCURRENCY at a time."""
-    spans = _spans(rows)
-    todo = list(spans.items())
-    objects: dict = {}
-
-    async def worker():
-        while todo:
-            key, span = todo.pop()
-            objects[key] = await (bucket.get(key) if span is None else bucket.get(key, *span))
-
-    with timed(req.notes, "r2_ms"):
-        done = await asyncio.gather(*(worker() for _ in range(min(R2_CONCURRENCY, len(todo)))),
-                                    return_exceptions=True)
-    errors = [e for e in done if isinstance(e, BaseException)]
-    if any(not isinstance(e, StorageError) for e in errors):
-        raise next(e for e in errors if not isinstance(e, StorageError))
-    if errors:
-        raise EdgeError(503, "storage_failed", "The context pages could not be read.")
-    req.notes.update(objects_read=len(objects),
-                     bytes_read=sum(len(b) for b in objects.values() if b is not None))
-    t = time.perf_counter()
-    bodies = {}
-    for row in rows:
-        data, span = objects[row["r2_key"]], spans[row["r2_key"]]
-        if data is not None and span is not None:
-            at = row["r2_offset"] - span[0]
-            data = data[at:at + row["byte_length"]]
-        bodies[row["page_id"]] = checked(req, row, data)   # 503 when missing or altered
-    cpu_spent(req.notes, "verify", t)
-    return bodies
-
-
-def _decoded(req: Incoming, rows: list, bodies: dict) -> list:
-    """Each page's parsed items (oldest first); an unparsable body is corrupted."""
-    out = []
-    for row in rows:
-        try:
-            items = json.loads(bodies[row["page_id"]].decode("utf-8"))
-        except ValueError:   # UnicodeDecodeError is a ValueError
-            items = None
-        if type(items) is not list:    # the edge stores only lists of items (§5.8)
-            req.notes["corrupted"] = "unparsable"
-            raise Corrupted()
-        out.append(items)
-    req.notes["pages"] = len(out)
-    return out
+    kept = [row for row in rows if not row_misses(row, row.get("page_id"), reader)]
+    record.count("rows_left_out", len(rows) - len(kept))
+    kept.sort(key=lambda r: (r["created_at"], r["r2_key"], r["r2_offset"]))
+    return kept
 
 
 def _exchange_texts(items) -> tuple[list, list]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import secrets
 
-from ..storage import store
-from .auth import check_principal, database, key_digest
-from ..base.errors import EdgeError, SessionNotFound, StorageError
+from ..base.errors import SessionNotFound, StorageError, StorageFailed
 from ..base.http import Incoming, Outgoing, json_response
+from ..base.platform import Platform
+from ..service.access import check_principal, database, key_digest
+from ..storage import store
 
 
 async def _principal(digest: str, db) -> str:
@@ -16,7 +17,7 @@ async def _principal(digest: str, db) -> str:
     return facts.principal
 
 
-async def create_session(req: Incoming, platform) -> Outgoing:
+async def create_session(req: Incoming, platform: Platform) -> Outgoing:
     digest = key_digest(req)            # 401 before touching storage
     db = database(platform)
     try:
@@ -25,11 +26,11 @@ async def create_session(req: Incoming, platform) -> Outgoing:
         now = platform.now()
         await store.create_session(db, session_id, principal, now)
     except StorageError:
-        raise EdgeError(503, "storage_failed", "The session could not be created.") from None
+        raise StorageFailed("The session could not be created.") from None
     return json_response(201, {"session_id": session_id, "created_at": now})
 
 
-async def end_session(req: Incoming, platform) -> Outgoing:
+async def end_session(req: Incoming, platform: Platform) -> Outgoing:
     session_id = req.params["session_id"]
     digest = key_digest(req)
     db = database(platform)
@@ -37,7 +38,7 @@ async def end_session(req: Incoming, platform) -> Outgoing:
         principal = await _principal(digest, db)
         ended = await store.end_session(db, session_id, principal, platform.now())
     except StorageError:
-        raise EdgeError(503, "storage_failed", "The session could not be ended.") from None
+        raise StorageFailed("The session could not be ended.") from None
     if not ended:
         raise SessionNotFound()
     return json_response(200, {"session_id": session_id, "ended": True})

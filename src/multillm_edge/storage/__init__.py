@@ -1,2 +1,1 @@
-"""Storage: every SQL statement (store), what a candidate's pages write (page_writes),
-the scheduled cleanup."""
+"""Storage: every SQL statement (store), the scheduled cleanup."""

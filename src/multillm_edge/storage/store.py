@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from ..base.jsonbytes import compact_text
+from ..base.platform import Database as Executor
 from ..core.pages import ROLEPLAY
+from ..core.rows import COLUMNS as PAGE_COLUMNS, INT_COLUMNS, STR_COLUMNS, ActivePage, PageRow, decoded, read_integer as _int
 
 TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
 RETENTIONS = ("standard", "zero")
-PAGE_COLUMNS = ("page_id", "authority", "principal", "session_id", "policy_revision", "sha256",
-                "byte_length", "r2_key", "r2_offset", "body_written_at", "created_at",
-                "expires_at", "signature")
-
-
-class Executor(Protocol):
-    async def first(self, sql: str, params: list) -> Optional[dict]: ...
-    async def all(self, sql: str, params: list) -> list[dict]: ...
-    async def run(self, sql: str, params: list) -> int: ...  # rows changed
 
 
 # ---------------------------------------------------------------------------
@@ -71,17 +64,6 @@ class PrincipalInfo:
     policy: Optional[Policy]
 
 
-class ActivePage(NamedTuple):
-    """Where an active page row's body is, how long it is, and until when the row lives.
-    A tuple: a steady turn decodes one per stored page of the session. `byte_length`
-    sizes the session's objects for merging (docs/design.md §5.9)."""
-    expires_at: int
-    body_written_at: int
-    r2_key: str
-    r2_offset: int
-    byte_length: int = 0
-
-
 @dataclass(frozen=True)
 class GenerationContext:
     principal: str
@@ -110,16 +92,8 @@ class RetrievalFacts:
     key_revoked: bool
     policy: Optional[Policy]
     session: SessionState
-    page: Optional[dict]  # the context_pages row (all PAGE_COLUMNS) or None
+    page: Optional[PageRow]  # the context_pages row, or None
     page_active: bool     # page exists and expires_at > now
-
-
-def _int(v: Any) -> int:
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return v
 
 
 def _policy(row: dict) -> Optional[Policy]:
@@ -159,12 +133,32 @@ def _json_list(items: Iterable) -> str:
 # Reads
 # ---------------------------------------------------------------------------
 
-SQL_LOAD_GENERATION_CONTEXT = """
-SELECT k.principal AS principal,
+# The head of every roleplay read: the key, its principal's current policy and, but for
+# the session routes, the session named by ?2; the key digest is always ?1.
+_KEY_COLUMNS = """k.principal AS principal,
        (k.revoked_at IS NOT NULL) AS key_revoked,
-       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention,
-       s.principal AS session_principal, s.ended_at AS session_ended_at,
-       (SELECT json_group_object(m.model, json_object('input_tokens', m.input_tokens,
+       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention"""
+
+
+def _roleplay_read(columns: str = "", joins: str = "", session: bool = True) -> str:
+    """SELECT the key's facts (+ the session's) + ``columns``, FROM the key's tables + ``joins``."""
+    head = _KEY_COLUMNS
+    tables = ["  FROM roleplay_keys k", "  LEFT JOIN principal_policies p ON p.principal = k.principal"]
+    if session:
+        head += ",\n       s.principal AS session_principal, s.ended_at AS session_ended_at"
+        tables.append("  LEFT JOIN roleplay_sessions s ON s.session_id = ?2")
+    if columns:
+        head += ",\n       " + columns
+    return "\nSELECT " + head + "\n" + "\n".join(tables + ([joins] if joins else [])) + \
+        "\n WHERE k.key_sha256 = ?1\n"
+
+
+def _page_columns(alias: str = "c", prefix: str = "") -> str:
+    """Every page column, in ``PAGE_COLUMNS`` order (``AS <prefix><column>`` when prefixed)."""
+    return ", ".join(f"{alias}.{c}" + (f" AS {prefix}{c}" if prefix else "") for c in PAGE_COLUMNS)
+
+
+SQL_LOAD_GENERATION_CONTEXT = _roleplay_read("""(SELECT json_group_object(m.model, json_object('input_tokens', m.input_tokens,
                                                        'max_output_tokens', m.max_output_tokens))
           FROM models m
          WHERE m.model IN (SELECT value FROM json_each(?3))) AS models,
@@ -176,12 +170,7 @@ SELECT k.principal AS principal,
        (SELECT COALESCE(SUM(c.byte_length), 0)
           FROM context_pages c
          WHERE c.principal = k.principal AND c.session_id = ?2
-           AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_bytes
-  FROM roleplay_keys k
-  LEFT JOIN principal_policies p ON p.principal = k.principal
-  LEFT JOIN roleplay_sessions s ON s.session_id = ?2
- WHERE k.key_sha256 = ?1
-"""
+           AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_bytes""")
 
 
 async def load_generation_context(db: Executor, key_sha256: str, session_id: str,
@@ -229,24 +218,9 @@ def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
     )
 
 
-SQL_LOAD_PAGE_FOR_RETRIEVAL = """
-SELECT k.principal AS principal,
-       (k.revoked_at IS NOT NULL) AS key_revoked,
-       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention,
-       s.principal AS session_principal, s.ended_at AS session_ended_at,
-       c.page_id AS page_page_id, c.authority AS page_authority, c.principal AS page_principal,
-       c.session_id AS page_session_id, c.policy_revision AS page_policy_revision,
-       c.sha256 AS page_sha256, c.byte_length AS page_byte_length, c.r2_key AS page_r2_key,
-       c.r2_offset AS page_r2_offset, c.body_written_at AS page_body_written_at,
-       c.created_at AS page_created_at, c.expires_at AS page_expires_at,
-       c.signature AS page_signature,
-       (c.page_id IS NOT NULL AND c.expires_at > ?4) AS page_active
-  FROM roleplay_keys k
-  LEFT JOIN principal_policies p ON p.principal = k.principal
-  LEFT JOIN roleplay_sessions s ON s.session_id = ?2
-  LEFT JOIN context_pages c ON c.page_id = ?3
- WHERE k.key_sha256 = ?1
-"""
+SQL_LOAD_PAGE_FOR_RETRIEVAL = _roleplay_read(
+    _page_columns(prefix="page_") + ",\n       (c.page_id IS NOT NULL AND c.expires_at > ?4) AS page_active",
+    "  LEFT JOIN context_pages c ON c.page_id = ?3")
 
 
 async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str,
@@ -258,10 +232,7 @@ async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str
         return None
     page = None
     if row.get("page_page_id") is not None:
-        page = {c: row["page_" + c] for c in PAGE_COLUMNS}
-        for c in ("policy_revision", "byte_length", "r2_offset", "body_written_at",
-                  "created_at", "expires_at"):
-            page[c] = _int(page[c])
+        page = decoded(row["page_" + c] for c in PAGE_COLUMNS)
     return RetrievalFacts(
         **_key_facts(row),
         session=_session(row),
@@ -270,23 +241,10 @@ async def load_page_for_retrieval(db: Executor, key_sha256: str, session_id: str
     )
 
 
-SQL_LOAD_SESSION_PAGES = """
-SELECT k.principal AS principal,
-       (k.revoked_at IS NOT NULL) AS key_revoked,
-       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention,
-       s.principal AS session_principal, s.ended_at AS session_ended_at,
-       (SELECT json_group_array(json_array(c.page_id, c.authority, c.principal, c.session_id,
-                                           c.policy_revision, c.sha256, c.byte_length, c.r2_key,
-                                           c.r2_offset, c.body_written_at, c.created_at,
-                                           c.expires_at, c.signature))
+SQL_LOAD_SESSION_PAGES = _roleplay_read(f"""(SELECT json_group_array(json_array({_page_columns()}))
           FROM context_pages c
          WHERE c.principal = k.principal AND c.session_id = ?2 AND c.authority = ?4
-           AND c.policy_revision = p.revision AND c.expires_at > ?3) AS pages
-  FROM roleplay_keys k
-  LEFT JOIN principal_policies p ON p.principal = k.principal
-  LEFT JOIN roleplay_sessions s ON s.session_id = ?2
- WHERE k.key_sha256 = ?1
-"""
+           AND c.policy_revision = p.revision AND c.expires_at > ?3) AS pages""")
 
 
 @dataclass(frozen=True)
@@ -317,24 +275,11 @@ def session_pages(row: Optional[dict]) -> Optional[SessionPages]:
     """Decode the row of `read_session_row` (pure CPU: timed apart from the read)."""
     if row is None:
         return None
-    pages = []
-    for values in json.loads(row.get("pages") or "[]"):
-        page = dict(zip(PAGE_COLUMNS, values))
-        for c in ("policy_revision", "byte_length", "r2_offset", "body_written_at",
-                  "created_at", "expires_at"):
-            page[c] = _int(page[c])
-        pages.append(page)
+    pages = [decoded(values) for values in json.loads(row.get("pages") or "[]")]
     return SessionPages(**_key_facts(row), session=_session(row), pages=pages)
 
 
-SQL_LOAD_PRINCIPAL = """
-SELECT k.principal AS principal,
-       (k.revoked_at IS NOT NULL) AS key_revoked,
-       p.revision AS policy_revision, p.grants AS grants, p.retention AS retention
-  FROM roleplay_keys k
-  LEFT JOIN principal_policies p ON p.principal = k.principal
- WHERE k.key_sha256 = ?1
-"""
+SQL_LOAD_PRINCIPAL = _roleplay_read(session=False)
 
 
 async def load_principal(db: Executor, key_sha256: str) -> Optional[PrincipalInfo]:
@@ -364,9 +309,11 @@ async def missing_tables(db: Executor) -> list[str]:
 # ---------------------------------------------------------------------------
 
 # ?1 rows: [[page_id, sha256, byte_length, key index in ?6, r2_offset, body_written_at,
-#            expires_at, signature, moved-from key index in ?6 or null, moved-from offset], ...]; ?2 principal, ?3 session, ?4 now, ?5 allowance,
-# ?6 distinct object keys (rows of one request share one), ?7 authority, ?8 policy revision,
-# ?9 young: a row whose body was written after ?9 is not due for a rewrite.
+#            expires_at, signature, moved-from key index in ?6 or null, moved-from offset], ...];
+# ?2 principal, ?3 session, ?4 now, ?5 allowance, ?6 distinct object keys (rows of one
+# request share one), ?7 authority, ?8 policy revision, ?9 young: a row whose body was
+# written after ?9 is not due for a rewrite, ?10 page ids left out of both sums (single
+# pages a block of the plan holds again, docs/design.md §5.9).
 SQL_UPSERT_PAGES = """
 WITH incoming AS (
   SELECT json_extract(j.value, '$[0]') AS page_id,
@@ -432,8 +379,9 @@ ON CONFLICT(page_id) DO UPDATE SET
 RETURNING page_id, r2_key, r2_offset, body_written_at, expires_at, byte_length
 """
 
-_UPSERT_STR = ("page_id", "authority", "sha256", "r2_key", "signature")
-_UPSERT_INT = ("policy_revision", "byte_length", "r2_offset", "body_written_at", "expires_at")
+# The columns an incoming row carries (principal, session and created_at are the statement's).
+_UPSERT_STR = tuple(c for c in STR_COLUMNS if c not in ("principal", "session_id"))
+_UPSERT_INT = tuple(c for c in PAGE_COLUMNS if c in INT_COLUMNS and c != "created_at")
 
 
 def _upsert_item(r: dict, principal: str, session_id: str, now: int) -> dict:

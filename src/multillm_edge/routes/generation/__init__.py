@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from ...base.errors import SessionNotFound, StorageError
+from ...base.errors import SessionNotFound, StorageError, StorageFailed
 from ...base.http import Incoming, Outgoing
 from ...base.timing import timed
 from ...core import config
 from ...core.validation import parse_request, session_id as valid_session_id
 from ...storage import store
-from ..auth import SESSION_HEADER, key_digest, request_context
+from ...service.access import SESSION_HEADER, key_digest, request_context
 # One module per step; `generate` calls each through this module's names.
 from .scope import Scope, Turn, error, settle, spent
 from .planning import candidates, plan_all, requested_models, wants_paging
@@ -33,7 +33,7 @@ async def load_context(turn: Turn, digest: str, session_id: str, models: list, d
         try:
             row = await store.read_generation_row(db, digest, session_id, models, now)
         except StorageError:
-            raise error("storage_failed", "Roleplay state could not be read.", 503) from None
+            raise StorageFailed("Roleplay state could not be read.") from None
     t = time.perf_counter()
     ctx = store.generation_context(row)
     spent(turn, "load", t)
@@ -56,7 +56,7 @@ async def generate(req: Incoming, platform) -> Outgoing:
     if not rc.caller.session.open:
         raise SessionNotFound()
     t = time.perf_counter()
-    cands = candidates(fmt, body, models, rc.caller, config.parse_providers(platform.var("PROVIDERS")),
+    cands = candidates(fmt, body, models, rc.caller, config.providers(platform.var("PROVIDERS")),
                        config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
     scope = settle(req, rc, fmt, wants_paging(body))
     with timed(turn.timings, "plan_ms"):

@@ -12,7 +12,8 @@ from ...core.validation import has_duplicate_keys
 from ...formats import get as format_module
 from .planning import Candidate
 from .scope import Scope, Turn, error, spent
-from .storing import store_pages
+from ...core.pages import ROLEPLAY as AUTHORITY, Owner
+from ...service import storing
 
 
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -73,6 +74,18 @@ async def attempt(scope: Scope, c: Candidate, index: int, headers: list, payload
                               "ms": round((time.monotonic() - started) * 1000, 1)})
 
 
+def shelf(scope: Scope, turn: Turn) -> storing.Shelf:
+    """Where this request stores, knowing what earlier candidates stored (§5.9)."""
+    rc, ctx = scope.rc, scope.rc.caller
+    platform = rc.platform
+    # an earlier candidate's rows first; a plain dict (ChainMap lookups run in Python)
+    known = {**ctx.active_pages, **turn.rows} if turn.rows else ctx.active_pages
+    return storing.Shelf(rc.db, rc.page_bodies(), scope.sign,
+                         Owner(AUTHORITY, ctx.principal, rc.session_id, ctx.policy.revision),
+                         platform.now(), config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS")),
+                         known, ctx.active_bytes + turn.new_bytes)
+
+
 def no_answer(turn: Turn, cands: list) -> EdgeError:
     if not turn.attempts:                       # every candidate was skipped
         return next(c.skipped for c in cands if c.skipped)
@@ -86,7 +99,6 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
     A retryable answer is relayed if no later candidate gives a better one; a candidate
     whose provider is misconfigured is skipped like one that cannot fit."""
     req, platform = scope.req, scope.rc.platform
-    stored: set = set()
     upstream = chosen = None
     for index, c in enumerate(cands):
         if c.skipped:
@@ -96,9 +108,14 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
         except EdgeError as err:
             c.skipped = err.with_traceback(None)    # no frames (and no `cands`) kept
             continue
-        if scope.paging:
+        if scope.paging:   # nothing to store: no binding is asked for
             with timed(turn.timings, "store_ms"):
-                c.covered = await store_pages(scope, c.plan.pages, turn, stored, c.plan.superseded)
+                done = await storing.store_pages(shelf(scope, turn), c.plan.pages, req.record,
+                                                 c.plan.superseded) if c.plan.pages else storing.Stored()
+            c.covered = done.covered
+            turn.rows.update(done.rows)
+            turn.new_bytes += done.new_bytes
+            turn.new_pages += done.new_pages
         t = time.perf_counter()
         payload = dispatch_body(c, body, raw, turn)
         spent(turn, "encode", t)

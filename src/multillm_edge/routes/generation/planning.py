@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ... import formats
 from ...base.errors import EdgeError
 from ...core import compaction, config, paging
 from ...core.pages import ROLEPLAY as AUTHORITY
@@ -11,8 +12,7 @@ from ...storage import store
 from .scope import Scope, error
 
 
-CAPABILITY = "multillm_context_retrieve"
-SEARCH_CAPABILITY = "multillm_context_search"   # a second tool; alone it pages nothing
+CAPABILITY, SEARCH_CAPABILITY = formats.RETRIEVE_CAPABILITY, formats.SEARCH_CAPABILITY
 
 
 @dataclass

@@ -9,7 +9,7 @@ from ...base.jsonbytes import compact_text
 from ...core import annotation, config
 from ...formats import get as format_module
 from .scope import Scope, Turn, error, spent
-from .storing import counted_bytes
+from ...service.storing import counted_bytes
 
 
 def session_figures(scope: Scope, turn: Turn) -> dict | None:
@@ -20,7 +20,7 @@ def session_figures(scope: Scope, turn: Turn) -> dict | None:
     if not turn.pages:
         return None
     ctx = scope.rc.caller
-    return {"active_bytes": counted_bytes(ctx, turn, turn.covered),
+    return {"active_bytes": counted_bytes(ctx.active_bytes + turn.new_bytes, turn.covered),
             "limit_bytes": config.SESSION_ALLOWANCE_BYTES,
             "active_pages": len(ctx.active_pages) + turn.new_pages - len(turn.covered)}
 

@@ -10,14 +10,14 @@ from ...base.http import Incoming
 from ...base.timing import cpu_spent
 from ...core import config, paging
 from ...core.pages import PageSigner
-from ..auth import RequestContext
+from ...service.access import RequestContext
 
 
 @dataclass
 class Turn:
     """The running record of one generation request, for the response and the log line."""
     notes: dict = field(default_factory=dict)   # storage counts and CPU for the log line
-    rows: dict = field(default_factory=dict)    # page_id -> store.ActivePage, as stored now
+    rows: dict = field(default_factory=dict)    # page_id -> rows.ActivePage, as stored now
     new_bytes: int = 0                          # page bytes this request added to the session
     new_pages: int = 0
     attempts: list = field(default_factory=list)   # {model_index, status, ms} per provider call
@@ -67,11 +67,6 @@ def consumed_fields(flag_on: bool) -> tuple:
 
 def error(code: str, message: str, status: int = 400) -> EdgeError:
     return EdgeError(status, code, message)
-
-
-def count(turn: Turn, name: str, n: int = 1) -> None:
-    if n:
-        turn.notes[name] = turn.notes.get(name, 0) + n
 
 
 def spent(turn: Turn, phase: str, since: float) -> None:

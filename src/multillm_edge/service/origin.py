@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..base.errors import EdgeError
 from ..base.http import Incoming, Outgoing, forwardable
+from ..base.platform import Platform
 
 
 def origin_url(origin: str, req: Incoming) -> str:
@@ -11,7 +12,7 @@ def origin_url(origin: str, req: Incoming) -> str:
     return url + "?" + req.raw_query if req.raw_query else url
 
 
-async def forward(req: Incoming, platform, headers=None, body=None) -> Outgoing:
+async def forward(req: Incoming, platform: Platform, headers=None, body=None) -> Outgoing:
     """`req` to the origin; a route that read the body passes it (bytes or a stream)
     and may pass the headers it keeps (docs/design.md §7.1)."""
     origin = (platform.var("FLASK_ORIGIN") or "").strip()

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from ..core.pages import Lifetime, Location, Owner, PageSigner, pack
-from .store import ActivePage
+from .pages import Lifetime, Location, Owner, PageSigner, pack
+from .rows import ActivePage
 
 
 @dataclass
