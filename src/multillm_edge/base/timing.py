@@ -45,11 +45,21 @@ class LogRecord:
         """``with record.wall("r2_ms"):`` an awaited step's milliseconds, summed."""
         return timed(self.notes, name)
 
-    @contextmanager
-    def cpu(self, phase: str):
+    def cpu(self, phase: str) -> "_Cpu":
         """``with record.cpu("plan"):`` a pure step's CPU into ``cpu_<phase>_ms``."""
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            cpu_spent(self.notes, phase, started)
+        return _Cpu(self.notes, phase)
+
+
+class _Cpu:
+    """A plain context manager: a generator-based one would keep the frame of an error
+    raised inside it (and the request it references) in a reference cycle."""
+    __slots__ = ("notes", "phase", "started")
+
+    def __init__(self, notes: dict, phase: str):
+        self.notes, self.phase = notes, phase
+
+    def __enter__(self):
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        cpu_spent(self.notes, self.phase, self.started)

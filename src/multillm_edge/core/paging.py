@@ -7,17 +7,12 @@ ones in one page once the block is closed, docs/design.md §5.7), and build the 
 body with one ``user`` marker per run of consecutive paged exchanges plus the
 ``multillm_context_retrieve`` tool schema.
 
-Sizes. The size of a body is the UTF-8 byte length of
-``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``. It is computed once,
-arithmetically: the body with an empty history list (the "skeleton") is serialized
-once, and each group of items is serialized once as a list (those bytes are also the
-page body when the group is paged). Size of a body = skeleton + sum of the groups'
-inner sizes + one comma between groups; paging a group replaces its inner size by the
-marker's (whose text is a fixed prefix/suffix plus the page ids joined by a fixed
-separator; JSON escaping is per character, so this too is a sum; a group that closes a
-block of t groups replaces t handles by one, a difference). Nothing is
-re-serialized per paging step: the cost is linear in the history size. ``Plan.size``
-equals the byte length of ``Plan.body``'s compact serialization exactly (tested).
+Sizes are arithmetic over the prepared history (core/prepared.py explains how): paging
+a group replaces its inner size by the marker's (whose text is a fixed prefix/suffix
+plus the page ids joined by a fixed separator; JSON escaping is per character, so this
+too is a sum; a group that closes a block of t groups replaces t handles by one, a
+difference). ``Plan.size`` equals the byte length of ``Plan.body``'s compact
+serialization exactly (tested).
 
 Page bytes are ``pages.canonical_bytes(items)`` (produced here by the shared encoder,
 tested equal; a block's are its groups' bytes joined, the same thing); ``sha256`` is over those bytes; the page id comes
@@ -27,15 +22,15 @@ from the caller's ``page_id_for(sha256_hex)`` (an HMAC in production, see pages.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 from zlib import crc32
 
 from .. import formats as _formats
 from .config import MAX_PAGE_BYTES
 from ..base.errors import EdgeError
 from ..base.jsonbytes import compact, compact_with_list
-from .prepared import (EDGE_FIELDS, EncodedHistory, Page, Prepared, _blen, _dumps,  # noqa: F401
-                       strip_edge_fields)
+from .prepared import (EDGE_FIELDS, EncodedHistory, Page, Prepared, dumps,  # noqa: F401
+                       strip_edge_fields, utf8_len)
 
 @dataclass
 class Plan:
@@ -72,7 +67,7 @@ def output_reservation(fmt: str, body: dict):
 def _id_len(page_id: str) -> int:
     """Serialized length of a page id inside the marker text (for a ``page_id_for``
     that does not declare one length for all its ids)."""
-    return _blen(_dumps(page_id)) - 2
+    return utf8_len(dumps(page_id)) - 2
 
 
 def _window_error(budget: int, estimated: int, protected_bytes: int) -> EdgeError:
@@ -104,26 +99,40 @@ BLOCK_MAX_BYTES = 32768
 _UNPAGED = object()
 
 
+class BlockRule(NamedTuple):
+    """Where blocks close: a content boundary one exchange in ``span`` (1: no blocks),
+    after ``max_groups`` exchanges, or before ``cap`` bytes."""
+    span: int
+    max_groups: int
+    cap: int
+
+
 def block_rule(max_page_bytes: int = MAX_PAGE_BYTES, span: int = BLOCK_SPAN,
-               max_groups: int = BLOCK_MAX_GROUPS, max_bytes: int = BLOCK_MAX_BYTES) -> tuple:
-    """``(span, max_groups, cap)``: where blocks close; ``span == 1``: no blocks."""
-    return span, max_groups, min(max_bytes, max_page_bytes)
+               max_groups: int = BLOCK_MAX_GROUPS, max_bytes: int = BLOCK_MAX_BYTES) -> BlockRule:
+    return BlockRule(span, max_groups, min(max_bytes, max_page_bytes))
+
+
+class Fit(NamedTuple):
+    """Paging the ``k`` oldest pageable groups is the first that fits (0: none does),
+    at ``size`` bytes; ``blocks``: the closed blocks among them, ``(first, last)``
+    positions in ``pageable``."""
+    k: int
+    size: int
+    blocks: list
 
 
 def _fixed_id_len(prep: Prepared):
-    """The one length of every page id in the marker text, when the signer declares it
-    (``page_id_for.length``; base64url, nothing to escape): then no page is made before
-    the plan knows which it needs, and none for a 413. None: any other ``page_id_for``,
-    each id is made and sized as the plan meets it."""
-    return getattr(prep.page_id_for, "length", None)
+    """The one length of every page id in the marker text, when ``page_id_for``
+    declares it (``prepared.PageIdFor``; base64url, nothing to escape): then no page is
+    made before the plan knows which it needs, and none for a 413. None: each id is
+    made and sized as the plan meets it."""
+    return prep.id_length
 
 
-def _fit(prep: Prepared, budget: int, rule: tuple) -> tuple[int, int, list]:
-    """``(k, size, blocks)``: paging the ``k`` oldest pageable groups is the first that
-    fits, ``blocks`` the closed blocks among them (``(first, last)`` positions in
-    ``pageable``, two groups or more); ``k == 0``: none does, ``size`` is then with all of
-    them paged. Each step is arithmetic: the group's handle joins its run's marker; when
-    the group closes a block, the block's handles become one."""
+def _fit(prep: Prepared, budget: int, rule: BlockRule) -> Fit:
+    """The first k that fits (``Fit``; with k == 0, ``size`` is with every pageable group
+    paged). Each step is arithmetic: the group's handle joins its run's marker; when the
+    group closes a block (two groups or more), the block's handles become one."""
     fixed = prep.fixed_with_tool
     mbase, sep, inner, raw, pageable = (prep.marker_base, prep.marker_sep, prep.inner,
                                         prep.raw, prep.pageable)
@@ -133,18 +142,19 @@ def _fit(prep: Prepared, budget: int, rule: tuple) -> tuple[int, int, list]:
     sum_units = prep.sum_inner
     n_units = len(prep.groups)
     blocks: list = []
-    prev = seg = -2       # seg: position of the open block's first group; -1: none open
+    prev = None           # the group paged last (its run goes on at prev + 1)
+    seg = None            # position in `pageable` of the open block's first group
     seg_bytes = seg_ids = 0
     synced = False        # the run has passed a content boundary: blocks may open
     size = prep.total
     for k, gi in enumerate(pageable):
         il = length if length is not None else _id_len(prep.pages([gi])[0].page_id)
-        if gi == prev + 1:       # extends the current run: same marker
+        if prev is not None and gi == prev + 1:   # extends the current run: same marker
             sum_units += sep + il - inner[gi]
             n_units -= 1
         else:                    # a new run: a new marker replaces the group
             sum_units += mbase + il - inner[gi]
-            seg, synced = -1, False
+            seg, synced = None, False
         prev = gi
         boundary = crc32(raw[gi]) % span == 0
         if not synced:
@@ -153,7 +163,7 @@ def _fit(prep: Prepared, budget: int, rule: tuple) -> tuple[int, int, list]:
             # and a block cut from there would be new bytes at every turn.
             synced = boundary
         else:
-            if seg < 0:
+            if seg is None:
                 seg, seg_bytes, seg_ids = k, inner[gi] + 2, il
             else:
                 seg_bytes += inner[gi] + 1
@@ -166,14 +176,14 @@ def _fit(prep: Prepared, budget: int, rule: tuple) -> tuple[int, int, list]:
                         prep.block_page(pageable[seg], gi).page_id)
                     sum_units += bl - seg_ids - (k - seg) * sep
                     blocks.append((seg, k))
-                seg = -1
+                seg = None
         size = fixed + sum_units + (n_units - 1 if n_units else 0)
         if size <= budget:
-            return k + 1, size, blocks
-    return 0, size, blocks
+            return Fit(k + 1, size, blocks)
+    return Fit(0, size, blocks)
 
 
-def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: tuple) -> Plan:
+def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule) -> Plan:
     if prep.total <= budget:
         return unpaged(prep, budget)
     if not prep.pageable:
@@ -227,7 +237,7 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     def close_run():
         m = _formats.marker(_formats.marker_text(run_ids, prep.search))
         out_items[run_at] = m
-        parts[run_part] = _dumps(m).encode("utf-8")
+        parts[run_part] = dumps(m).encode("utf-8")
 
     for gi, g in enumerate(groups):
         p = chosen.get(gi, _UNPAGED)

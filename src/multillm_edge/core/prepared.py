@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from hashlib import sha256 as _sha256
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .. import formats as _formats
 from ..base.errors import EdgeError, invalid_field
@@ -64,11 +64,13 @@ def _group_bytes(items: list, groups: list) -> list:
     return [join(c(items[g[0]:g[1]], 0)).encode("utf-8") for g in groups]
 
 
-def _blen(s: str) -> int:
+def utf8_len(s: str) -> int:
+    """UTF-8 byte length of ``s`` (no encoding for ASCII text)."""
     return len(s) if s.isascii() else len(s.encode("utf-8"))
 
 
-def _dumps(obj) -> str:
+def dumps(obj) -> str:
+    """The compact JSON text of ``obj`` (the page encoding); 400 if it is not JSON data."""
     try:
         return _encode(obj)
     except (TypeError, ValueError) as e:  # not JSON data (never from json.loads)
@@ -128,6 +130,19 @@ def strip_edge_fields(body: dict, fields: tuple = EDGE_FIELDS) -> dict:
     return body
 
 
+class PageIdFor(Protocol):
+    """``sha256 hex -> page id`` for one request's pages (``PageSigner.page_ids``). A
+    maker whose ids all have one length, in characters JSON never escapes, declares it
+    as ``length``: the plan then sizes its markers before making any id."""
+    def __call__(self, sha256: str) -> str: ...
+
+
+def declared_id_length(page_id_for) -> int | None:
+    """The ``length`` ``page_id_for`` declares (an int), else None."""
+    length = getattr(page_id_for, "length", None)
+    return length if isinstance(length, int) and not isinstance(length, bool) else None
+
+
 class Prepared:
     """Everything budget-independent about one request body, fully built at once:
     ``base`` (the body without the stripped fields), ``items``, ``groups``, each group's
@@ -143,6 +158,7 @@ class Prepared:
         self.received = body
         self.base = strip_edge_fields(body, strip)
         self.page_id_for = page_id_for
+        self.id_length = declared_id_length(page_id_for)
         self.search = search       # the search tool is declared too (docs/design.md §6.1)
         self.items = _formats.history(self.base, self.mod.ITEMS_KEY)
         self._pages: dict = {}     # group index -> Page
@@ -155,8 +171,8 @@ class Prepared:
         self.sum_inner = sum(self.inner)
         self.total = self.fixed + self.sum_inner + max(len(self.groups) - 1, 0)
         self.pageable = self._pageable(protected_indices(body))
-        self.marker_base = _blen(_dumps(_formats.marker(_formats.marker_text((), search))))
-        self.marker_sep = _blen(_dumps(_formats.MARKER_SEP)) - 2
+        self.marker_base = utf8_len(dumps(_formats.marker(_formats.marker_text((), search))))
+        self.marker_sep = utf8_len(dumps(_formats.MARKER_SEP)) - 2
 
     def _measure(self) -> None:
         mod, items = self.mod, self.items
@@ -170,7 +186,7 @@ class Prepared:
             # each group serialized once, as a list: those bytes are its page body
             self.raw = _group_bytes(items, self.groups)
             self.inner = [len(b) - 2 for b in self.raw]
-        self.fixed = _blen(_dumps(self.skel))
+        self.fixed = utf8_len(dumps(self.skel))
 
     def _pageable(self, protected: frozenset) -> list:
         """Complete, unprotected groups before the latest genuine user turn, oldest first."""
@@ -238,4 +254,4 @@ class Prepared:
         request, whatever the number of fallback candidates)."""
         skel = dict(self.skel)
         self.mod.add_tool(skel, self.search)
-        return _blen(_dumps(skel))
+        return utf8_len(dumps(skel))

@@ -9,59 +9,55 @@ provider is called, and leaves no object behind; nothing is ever truncated to ma
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 from ...base.errors import SessionNotFound, StorageError, StorageFailed
 from ...base.http import Incoming, Outgoing
-from ...base.timing import timed
+from ...base.platform import Platform
+from ...base.timing import LogRecord, timed
 from ...core import config
 from ...core.validation import parse_request, session_id as valid_session_id
 from ...storage import store
 from ...service.access import SESSION_HEADER, key_digest, request_context
 # One module per step; `generate` calls each through this module's names.
-from .scope import Scope, Turn, error, settle, spent
+from .scope import Scope, Turn, settle
 from .planning import candidates, plan_all, requested_models, wants_paging
 from .dispatching import dispatch
 from .responding import annotate, idle_event, info_headers, page_list_comment, respond  # noqa: F401
 
 
-async def load_context(turn: Turn, digest: str, session_id: str, models: list, db,
-                       now: int) -> store.GenerationContext | None:
-    """The one D1 read of a turn (auth.request_context then checks key and grant)."""
+async def load_context(turn: Turn, record: LogRecord, digest: str, session_id: str,
+                       models: list, db, now: int) -> store.GenerationContext | None:
+    """The one D1 read of a turn (access.request_context then checks key and grant)."""
     with timed(turn.timings, "load_ms"):
         try:
             row = await store.read_generation_row(db, digest, session_id, models, now)
         except StorageError:
             raise StorageFailed("Roleplay state could not be read.") from None
-    t = time.perf_counter()
-    ctx = store.generation_context(row)
-    spent(turn, "load", t)
-    return ctx
+    with record.cpu("load"):
+        return store.generation_context(row)
 
 
-async def generate(req: Incoming, platform) -> Outgoing:
+async def generate(req: Incoming, platform: Platform) -> Outgoing:
     """route (app: `req.params["fmt"]`) → context → load → plan → store → dispatch → respond."""
-    fmt, turn = req.params["fmt"], Turn(notes=req.notes)
+    fmt, turn, record = req.params["fmt"], Turn(notes=req.notes), req.record
     digest = key_digest(req)                                       # 401 before anything
     session_id = valid_session_id(req.header(SESSION_HEADER))     # 400
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)       # 413
-    t = time.perf_counter()
-    body = parse_request(fmt, raw)
-    models = requested_models(body)
-    spent(turn, "parse", t)
+    with record.cpu("parse"):
+        body = parse_request(fmt, raw)
+        models = requested_models(body)
     # context + load: flag, D1 binding (503), the one D1 read, key and grant (401/403)
     rc = await request_context(req, platform, session_id,
-                               partial(load_context, turn, digest, session_id, models))
+                               partial(load_context, turn, record, digest, session_id, models))
     if not rc.caller.session.open:
         raise SessionNotFound()
-    t = time.perf_counter()
-    cands = candidates(fmt, body, models, rc.caller, config.providers(platform.var("PROVIDERS")),
-                       config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
-    scope = settle(req, rc, fmt, wants_paging(body))
-    with timed(turn.timings, "plan_ms"):
-        plan_all(scope, body, cands)
-    spent(turn, "plan", t)
+    with record.cpu("plan"):
+        cands = candidates(fmt, body, models, rc.caller, config.providers(platform.var("PROVIDERS")),
+                           config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
+        scope = settle(req, rc, fmt, wants_paging(body))
+        with timed(turn.timings, "plan_ms"):
+            plan_all(scope, body, cands)
     try:  # store → dispatch, per candidate
         upstream, chosen = await dispatch(scope, cands, body, raw, turn)
     finally:  # the log line keeps every attempt, answered or not

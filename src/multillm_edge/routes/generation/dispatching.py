@@ -11,7 +11,7 @@ from ...core import config
 from ...core.validation import has_duplicate_keys
 from ...formats import get as format_module
 from .planning import Candidate
-from .scope import Scope, Turn, error, spent
+from .scope import Scope, Turn, error
 from ...core.pages import ROLEPLAY as AUTHORITY, Owner
 from ...service import storing
 
@@ -116,9 +116,8 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
             turn.rows.update(done.rows)
             turn.new_bytes += done.new_bytes
             turn.new_pages += done.new_pages
-        t = time.perf_counter()
-        payload = dispatch_body(c, body, raw, turn)
-        spent(turn, "encode", t)
+        with req.record.cpu("encode"):
+            payload = dispatch_body(c, body, raw, turn)
         answer = await attempt(scope, c, index, headers, payload, turn)
         if answer is None:
             continue

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from ...base.http import Outgoing
 from ...base.jsonbytes import compact_text
 from ...core import annotation, config
 from ...formats import get as format_module
-from .scope import Scope, Turn, error, spent
+from .scope import Scope, Turn, error
 from ...service.storing import counted_bytes
 
 
@@ -75,26 +73,25 @@ def idle_event(fmt: str, idle: float) -> bytes:
 
 
 async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
-    t = time.perf_counter()
-    headers = [(k, v) for k, v in upstream.headers
-               if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
-    ctype = dict(upstream.headers).get("content-type", "")
-    session = session_figures(scope, turn)
-    if "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted):
-        spent(turn, "response", t)
+    record = scope.req.record
+    with record.cpu("response"):
+        headers = [(k, v) for k, v in upstream.headers
+                   if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
+        ctype = dict(upstream.headers).get("content-type", "")
+        session = session_figures(scope, turn)
+        whole = "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted)
+    if whole:
         try:
             payload = await upstream.read(scope.idle, config.MAX_ANNOTATED_BYTES)
         except TimeoutError:
             raise error("upstream_timeout", "The provider stopped sending its response.", 504) from None
-        t = time.perf_counter()
         if payload is not None:
-            out = Outgoing(upstream.status, headers + info_headers(turn, session),
-                           annotate(payload, turn, scope.fmt, session))
-            spent(turn, "response", t)
-            return out
+            with record.cpu("response"):
+                return Outgoing(upstream.status, headers + info_headers(turn, session),
+                                annotate(payload, turn, scope.fmt, session))
         # Too large to parse and re-encode whole in the isolate: relayed as it comes.
-    sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
-    prefix = page_list_comment(turn, session) if sse and 200 <= upstream.status < 300 else b""
-    stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None)
-    spent(turn, "response", t)
-    return Outgoing(upstream.status, headers + info_headers(turn, session), stream=stream)
+    with record.cpu("response"):
+        sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
+        prefix = page_list_comment(turn, session) if sse and 200 <= upstream.status < 300 else b""
+        stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None)
+        return Outgoing(upstream.status, headers + info_headers(turn, session), stream=stream)

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from ...base.errors import EdgeError
 from ...base.http import Incoming
-from ...base.timing import cpu_spent
 from ...core import config, paging
 from ...core.pages import PageSigner
 from ...service.access import RequestContext
@@ -33,7 +32,7 @@ class Turn:
 @dataclass(frozen=True)
 class Scope:
     """What one generation request fixed before planning; every later step reads it,
-    none writes it: the request, its context (auth.RequestContext: platform, database,
+    none writes it: the request, its context (service.access.RequestContext: platform, database,
     caller, session), the wire format, whether it is paged (docs/design.md §5.3) and its
     signer then, the fields the upstream body goes without, the provider timeouts."""
     req: Incoming
@@ -67,8 +66,3 @@ def consumed_fields(flag_on: bool) -> tuple:
 
 def error(code: str, message: str, status: int = 400) -> EdgeError:
     return EdgeError(status, code, message)
-
-
-def spent(turn: Turn, phase: str, since: float) -> None:
-    """The turn's CPU since `since` into its log line (`base.timing.cpu_spent`)."""
-    cpu_spent(turn.notes, phase, since)
