@@ -86,6 +86,20 @@ def shelf(scope: Scope, turn: Turn) -> storing.Shelf:
                          known, ctx.active_bytes + turn.new_bytes)
 
 
+async def store(scope: Scope, c: Candidate, turn: Turn) -> dict:
+    """Store candidate ``c``'s pages (none: no binding is asked for) and fold what was
+    stored into the turn → the single pages its blocks cover (§5.9)."""
+    if not c.plan.pages:
+        return {}
+    with timed(turn.timings, "store_ms"):
+        done = await storing.store_pages(shelf(scope, turn), c.plan.pages, scope.req.record,
+                                         c.plan.superseded)
+    turn.rows.update(done.rows)
+    turn.new_bytes += done.new_bytes
+    turn.new_pages += done.new_pages
+    return done.covered
+
+
 def no_answer(turn: Turn, cands: list) -> EdgeError:
     if not turn.attempts:                       # every candidate was skipped
         return next(c.skipped for c in cands if c.skipped)
@@ -108,14 +122,8 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
         except EdgeError as err:
             c.skipped = err.with_traceback(None)    # no frames (and no `cands`) kept
             continue
-        if scope.paging:   # nothing to store: no binding is asked for
-            with timed(turn.timings, "store_ms"):
-                done = await storing.store_pages(shelf(scope, turn), c.plan.pages, req.record,
-                                                 c.plan.superseded) if c.plan.pages else storing.Stored()
-            c.covered = done.covered
-            turn.rows.update(done.rows)
-            turn.new_bytes += done.new_bytes
-            turn.new_pages += done.new_pages
+        if scope.paging:
+            c.covered = await store(scope, c, turn)
         with req.record.cpu("encode"):
             payload = dispatch_body(c, body, raw, turn)
         answer = await attempt(scope, c, index, headers, payload, turn)
