@@ -193,9 +193,9 @@ class Walker:
     """`roots`: (upload prefix, directory) pairs in sys.path order; the Worker's own code
     is searched before Pyodide's stdlib, python_modules/ after it (workerd's order)."""
 
-    def __init__(self, roots: list[tuple[str, Path]]):
+    def __init__(self, roots: list[tuple[str, Path]], pyodide: dict[str, str] | None = None):
         self.roots = roots
-        self.pyodide = pyodide_modules()
+        self.pyodide = pyodide_modules() if pyodide is None else pyodide
         self.result = Walk()
         self.located: dict[str, tuple[str, Path] | str | None] = {}
 
