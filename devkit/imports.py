@@ -178,13 +178,16 @@ def pth_imports(directory: Path) -> list[str]:
 def _absolute(module: str, level: int, importer: str, package: bool) -> str:
     if not level:
         return module
-    base = importer if package else importer.rpartition(".")[0]
-    if level > 1:
-        base = base.rsplit(".", level - 1)[0]
+    parts = (importer if package else importer.rpartition(".")[0]).split(".")
+    if level - 1 >= len(parts) or not parts[0]:
+        return "." * level + module          # beyond the top-level package: never resolves
+    base = ".".join(parts[: len(parts) - (level - 1)])
     return f"{base}.{module}" if module else base
 
 
 def _parents(name: str) -> list[str]:
+    if name.startswith("."):
+        return [name]                          # unresolvable relative import, reported as is
     parts = name.split(".")
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
@@ -206,6 +209,8 @@ class Walker:
         return self.located[name]
 
     def _locate(self, name: str):
+        if name.startswith("."):
+            return None
         top, _, rest = name.partition(".")
         if rest:
             parent = self.locate(name.rpartition(".")[0])
