@@ -3,6 +3,7 @@ out (devkit.bundle; README: Deploy)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import zipfile
 
@@ -18,10 +19,15 @@ def project(tmp_path):
     return tmp_path
 
 
+def pinned(text: str, project: str) -> str:
+    """A pin as scripts/setup.sh reads it (the wheels it downloads)."""
+    return re.search(rf'"{project}==([^"]+)"', text)[1]
+
+
 def test_pins_are_the_projects_dependencies_with_the_runtime_sdk():
-    pins = bundle.pins()
-    assert pins == {"workers-runtime-sdk": "1.9.5", "snowballstemmer": "3.1.1"}
-    assert bundle.tooling_version() == "1.17.9"
+    text = (bundle.ROOT / "pyproject.toml").read_text()
+    assert bundle.pins() == {p: pinned(text, p) for p in ("workers-runtime-sdk", "snowballstemmer")}
+    assert bundle.tooling_version() == pinned(text, "workers-py")
 
 
 def test_an_unpinned_or_sdk_less_dependency_list_is_refused(project):
@@ -51,7 +57,7 @@ def test_the_layout_is_the_wheels_installed_plus_what_uv_and_sync_add(project):
         assert record[-1] == f"{dist_info}/RECORD,,"
         assert any(line.startswith(f"{dist_info}/INSTALLER,sha256=") for line in record)
     assert set(got) == expected                       # no __pycache__, no .pyc, nothing else
-    assert got[".synced"] == b"1.17.9" and got["pyvenv.cfg"] == b""
+    assert got[".synced"] == bundle.tooling_version().encode() and got["pyvenv.cfg"] == b""
 
 
 def test_a_second_run_replaces_the_directory_and_skip_leaves_a_wheel_out(project):
