@@ -237,12 +237,12 @@ class Walker:
 
     def run(self, entry: str, also: list[str] = ()) -> Walk:
         queue = [(entry, "<entry>", False), *((m, "<.pth>", False) for m in also)]
-        seen = set()
+        done: dict[str, bool] = {}              # name -> visited as optional only
         while queue:
             name, importer, optional = queue.pop(0)
-            if name in seen:
-                continue
-            seen.add(name)
+            if name in done and (optional or not done[name]):
+                continue                        # a required visit redoes an optional one
+            done[name] = optional
             queue.extend(self._visit(name, importer, optional))
         return self.result
 
@@ -252,6 +252,7 @@ class Walker:
             if optional:
                 self.result.optional.add(name)
             else:
+                self.result.optional.discard(name)
                 self.result.missing.setdefault(name, importer)
             return []
         if isinstance(where, str):
@@ -262,11 +263,14 @@ class Walker:
             return []
         root = dict(self.roots)[prefix]
         self.result.files[name] = prefix + path.relative_to(root).as_posix()
-        return self._requirements(name, path)
+        return self._requirements(name, path, optional)
 
-    def _requirements(self, name: str, path: Path):
+    def _requirements(self, name: str, path: Path, guarded: bool):
+        """What importing `name` imports; all optional when `name`'s own import is
+        (an ImportError anywhere below it is caught where it was guarded)."""
         out = []
         for module, names, level, optional in imports_of(path):
+            optional = optional or guarded
             target = _absolute(module, level, name, is_package(path))
             out.extend((n, name, optional) for n in _parents(target))
             for sub in names:

@@ -51,6 +51,15 @@ def test_a_guarded_import_is_optional_but_its_fallback_is_required(tmp_path):
     assert w.missing == {"slow": "entry"}
 
 
+def test_what_a_guarded_import_imports_is_optional_until_imported_unguarded(tmp_path):
+    w = walk(tmp_path, {"entry.py": "try:\n    import extra\nexcept ImportError:\n    pass\n",
+                        "extra.py": "import plugin\n"})
+    assert w.optional == {"plugin"} and not w.missing
+    w = walk(tmp_path, {"entry.py": "try:\n    import extra\nexcept ImportError:\n    pass\n"
+                                    "import user\n", "user.py": "import plugin\n"})
+    assert w.missing == {"plugin": "user"} and not w.optional
+
+
 def test_an_import_guarded_by_another_error_is_required(tmp_path):
     w = walk(tmp_path, {"entry.py": "try:\n    import gone\nexcept KeyError:\n    pass\n"})
     assert w.missing == {"gone": "entry"}
