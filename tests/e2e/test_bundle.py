@@ -27,7 +27,7 @@ def test_the_upload_holds_every_module_the_worker_imports(deploy_bundle):
     assert report.walk.provided["math"] == "pyodide-builtin"
 
 
-def test_everything_vendored_is_uploaded_but_bytecode(deploy_bundle):
+def test_everything_vendored_and_every_src_module_is_uploaded(deploy_bundle):
     project, upload = deploy_bundle
     vendored = {"python_modules/" + p.relative_to(project / "python_modules").as_posix()
                 for p in (project / "python_modules").rglob("*") if p.is_file()}
