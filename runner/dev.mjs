@@ -12,6 +12,9 @@
 //                     and R2; and GET /cdn-cgi/handler/scheduled, which fires the Worker's
 //                     `scheduled` handler as `wrangler dev --test-scheduled` does
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
+//   EDGE_BUNDLE_DIR   run the upload instead of src/: a `wrangler deploy --dry-run --outdir`
+//                     directory (entry.py, multillm_edge/, python_modules/); no wheel
+//                     from .cache is installed (README: Deploy)
 import { execFile } from "node:child_process";
 import { copyFileSync, readFileSync } from "node:fs";
 import http from "node:http";
@@ -56,6 +59,7 @@ const migrated = new Promise((done, fail) => execFile(process.execPath,
   (err, _out, stderr) => (err ? fail(new Error(`migrations failed: ${stderr}`)) : done())));
 const worker = loadWorker({
   root, srcDir: join(root, "src"), mainPath: process.env.EDGE_MAIN && resolve(process.env.EDGE_MAIN),
+  bundleDir: process.env.EDGE_BUNDLE_DIR && resolve(process.env.EDGE_BUNDLE_DIR),
   stdout: log,
 });
 await migrated;
@@ -306,6 +310,14 @@ else:
 text
 `;
 
+const MODULES_PY = `
+import json, os, site, sys
+files = {name: getattr(m, "__file__", None) for name, m in list(sys.modules.items())}
+sites = [p for p in site.getsitepackages() if os.path.isdir(p)]
+json.dumps({"files": {k: v for k, v in files.items() if v}, "sys_path": sys.path,
+            "site_packages": sorted(f for p in sites for f in os.listdir(p))})
+`;
+
 // Test control, outside the Worker: nothing here is reachable unless EDGE_TEST_CONTROL=1.
 async function testControl(req, res, url) {
   const db = proxy.env.INTELLIGENCE_DB, bucket = proxy.env.multillm_media;
@@ -337,6 +349,10 @@ async function testControl(req, res, url) {
     const { action = "start", top = 25, sort = "tottime" } = await readJson(req);
     const text = pyodide.runPython(PROFILE_PY, { globals: pyodide.toPy({ action, top, sort }) });
     return sendJson(res, 200, { text });
+  }
+  if (route === "GET /__runner/modules") {
+    // Where each loaded module came from, and what site-packages holds (bundle tests).
+    return sendJson(res, 200, JSON.parse(pyodide.runPython(MODULES_PY)));
   }
   if (route === "POST /__runner/faults") {
     Object.assign(faults, await readJson(req));

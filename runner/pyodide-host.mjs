@@ -51,15 +51,28 @@ helper.cloudflareSocketsModule = None
 sys.modules["_pyodide_entrypoint_helper"] = helper
 `;
 
+// workerd's search path for an upload (its setup_python_search_path): the Worker's
+// modules first, python_modules/ just before site-packages, its .pth files processed.
+const BUNDLE_PATH = `
+import site, sys
+vendored = "/session/metadata/python_modules"
+at = next(i for i, p in enumerate(sys.path) if "site-packages" in p)
+sys.path.insert(at, vendored)
+site.addsitedir(vendored)
+`;
+
 // `mainPath` defaults to src/entry.py; tests may load another module beside src/.
-export async function loadWorker({ root, srcDir, mainPath, stdout }) {
+// With `bundleDir` (a `wrangler deploy --dry-run --outdir` directory) the Worker runs from
+// exactly what deploy uploads: nothing is installed from .cache into site-packages.
+export async function loadWorker({ root, srcDir, bundleDir, mainPath, stdout }) {
   const pyodide = await loadPyodide({ stdout, stderr: stdout });
-  installWheels(pyodide, root);
+  if (!bundleDir) installWheels(pyodide, root);
   pyodide.runPython(RUNTIME_SHIMS);
-  // The Worker's src/ as deployed, mounted read-only from disk.
+  // The Worker's src/ (or the upload) as deployed, mounted read-only from disk.
   pyodide.FS.mkdirTree("/session/metadata");
-  pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: srcDir }, "/session/metadata");
+  pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: bundleDir ?? srcDir }, "/session/metadata");
   pyodide.runPython(`import sys; sys.path.insert(0, "/session/metadata")`);
+  if (bundleDir) pyodide.runPython(BUNDLE_PATH);
   let mainModule = "entry";
   if (mainPath) {
     pyodide.FS.mkdirTree("/session/extra");

@@ -36,3 +36,13 @@ def fidelity_edge(tmp_path_factory):
     with Edge(tmp_path_factory.mktemp("fidelity"),
               extra_env={"EDGE_MAIN": str(ROOT / "tests/e2e/fidelity/fidelity_entry.py")}) as edge:
         yield edge
+
+
+@pytest.fixture(scope="session")
+def deploy_bundle(tmp_path_factory):
+    """The upload `wrangler deploy` would make, built once: a staged copy of the project
+    with python_modules/ laid out from the pinned wheels, and its dry run's outdir."""
+    from devkit import bundle
+    base = tmp_path_factory.mktemp("bundle")
+    project = bundle.stage(base / "project")
+    return project, bundle.dry_run(project, base / "upload")
