@@ -21,11 +21,12 @@ from the caller's ``page_id_for(sha256_hex)`` (an HMAC in production, see pages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 from zlib import crc32
 
 from .. import formats as _formats
+from . import recall
 from .config import MAX_PAGE_BYTES
 from ..base.errors import EdgeError
 from ..base.jsonbytes import compact, compact_with_list
@@ -48,6 +49,10 @@ class Plan:
     # plan's blocks, of those lengths (what earlier turns stored before the block closed:
     # merging may rewrite them, docs/design.md §5.9); made only when called.
     superseded: Callable[[set], list] | None = None
+    recall: list = field(default_factory=list)   # recall.Moment: quoted in the last marker
+    # group index -> its page, None inside a block (the block's first group has it)
+    placed: dict = field(default_factory=dict, repr=False)
+    last_marker: tuple | None = field(default=None, repr=False)  # (item, part, page ids)
 
     def encoded(self, model: str | None = None) -> bytes:
         """``compact(body)``, naming ``model`` when given (the provider's name for it)."""
@@ -213,7 +218,19 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule) -> 
     plan = _build(prep, by_group, size, budget)
     if covered:
         plan.superseded = _superseded(prep, list(covered))
+    plan.placed = by_group
     return plan
+
+
+def _placed(by_group: dict) -> dict:
+    """group -> (its page, the page's first group), in history order."""
+    out, first, page = {}, None, None
+    for gi in sorted(by_group):
+        p = by_group[gi]
+        if p is not None:
+            first, page = gi, p
+        out[gi] = (page, first)
+    return out
 
 
 def _superseded(prep: Prepared, inside: list) -> Callable[[set], list]:
@@ -234,10 +251,13 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     run_ids = None
     run_at = -1
 
+    last: list = [None]
+
     def close_run():
         m = _formats.marker(_formats.marker_text(run_ids, prep.search))
         out_items[run_at] = m
         parts[run_part] = dumps(m).encode("utf-8")
+        last[0] = (run_at, run_part, run_ids)
 
     for gi, g in enumerate(groups):
         p = chosen.get(gi, _UNPAGED)
@@ -264,21 +284,83 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     out = dict(prep.base)
     out[mod.ITEMS_KEY] = out_items
     mod.add_tool(out, prep.search)
-    return Plan(out, pages, size, budget, history=prep.history(parts))
+    return Plan(out, pages, size, budget, history=prep.history(parts), last_marker=last[0])
+
+
+# -- recall (docs/design.md §6.2) ----------------------------------------------------
+
+def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
+                    query: str) -> Plan:
+    """A paged plan whose last marker quotes the moments recall chooses: planned for
+    the budget less the recall room (more of the history paged), the moments chosen
+    among its paged exchanges within the room. When that plan cannot fit, or nothing is
+    recalled, the plan without recall: recall never causes a 413 nor spends the room
+    for nothing."""
+    if prep.total <= budget or not query:
+        return _plan(prep, budget, max_page_bytes, rule)
+    reserve = recall.room(budget)
+    try:
+        plan = _plan(prep, budget - reserve, max_page_bytes, rule)
+    except EdgeError as e:
+        if e.status != 413:
+            raise
+        return _plan(prep, budget, max_page_bytes, rule)
+    moments = recall.choose(query, _paged_exchanges(prep, plan), min(reserve, budget - plan.size),
+                            lambda extra: utf8_len(dumps(extra)) - 2)
+    if not moments or plan.last_marker is None:
+        return _plan(prep, budget, max_page_bytes, rule)
+    _quote(prep, plan, recall.text(moments))
+    plan.recall, plan.budget = moments, budget
+    return plan
+
+
+def _paged_exchanges(prep: Prepared, plan: Plan) -> list:
+    """The genuine exchanges the plan pages, oldest first, as recall ranks them."""
+    groups, items = prep.groups, prep.items
+    out = []
+    for gi, (page, first) in _placed(plan.placed).items():
+        g = groups[gi]
+        if g.kind == _formats.EXCHANGE:
+            offset = g.start - groups[first].start
+            out.append(recall.Paged(page, offset, items[g.start:g.end], (page.sha256, offset)))
+    return out
+
+
+def _quote(prep: Prepared, plan: Plan, extra: str) -> None:
+    """Append ``extra`` to the plan's last marker; its size grows by exactly the bytes
+    ``extra`` adds inside the marker's JSON string (escaping is per character)."""
+    at, part, ids = plan.last_marker
+    m = _formats.marker(_formats.marker_text(ids, prep.search) + extra)
+    plan.body[prep.mod.ITEMS_KEY][at] = m
+    plan.history.parts[part] = dumps(m).encode("utf-8")
+    plan.size += utf8_len(dumps(extra)) - 2
+
+
+def latest_user_text(prep: Prepared) -> str:
+    """The request's latest genuine user text: what the player just said (a trailing
+    tool result is no user turn, docs/design.md §5.6)."""
+    groups = prep.groups
+    last = next((g for g in reversed(groups) if g.kind == _formats.EXCHANGE), None)
+    return recall.query_text(prep.items, None if last is None else last.start)
 
 
 
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
                     *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS,
-                    rule: tuple | None = None, search: bool = False) -> list:
+                    rule: tuple | None = None, search: bool = False,
+                    recalling: bool = False) -> list:
     """One Plan or EdgeError per budget. Grouping and sizing are done once; a page with
     the same content is the same Page object across the plans. A 400 (invalid
     ``context_protected_indices``) concerns the request, not a candidate: raised.
     ``strip`` names the top-level fields the upstream body goes without; ``rule`` where
     blocks close (``block_rule(max_page_bytes)`` by default); ``search``: the search
-    tool is declared too (docs/design.md §6.1: its schema and the marker's words)."""
+    tool is declared too (docs/design.md §6.1: its schema and the marker's words);
+    ``recalling``: each candidate quotes the moments recall chooses (§6.2)."""
     prep = Prepared(fmt, body, page_id_for, strip=strip, search=search)
     rule = rule or block_rule(max_page_bytes)
+    if recalling:
+        query = latest_user_text(prep)
+        return per_budget(lambda b: _plan_recalling(prep, b, max_page_bytes, rule, query), budgets)
     return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule), budgets)
 
 

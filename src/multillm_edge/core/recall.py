@@ -1,0 +1,123 @@
+"""Recall (docs/design.md §6.2): the exchanges a paged request stores that best match
+what the player just said, quoted verbatim in the marker, with no tool call.
+
+Pure and deterministic: the query is the request's latest genuine user text, the
+documents are the exchanges this plan pages (nothing else: no storage read, no model),
+ranked by the search's ranker (search.rank). A moment is recalled only when
+
+- its exchange holds at least ``MIN_RELEVANCE`` of the query's term weight (the rarer a
+  word, the more it weighs; search.ranker's relevance) and at least ``MIN_TERMS`` of
+  its distinct terms, so a turn like "*I nod.*" (one content word) recalls nothing;
+- it fits the candidate's recall room: at most ``SHARE`` of its budget and
+  ``MAX_BYTES`` (the plan pages that much more of the history to make it). A moment
+  that does not fit is left out; recall never causes a 413.
+
+At most ``MAX_MOMENTS``. Each shows its page_id and exchange (retrieval's
+``exchange=N``) and its messages' texts, role-labelled, each cut to ``EXCERPT_MAX``
+code points with an ellipsis where cut (the search's excerpt rule: the best-matching
+message around its matches, the others from their start).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+from .. import formats
+from ..search import page_texts, rank
+from ..search.ranker import ELLIPSIS, EXCERPT_MAX, MIN_RELEVANCE
+
+SHARE = 0.15            # of the candidate's budget, at most
+MAX_BYTES = 8192        # and never more than this
+MAX_MOMENTS = 3
+MIN_TERMS = 2           # distinct query terms an exchange must hold
+INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the exchange "
+         "to read it whole):")
+
+
+class Moment(NamedTuple):
+    page_id: str
+    exchange: int       # 1-based: the page's exchange as retrieval's `exchange=N` reads it
+    score: float
+    lines: tuple        # ((role, text cut to EXCERPT_MAX), ...)
+
+
+class Paged(NamedTuple):
+    """An exchange the plan pages: its page, where its items start in the page, and
+    its items; ``key`` caches its analysis (the page's SHA-256 and that offset)."""
+    page: object        # prepared.Page
+    offset: int
+    items: list
+    key: tuple
+
+
+def room(budget: int) -> int:
+    """The most bytes a candidate of ``budget`` gives to recalled moments."""
+    return max(0, min(int(budget * SHARE), MAX_BYTES))
+
+
+def query_text(items: list, start: int | None) -> str:
+    """The latest genuine user message's text (``start``: its index), '' without one."""
+    if start is None:
+        return ""
+    return "\n".join(t for _, t in page_texts([items[start]]))
+
+
+class _Texts(Sequence):
+    """The exchanges' texts, made only for those the ranker reads (a cached analysis
+    needs none)."""
+    def __init__(self, paged: list):
+        self._paged, self._made = paged, {}
+
+    def __len__(self) -> int:
+        return len(self._paged)
+
+    def __getitem__(self, i):
+        got = self._made.get(i)
+        if got is None:
+            got = self._made[i] = page_texts(self._paged[i].items)
+        return got
+
+
+def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], int]) -> list:
+    """The moments to recall (best first), ``size_of(text(moments))`` ≤ ``room_bytes``."""
+    if not query or not paged or room_bytes <= 0:
+        return []
+    texts = _Texts(paged)
+    hits = rank(query, texts, len(paged), keys=[p.key for p in paged])
+    out: list = []
+    for hit in hits:
+        if len(out) == MAX_MOMENTS or hit.relevance < MIN_RELEVANCE:
+            break
+        if hit.matched < MIN_TERMS:
+            continue
+        moment = _moment(paged[hit.doc], hit, texts[hit.doc])
+        if moment is not None and size_of(text(out + [moment])) <= room_bytes:
+            out.append(moment)
+    return out
+
+
+def _moment(p: Paged, hit, texts: list) -> Moment | None:
+    """The moment of ``hit``; None when its exchange is not one retrieval can name."""
+    starts = formats.exchange_starts(p.page.items)
+    if p.offset not in starts:
+        return None
+    lines = []
+    for j, (role, t) in enumerate(texts):
+        if j == hit.message_index:
+            cut = (ELLIPSIS if hit.start > 0 else "") + t[hit.start:hit.end] + \
+                (ELLIPSIS if hit.end < len(t) else "")
+        else:
+            cut = t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS
+        lines.append((role, cut))
+    return Moment(p.page.page_id, starts.index(p.offset) + 1, hit.score, tuple(lines))
+
+
+def text(moments: list) -> str:
+    """What the marker gains after its handles ('' for none)."""
+    if not moments:
+        return ""
+    out = ["", "", INTRO]
+    for m in moments:
+        out.append(f"[page_id {m.page_id}, exchange {m.exchange}]")
+        out.extend(f"{role}: {t}" for role, t in m.lines)
+    return "\n".join(out)
