@@ -1,22 +1,41 @@
-"""Recall of the page search over paged roleplay, and its CPU (issue 18 items 6 and 7).
+"""Recall of the exchange search on real and synthetic conversations, and its CPU
+(issue 25; docs/design.md §6.1, §6.2; bench/README.md).
 
-The corpus (bench/recall_corpus.py: 3 seeded conversations, English/Chat,
-Russian/Responses, Japanese/Messages, 520 exchanges each, 342 questions by rule) goes
-through the real paging (``paging.plan_candidates`` with the production ``PageSigner``,
-a 48 KB budget so all but the last few dozen exchanges are paged). Each question's
-answer page is the page whose message texts hold its needle (by content, so pages of
-several exchanges work too). Recall@1/5/10 for:
+Usage: ``python bench/bench_recall.py [--no-cpu] [--recall-mode]`` or
+``node bench/pyodide_bench.mjs bench_recall`` (synthetic set and CPU only: the real
+conversations are not copied into Pyodide's file system).
 
-- position: the k oldest, and the k newest, stored pages (what the model has today);
-- plain BM25: ``search(..., stem=False, extras=False)``;
-- search: ``multillm_edge.search.search`` as the route runs it.
+Real set: the LoCoMo conversations of ``$LOCOMO_ZIP`` (default
+``../shared/data/locomo-dev.zip`` next to the repository; read in place, never copied;
+absent → said, and the synthetic set goes on alone). Each conversation is one chat
+history (OpenAI Chat): speaker A is ``user``, speaker B ``assistant``; every turn is a
+``Name: text`` line (an image turn ends with ``[shares a photo: <caption>]``);
+consecutive lines of one speaker are one message (joined with ``\\n``); a session's
+first line is preceded by the line ``[date: <session date>]``. The body goes through
+the real paging (``paging.plan_candidates``, production ``PageSigner``) for a 32k-token
+model: budget = 32,768 window − 1,024 output reservation (the body's ``max_tokens``)
+− 256 safety tokens (the default ``CONTEXT_SAFETY_TOKENS``) = 31,488, compared with
+the body's UTF-8 bytes as the edge does (planning.candidates). The documents are the
+paged exchanges (``formats.exchange_starts`` of each page, ``page_texts`` of each
+exchange, an exchange stored twice counted once), oldest first. Every question of
+categories 1-4 with an evidence turn in a paged exchange is a query; a hit is a ranked
+exchange holding an evidence line (``Name: text``).
 
-CPU: per session, its newest pages up to 1 MiB; the floor is what verifying
-them costs (SHA-256 + UTF-8 decode + ``json.loads`` of every page body); the search is
-``page_texts`` of every page's parsed items + ``search``, per question (median of the
-first 24 questions, 5 rounds). Target: (floor + search) / floor ≤ 8.
-Usage: ``python bench/bench_recall.py`` or ``node bench/pyodide_bench.mjs bench_recall``.
-Exit status non-zero when a recall target is missed (R@5 ≥ 0.95 all, ≥ 0.85 name-only).
+Synthetic set: bench/recall_corpus.py (English/Chat, Russian/Responses,
+Japanese/Messages), paged the same way; a hit holds the question's needle.
+
+Rankers: position (newest paged exchanges first), plain BM25, stemmed BM25 (the fair
+baseline), the search (``rank`` with its default ``Scoring``) and the search with each
+part removed (the ablation). ``--recall-mode`` adds auto-recall: the question is the
+latest user message of the whole conversation, the request is planned again, the
+exchanges it pages are ranked, and the top 3 at or above ``MIN_RELEVANCE`` are recalled.
+
+CPU (``--no-cpu`` skips): the synthetic English session's newest pages up to 1 MiB;
+the floor is verifying them (SHA-256 + UTF-8 decode + ``json.loads`` of each body); a
+search is what the route runs (exchange texts of every page + ``rank``), for typical
+questions, a 1,000-character query and a stop-words-only query. Targets: any query
+≤ 3× a typical one, (floor + search) / floor ≤ 8. Exit status non-zero when a target
+of the real set (R@5 ≥ 0.82, R@1 ≥ 0.50) or the CPU is missed.
 """
 
 from __future__ import annotations
@@ -27,6 +46,7 @@ import os
 import statistics
 import sys
 import time
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -36,13 +56,22 @@ for path in (SRC, HERE):
 
 import recall_corpus  # noqa: E402
 from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER  # noqa: E402
+from multillm_edge import formats  # noqa: E402
 from multillm_edge.core import paging, validation  # noqa: E402
-from multillm_edge.search import page_texts, search  # noqa: E402
+from multillm_edge.search import MIN_RELEVANCE, page_texts, rank  # noqa: E402
+from multillm_edge.search import ranker  # noqa: E402
+from multillm_edge.search.ranker import BASELINE, PLAIN, Scoring  # noqa: E402
 
-BUDGET = 48_000
+WINDOW, MAX_OUTPUT, SAFETY = 32_768, 1_024, 256
+BUDGET = WINDOW - MAX_OUTPUT - SAFETY
 KS = (1, 5, 10)
 MIB = 1 << 20
+LOCOMO = os.environ.get("LOCOMO_ZIP") or os.path.join(
+    os.path.dirname(HERE), "..", "shared", "data", "locomo-dev.zip")
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 
+
+# -- paging ------------------------------------------------------------------------
 
 def paged(fmt: str, body: dict) -> list:
     raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
@@ -52,34 +81,184 @@ def paged(fmt: str, body: dict) -> list:
     return plan.pages
 
 
-def answer_page(needle: str, texts: list):
-    found = [i for i, ts in enumerate(texts) if any(needle in t for _, t in ts)]
-    return found[0] if len(found) == 1 else None
+def exchange_docs(items_per_page) -> list:
+    """Every exchange of the pages as its (role, text) list, oldest first, each once."""
+    docs, seen = [], set()
+    for items in items_per_page:
+        bounds = formats.exchange_starts(items) + [len(items)]
+        for a, b in zip(bounds, bounds[1:]):
+            key = json.dumps(items[a:b], ensure_ascii=False, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                docs.append(page_texts(items[a:b]))
+    return docs
 
 
-def rankers(n_pages: int):
-    return {
-        "position: oldest": lambda q, texts: list(range(10)),
-        "position: newest": lambda q, texts: list(range(n_pages - 1, n_pages - 11, -1)),
-        "plain BM25": lambda q, texts: [h.page for h in search(q, texts, 10, stem=False, extras=False)],
-        "search": lambda q, texts: [h.page for h in search(q, texts, 10)],
-    }
+def holds(doc, needles) -> bool:
+    return any(n in t for _, t in doc for n in needles)
 
 
-def recall(runs) -> dict:
-    """{(method, kind): [hits@1, @5, @10, count]}."""
+# -- the real set (LoCoMo) ---------------------------------------------------------
+
+def locomo_conversations() -> list:
+    """[(name, conversation dict)] from the zip, or [] when it is absent."""
+    if not os.path.isfile(LOCOMO):
+        return []
+    with zipfile.ZipFile(LOCOMO) as z:
+        return [(n.rsplit(".", 1)[0], json.loads(z.read(n))) for n in sorted(z.namelist()) if n.endswith(".json")]
+
+
+def _lines(conv: dict) -> tuple:
+    """([(speaker, line)], {dia_id: line}) in conversation order."""
+    lines, by_id = [], {}
+    n = 1
+    while f"session_{n}" in conv:
+        for k, turn in enumerate(conv[f"session_{n}"]):
+            line = f"{turn['speaker']}: {turn['text']}"
+            by_id[turn["dia_id"]] = line
+            if turn.get("blip_caption"):
+                line += f" [shares a photo: {turn['blip_caption']}]"
+            if k == 0:
+                lines.append((turn["speaker"], f"[date: {conv[f'session_{n}_date_time']}]"))
+            lines.append((turn["speaker"], line))
+        n += 1
+    return lines, by_id
+
+
+def locomo_body(conv: dict, latest: str | None = None) -> tuple:
+    c = conv["conversation"] if "conversation" in conv else conv
+    lines, by_id = _lines(c)
+    role = {c["speaker_a"]: "user", c["speaker_b"]: "assistant"}
+    msgs = [{"role": "system", "content": f"{c['speaker_b']} talks with {c['speaker_a']}."}]
+    for speaker, line in lines:
+        if len(msgs) > 1 and msgs[-1]["role"] == role[speaker]:
+            msgs[-1]["content"] += "\n" + line
+        else:
+            msgs.append({"role": role[speaker], "content": line})
+    if latest is not None:
+        msgs.append({"role": "user", "content": latest})
+    return {"model": "bench:rp", "messages": msgs, "max_tokens": MAX_OUTPUT}, by_id
+
+
+def _evidence(q: dict, by_id: dict) -> list:
+    out = []
+    for e in q.get("evidence") or ():
+        for part in str(e).replace(",", ";").split(";"):
+            line = by_id.get(part.strip())
+            if line:
+                out.append(line)
+    return out
+
+
+def locomo_runs() -> list:
+    """[(conversation, docs, [(question, category, evidence lines)])]."""
+    runs = []
+    for name, conv in locomo_conversations():
+        body, by_id = locomo_body(conv)
+        docs = exchange_docs(p.items for p in paged("chat", body))
+        qs = []
+        for q in conv["qa"]:
+            ev = _evidence(q, by_id)
+            if q.get("category") in CATEGORIES and ev and any(holds(d, ev) for d in docs):
+                qs.append((q["question"], CATEGORIES[q["category"]], [e for e in ev if any(holds(d, [e]) for d in docs)]))
+        runs.append((name, docs, qs))
+    return runs
+
+
+def synthetic_runs() -> list:
+    runs = []
+    for fmt, body, questions in recall_corpus.corpus():
+        docs = exchange_docs(p.items for p in paged(fmt, body))
+        qs = [(q.text, q.kind, [q.needle]) for q in questions if any(holds(d, [q.needle]) for d in docs)]
+        runs.append((fmt, docs, qs))
+    return runs
+
+
+# -- rankers and tables --------------------------------------------------------------
+
+SEARCH = Scoring()
+ABLATIONS = {
+    "search": SEARCH,
+    "− neighbour": SEARCH._replace(neighbour=0.0),
+    "− passage": SEARCH._replace(passage=0.0),
+    "− stemming": SEARCH._replace(stem=False),
+}
+
+
+def rankers() -> dict:
+    out = {"position (newest first)": None, "plain BM25": PLAIN, "stemmed BM25 (baseline)": BASELINE}
+    out.update(ABLATIONS)
+    return out
+
+
+def ranked(scoring, q: str, docs: list) -> list:
+    if scoring is None:
+        return list(range(len(docs) - 1, len(docs) - 11, -1))
+    return [h.doc for h in rank(q, docs, 10, scoring=scoring)]
+
+
+def recall(runs, methods) -> dict:
+    """{(method, group): [hits@1, @5, @10, count]} for groups "all", each conversation
+    and each question kind."""
     table: dict = {}
-    for fmt, pages, questions in runs:
-        texts = [page_texts(p.items) for p in pages]
-        for name, rank in rankers(len(pages)).items():
-            for q, ans in questions:
-                got = rank(q.text, texts)
-                for key in ((name, "all"), (name, q.kind)):
+    for conv, docs, questions in runs:
+        for name, scoring in methods.items():
+            for q, kind, needles in questions:
+                got = ranked(scoring, q, docs)
+                for key in ((name, "all"), (name, conv), (name, kind)):
                     row = table.setdefault(key, [0, 0, 0, 0])
+                    first = next((i for i, d in enumerate(got) if holds(docs[d], needles)), None)
                     for j, k in enumerate(KS):
-                        row[j] += ans in got[:k]
+                        row[j] += first is not None and first < k
                     row[3] += 1
     return table
+
+
+def _row(label, group, row) -> str:
+    h1, h5, h10, n = row
+    return f"| {label} | {group} ({n}) | {h1 / n:.3f} | {h5 / n:.3f} | {h10 / n:.3f} |"
+
+
+def print_table(title: str, table: dict, methods, groups) -> None:
+    print(f"\n{title}")
+    print("| method | questions | " + " | ".join(f"R@{k}" for k in KS) + " |")
+    print("|---|---|" + "---:|" * len(KS))
+    for m in methods:
+        for g in groups:
+            if (m, g) in table:
+                print(_row(m, g, table[(m, g)]))
+
+
+def auto_recall(conversations) -> tuple:
+    """(share of questions with an evidence exchange recalled, share recalling nothing,
+    questions): the question as the latest user message, the exchanges its request
+    pages ranked, the top 3 at or above MIN_RELEVANCE recalled."""
+    got = none = n = 0
+    for _, conv in conversations:
+        for q in conv["qa"]:
+            if q.get("category") not in CATEGORIES:
+                continue
+            body, by_id = locomo_body(conv, q["question"])
+            ev = _evidence(q, by_id)
+            docs = exchange_docs(p.items for p in paged("chat", body))
+            if not ev or not any(holds(d, ev) for d in docs):
+                continue
+            hits = [h for h in rank(q["question"], docs, 3) if h.relevance >= MIN_RELEVANCE]
+            n += 1
+            none += not hits
+            got += any(holds(docs[h.doc], ev) for h in hits)
+    return got / max(n, 1), none / max(n, 1), n
+
+
+# -- CPU -----------------------------------------------------------------------------
+
+STOP_ONLY = "What did they do there when it was then?"
+
+
+def long_query(docs: list) -> str:
+    """1,000 characters of the conversation's own words (the worst case for terms)."""
+    text = " ".join(t for d in docs[::7] for _, t in d)
+    return text[:1000]
 
 
 def cpu(pages, questions, rounds: int = 5) -> dict:
@@ -96,49 +275,79 @@ def cpu(pages, questions, rounds: int = 5) -> dict:
         return [json.loads(b.decode("utf-8")) for b in bodies if hashlib.sha256(b).digest()]
 
     items = floor()
-    qs = [q.text for q, _ in questions[:24]]
-    t_floor, t_search = [], []
-    for _ in range(rounds):
-        for q in qs:
-            t0 = time.perf_counter()
-            floor()
-            t1 = time.perf_counter()
-            search(q, [page_texts(it) for it in items], 5)
-            t2 = time.perf_counter()
-            t_floor.append(t1 - t0)
-            t_search.append(t2 - t1)
-    f, s = statistics.median(t_floor) * 1000, statistics.median(t_search) * 1000
-    return {"pages": len(chosen), "bytes": total, "floor": f, "search": s, "ratio": (f + s) / f}
+    docs = exchange_docs(items)
+    queries = {"typical": [q for q, _, _ in questions[:24]], "1,000 characters": [long_query(docs)] * 8,
+               "stop words only": [STOP_ONLY] * 8}
+    out = {"pages": len(chosen), "exchanges": len(docs), "bytes": total}
+    t_floor = []
+    for label, qs in queries.items():
+        t_search, hits = [], 0
+        for _ in range(rounds):
+            for q in qs:
+                ranker.clear_cache()
+                t0 = time.perf_counter()
+                floor()
+                t1 = time.perf_counter()
+                hits = len(rank(q, exchange_docs(items), 5))
+                t2 = time.perf_counter()
+                t_floor.append(t1 - t0)
+                t_search.append(t2 - t1)
+        out[label] = (statistics.median(t_search) * 1000, hits)
+    out["floor"] = statistics.median(t_floor) * 1000
+    return out
 
 
 def main(runtime: str = "CPython") -> int:
-    runs = []
-    for fmt, body, questions in recall_corpus.corpus():
-        pages = paged(fmt, body)
-        texts = [page_texts(p.items) for p in pages]
-        qa = [(q, answer_page(q.needle, texts)) for q in questions]
-        runs.append((fmt, pages, [(q, a) for q, a in qa if a is not None]))
-        print(f"{fmt}: {len(pages)} pages, {sum(len(p.body) for p in pages):,} bytes paged, "
-              f"{sum(a is not None for _, a in qa)}/{len(qa)} questions answered in a page")
-    table = recall(runs)
-    print(f"\nrecall bench — {runtime} {sys.version.split()[0]}")
-    kinds = ("all",) + recall_corpus.KINDS
-    print("| method | questions | " + " | ".join(f"R@{k}" for k in KS) + " |")
-    print("|---|---|" + "---:|" * len(KS))
-    for method in rankers(1):
-        for kind in kinds:
-            h1, h5, h10, n = table[(method, kind)]
-            print(f"| {method} | {kind} ({n}) | {h1 / n:.3f} | {h5 / n:.3f} | {h10 / n:.3f} |")
-    print(f"\nsearch CPU — {runtime} (the newest pages up to 1 MiB; ms, medians over 24 questions x 5)")
-    print("| session | pages | bytes | floor: SHA-256 + decode + json.loads | page_texts + search | (floor + search) / floor |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for fmt, pages, questions in runs:
-        c = cpu(pages, questions)
-        print(f"| {fmt} | {c['pages']} | {c['bytes']:,} | {c['floor']:.1f} | {c['search']:.1f} | {c['ratio']:.2f} |")
-    ok = table[("search", "all")][1] / table[("search", "all")][3] >= 0.95 and \
-        table[("search", "name")][1] / table[("search", "name")][3] >= 0.85
+    args = sys.argv[1:] if runtime == "CPython" else []
+    ok = True
+    conversations = locomo_conversations()
+    methods = rankers()
+    if conversations:
+        runs = locomo_runs()
+        for name, docs, qs in runs:
+            print(f"LoCoMo {name}: {len(docs)} paged exchanges, {len(qs)} questions with paged evidence")
+        table = recall(runs, methods)
+        print_table(f"real set (LoCoMo, {LOCOMO}) — {runtime}", table, methods, ("all",))
+        groups = [r[0] for r in runs] + list(CATEGORIES.values())
+        print_table("real set by conversation and category", table,
+                    ("stemmed BM25 (baseline)", "search"), groups)
+        h1, h5, _, n = table[("search", "all")]
+        ok = h5 / n >= 0.82 and h1 / n >= 0.50
+        if "--recall-mode" in args:
+            r, none, n = auto_recall(conversations)
+            print(f"\nauto-recall@3 (relevance ≥ {MIN_RELEVANCE}): {r:.3f}; recalling nothing: {none:.3f}; {n} questions")
+    else:
+        print(f"LoCoMo conversations not found at {LOCOMO} (set LOCOMO_ZIP): synthetic set only")
+    synth = synthetic_runs()
+    for fmt, docs, qs in synth:
+        print(f"synthetic {fmt}: {len(docs)} paged exchanges, {len(qs)} questions with a paged needle")
+    table = recall(synth, methods)
+    print_table(f"synthetic set (bench/recall_corpus.py) — {runtime}", table, methods,
+                ("all",) + recall_corpus.KINDS)
+    if "--no-cpu" not in args:
+        ok = print_cpu(runtime) and ok
     sys.stdout.flush()
     return 0 if ok else 1
+
+
+def print_cpu(runtime: str) -> bool:
+    fmt, body, questions = recall_corpus.corpus()[0]
+    pages = paged(fmt, body)
+    qs = [(q.text, q.kind, [q.needle]) for q in questions]
+    c = cpu(pages, qs)
+    print(f"\nsearch CPU — {runtime}: the newest {c['pages']} pages up to 1 MiB ({c['bytes']:,} bytes, "
+          f"{c['exchanges']} exchanges), no analysis cached; ms, medians")
+    print("| query | floor: SHA-256 + decode + json.loads | exchange texts + rank | hits | (floor + search) / floor | / typical |")
+    print("|---|---:|---:|---:|---:|---:|")
+    typical = c["typical"][0]
+    ok = True
+    for label in ("typical", "1,000 characters", "stop words only"):
+        ms, hits = c[label]
+        ratio = (c["floor"] + ms) / c["floor"]
+        rel = (c["floor"] + ms) / (c["floor"] + typical)
+        ok = ok and ratio <= 8 and rel <= 3
+        print(f"| {label} | {c['floor']:.1f} | {ms:.1f} | {hits} | {ratio:.2f} | {rel:.2f} |")
+    return ok
 
 
 if __name__ == "__main__":

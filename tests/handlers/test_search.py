@@ -119,9 +119,10 @@ def test_limit(edge, stored):
 
 def test_no_match_and_no_pages(edge):
     doc = search(edge, {"query": "dragon"}).json()
-    assert doc == {"object": "list", "data": [], "pages_searched": 0}
+    assert doc == {"object": "list", "data": [], "pages_searched": 0, "exchanges_searched": 0}
     store_object(edge, FILLER)
-    assert search(edge, {"query": "dragon"}).json() == {"object": "list", "data": [], "pages_searched": 8}
+    assert search(edge, {"query": "dragon"}).json() == {"object": "list", "data": [], "pages_searched": 8,
+                                                        "exchanges_searched": 8}
 
 
 def test_ties_break_newest_first(edge):
@@ -133,13 +134,25 @@ def test_ties_break_newest_first(edge):
     assert [h["page_id"] for h in data] == [r[0]["page_id"] for r in (new, mid, old)]
 
 
-def test_a_message_in_two_pages_is_quoted_once_from_the_better(edge):
+def test_the_hit_is_an_exchange_and_one_stored_twice_is_answered_once(edge):
+    # Distinct exchanges quoting the same message are distinct hits; the same exchange
+    # in two pages is one, named by the newest page holding it.
     old = store_object(edge, [exchange("A griffin here.", "Noted, one.")], created=edge.clock - 20)
     new = store_object(edge, [exchange("A griffin here.", "Noted, two.")], created=edge.clock - 10)
+    again = store_object(edge, [FILLER[0] + exchange("A griffin here.", "Noted, one.")], created=edge.clock - 5)
     other = store_object(edge, [exchange("B griffin here.", "Noted, six.")], created=edge.clock - 30)
+    doc = search(edge, {"query": "griffin"}).json()
+    assert doc["pages_searched"] == 4 and doc["exchanges_searched"] == 4     # 3 + a filler
+    assert sorted((h["page_id"], h["exchange"]) for h in doc["data"]) == sorted([
+        (again[0]["page_id"], 2), (new[0]["page_id"], 1), (other[0]["page_id"], 1)])
+    assert old[0]["page_id"] not in json.dumps(doc)
+
+
+def test_several_exchanges_of_one_page_are_hits(edge):
+    [row] = store_object(edge, [FILLER[0] + exchange("A griffin here.", "ok") + FILLER[1]
+                                + exchange("Two griffin there.", "ok") + FILLER[2]])
     data = search(edge, {"query": "griffin"}).json()["data"]
-    assert [h["page_id"] for h in data] == [new[0]["page_id"], other[0]["page_id"]]
-    assert old[0]["page_id"] not in json.dumps(data)
+    assert sorted((h["page_id"], h["exchange"]) for h in data) == [(row["page_id"], 2), (row["page_id"], 4)]
 
 
 def test_a_block_page_and_the_page_of_its_exchange_are_quoted_once(edge):
@@ -231,7 +244,8 @@ def test_forged_and_foreign_rows_are_never_quoted(edge, stored):
     expired["signature"] = SIGNER.row_signature(expired)
     insert(edge, expired)
     doc = search(edge, {"query": "zeppelin"}).json()
-    assert doc == {"object": "list", "data": [], "pages_searched": len(stored)}
+    assert doc == {"object": "list", "data": [], "pages_searched": len(stored),
+                   "exchanges_searched": len(stored)}
     assert "zeppelin" not in json.dumps(edge.logs)
     assert edge.logs[-1]["rows_left_out"] == 4
 

@@ -1,58 +1,122 @@
-"""Ranking and excerpts of the page search (docs/design.md §6.1)."""
+"""Ranking of exchanges and their excerpts (docs/design.md §6.1, §6.2)."""
 
-from hypothesis import given, settings, strategies as st
+import unicodedata
 
-from multillm_edge.search import EXCERPT_MAX, search
-from multillm_edge.search.ranker import ELLIPSIS
+from hypothesis import assume, given, settings, strategies as st
+
+from multillm_edge.search import EXCERPT_MAX, analyzer, rank, ranker
+from multillm_edge.search.ranker import BASELINE, ELLIPSIS, PLAIN, Scoring
 
 FILLER = "The caravan moves on through the dusty road and nobody speaks. "
 
 
-def page(*texts, role="assistant"):
+def doc(*texts, role="assistant"):
     return [(role, t) for t in texts]
 
 
-def test_finds_the_page_by_other_inflections():
-    pages = [page(FILLER * 3), page("Ilsabeth promised the silver key near the old mill."), page(FILLER)]
-    [hit, *_] = search("Which keys is Ilsabeth promising?", pages, 5)
-    assert (hit.page, hit.role, hit.text) == (1, "assistant", "Ilsabeth promised the silver key near the old mill.")
+def test_finds_the_exchange_by_other_inflections():
+    docs = [doc(FILLER * 3), doc("Ilsabeth promised the silver key near the old mill."), doc(FILLER)]
+    [hit, *_] = rank("Which keys is Ilsabeth promising?", docs, 5)
+    assert (hit.doc, hit.role, hit.text) == (1, "assistant", "Ilsabeth promised the silver key near the old mill.")
 
 
 def test_ties_break_newest_first_and_results_repeat():
-    pages = [page("a lantern glows")] * 4
-    hits = search("lanterns", pages, 3)
-    assert [h.page for h in hits] == [3, 2, 1]
-    assert search("lanterns", pages, 3) == hits
+    docs = [doc("a lantern glows")] * 4
+    hits = rank("lanterns", docs, 3, scoring=BASELINE)
+    assert [h.doc for h in hits] == [3, 2, 1]
+    assert rank("lanterns", docs, 3, scoring=BASELINE) == hits
 
 
-def test_pages_without_a_query_term_are_left_out_and_limit_holds():
-    pages = [page("key"), page("nothing"), page("keys and key")]
-    assert sorted(h.page for h in search("key", pages, 10)) == [0, 2]
-    assert len(search("key", pages, 1)) == 1
-    assert search("zzz", pages, 5) == [] and search("   ", pages, 5) == [] and search("key", [], 5) == []
+def test_exchanges_without_a_query_term_are_left_out_and_limit_holds():
+    docs = [doc("key"), doc("nothing"), doc("keys and key")]
+    assert sorted(h.doc for h in rank("key", docs, 10)) == [0, 2]
+    assert len(rank("key", docs, 1)) == 1
+    assert rank("zzz", docs, 5) == [] and rank("   ", docs, 5) == [] and rank("key", [], 5) == []
+
+
+def test_a_query_of_stop_words_only_has_no_hits():
+    docs = [doc("What did they do there when it was then?"), doc("и что это было")]
+    assert rank("What did they do there?", docs, 5) == []
+    assert rank("и что было", docs, 5) == []
 
 
 def test_whole_words_only():
-    assert search("key", [page("a monkey")], 5) == []
+    assert rank("key", [doc("a monkey")], 5) == []
 
 
 def test_cjk_and_russian():
-    pages = [page("トナルは塔のそばで黄金の短剣を隠した。"), page("Мирослава спрятала ключ у моста."), page("何もない")]
-    assert search("短剣を隠したのは誰？", pages, 1)[0].page == 0
-    assert search("ключи Мирославы", pages, 1)[0].page == 1
+    docs = [doc("トナルは塔のそばで黄金の短剣を隠した。"), doc("Мирослава спрятала ключ у моста."), doc("何もない")]
+    assert rank("短剣を隠したのは誰？", docs, 1)[0].doc == 0
+    assert rank("ключи Мирославы", docs, 1)[0].doc == 1
+
+
+def test_an_exact_word_is_found_whatever_its_stem():
+    docs = [doc("the dying light"), doc("чёрный кот"), doc("a 3.5abc token"), doc("森key")]
+    assert [h.doc for h in rank("dying", docs, 5)] == [0]        # stem "die"
+    assert [h.doc for h in rank("чёрный", docs, 5)] == [1]       # Snowball folds ё to е
+    assert [h.doc for h in rank("abc", docs, 5)] == [2]          # a word after a number
+    assert [h.doc for h in rank("key", docs, 5)] == [3]          # a word after CJK
 
 
 def test_long_message_excerpt_is_centered_on_the_match():
     text = FILLER * 20 + "Ilsabeth hid the key. " + FILLER * 20
-    [hit] = search("Ilsabeth", [page(text)], 5)
+    [hit] = rank("Ilsabeth", [doc(text)], 5)
     assert hit.text.startswith(ELLIPSIS) and hit.text.endswith(ELLIPSIS) and len(hit.text) == EXCERPT_MAX
     assert "Ilsabeth hid the key." in hit.text
     assert hit.text[1:-1] == text[hit.start:hit.end]
 
 
-def test_best_message_of_the_page_is_quoted():
-    [hit] = search("silver key", [page("a key", "the silver key", "silver", role="user")], 5)
+def test_best_message_of_the_exchange_is_quoted():
+    [hit] = rank("silver key", [doc("a key", "the silver key", "silver", role="user")], 5)
     assert (hit.message_index, hit.role, hit.text) == (1, "user", "the silver key")
+
+
+def test_several_hits_may_come_from_neighbouring_exchanges_and_limit_counts_exchanges():
+    docs = [doc("Mira hid the key."), doc(FILLER), doc("Mira lost the key."), doc("Mira found the key.")]
+    hits = rank("Mira key", docs, 2)
+    assert len(hits) == 2 and {h.doc for h in hits} <= {0, 2, 3}
+
+
+def test_relevance_is_the_share_of_the_query_idf_held():
+    docs = [doc("the silver key"), doc("a silver cup"), doc(FILLER), doc(FILLER)]
+    [full, half] = rank("silver key", docs, 5)
+    assert (full.doc, full.relevance) == (0, 1.0)
+    assert half.doc == 1 and 0 < half.relevance < 0.5          # "key" is the rarer term
+
+
+def test_neighbour_smoothing_lifts_the_answer_to_a_question_asked_before_it():
+    docs = [doc(FILLER), doc("Where did you bury the crown?"), doc("Under the old oak, by the river."),
+            doc("The crown of the river king, under glass."), doc(FILLER)]
+    assert rank("crown river oak", docs, 1)[0].doc in (2, 3)
+    assert rank("crown river oak", docs, 1, scoring=Scoring(neighbour=0.0, passage=0.0))[0].doc in (2, 3)
+
+
+def test_the_term_cap_keeps_the_rarest():
+    docs = [doc(f"common word {i} zyx") for i in range(30)] + [doc("rare needle")]
+    query = " ".join(f"common word{i}" for i in range(40)) + " needle"
+    assert rank(query, docs, 1)[0].doc == 30
+
+
+def test_the_analysis_cache_is_bounded_and_keyed(monkeypatch):
+    ranker.clear_cache()
+    monkeypatch.setattr(ranker, "CACHE_CODE_POINTS", 50)
+    docs = [doc("x" * 20 + " key"), doc("y" * 20 + " key"), doc("z" * 20 + " key")]
+    hits = rank("key", docs, 5, keys=["a", "b", "c"])
+    assert list(ranker._cache) == ["b", "c"] and ranker._cached[0] <= 50
+    assert rank("key", docs, 5, keys=["a", "b", "c"]) == hits == rank("key", docs, 5)
+    ranker.clear_cache()
+
+
+def test_plain_and_baseline_modes():
+    docs = [doc("promised keys"), doc("a promise of a key")]
+    assert [h.doc for h in rank("promise key", docs, 5, scoring=PLAIN)] == [1]
+    assert {h.doc for h in rank("promise key", docs, 5, scoring=BASELINE)} == {0, 1}
+
+
+def test_an_irregular_form_is_found_from_its_verb_and_a_bit_is_not_bitten():
+    docs = [doc("we search the docks"), doc("Wynros found the cursed map."), doc("the map is lost")]
+    assert rank("who was finding the map", docs, 3)[0].doc == 1
+    assert rank("bite", [doc("a bit of bread"), doc("the dog bit him")], 5) == []
 
 
 pieces = st.sampled_from(list("ab ßİﬁ𝔘🌙é\u0301夜の森Кл.,\n") + ["key", "Key ", "ＫＥＹ"])
@@ -63,9 +127,9 @@ message = st.lists(pieces, max_size=400).map("".join)
 @given(texts=st.lists(message, min_size=1, max_size=4),
        query=st.sampled_from(["key", "夜の", "ß", "кл", "ﬁ", "a b"]))
 def test_excerpt_is_verbatim_bounded_and_cut_at_code_points(texts, query):
-    pages = [page(*texts)]
-    for hit in search(query, pages, 5):
-        msg = pages[hit.page][hit.message_index][1]
+    docs = [doc(*texts)]
+    for hit in rank(query, docs, 5):
+        msg = docs[hit.doc][hit.message_index][1]
         core = hit.text[(hit.start > 0):len(hit.text) - (hit.end < len(msg))]
         assert core == msg[hit.start:hit.end]                     # verbatim
         assert hit.text == (ELLIPSIS if hit.start else "") + core + (ELLIPSIS if hit.end < len(msg) else "")
@@ -73,25 +137,28 @@ def test_excerpt_is_verbatim_bounded_and_cut_at_code_points(texts, query):
         assert len(msg) <= EXCERPT_MAX or len(hit.text) == EXCERPT_MAX    # as long as allowed
 
 
-def test_a_block_page_ranks_by_the_exchange_that_says_it():
-    # Page 0 is a long block of exchanges; the words of the query are said together in
-    # one of them (a page-level BM25 would weigh them down by the page's length). Page 1 holds the same words spread over exchanges that say other things.
-    block = [("user", "we walk on"), ("assistant", "*rain*"),
-             ("user", "Who hid the silver key?"), ("assistant", "Mira hid the silver key under the bridge."),
-             ("user", "onwards"), ("assistant", "*wind*")] + [
-             ("user", "step"), ("assistant", "*the long road goes on and on through the hills*")] * 40
-    spread = [("user", "a silver cup, a silver plate"), ("assistant", "*the bridge creaks*"),
-              ("user", "a key, a key to the cellar"), ("assistant", "She hid nothing. They hid."),
-              ("user", "and Mira?"), ("assistant", "Mira sleeps. Mira dreams.")]
-    [first, second] = search("where did Mira hide the silver key", [block, spread], 5)
-    assert first.page == 0 and first.message_index == 3 and first.text == block[3][1]
-    assert second.page == 1
-    # plain BM25 sees each page whole
-    assert {h.page for h in search("mira silver key", [block, spread], 5, stem=False, extras=False)} == {0, 1}
+# Letters of several scripts (Latin with diacritics, Greek, Cyrillic with ё, Arabic,
+# Hebrew, Devanagari, Thai, CJK, Hangul), digits, separators and punctuation.
+alphabet = st.sampled_from(list("abcdeyingsßİıéèøñ\u0301ΣσςДЁёжчёрнйыאבגعربиक्षาไทย夜の森カタ한글0123456789.,:' -_\n!?（）"))
+word_text = st.lists(alphabet, min_size=1, max_size=60).map("".join)
 
 
-def test_an_irregular_form_is_found_from_its_verb():
-    pages = [[("user", "we search the docks")], [("assistant", "Wynros found the cursed map.")],
-             [("user", "the map is lost")]]
-    [top, *_] = search("who was finding the map", pages, 3)
-    assert top.page == 1
+@settings(max_examples=400, deadline=None)
+@given(texts=st.lists(st.lists(word_text, min_size=1, max_size=3), min_size=1, max_size=4), pick=st.integers(0, 10_000))
+def test_any_word_queried_alone_finds_an_exchange_holding_it(texts, pick):
+    docs = [doc(*ts) for ts in texts]
+    words = []
+    for d, ts in enumerate(texts):
+        for t in ts:
+            folded = analyzer.fold(t)
+            words += [(w, d) for w in analyzer.words(folded) + analyzer.CJK_RE.findall(folded)]
+    words = [(w, d) for w, d in words if w not in analyzer.STOPWORDS]
+    assume(words)
+    word, _ = words[pick % len(words)]
+    hits = rank(word, docs, 10)
+    holding = {d for w, d in words if w == word}
+    assert hits and hits[0].doc in holding or any(h.doc in holding for h in hits), (word, texts)
+
+
+def test_fold_is_nfkc_casefold():
+    assert analyzer.fold("ＩＬＳＡ") == unicodedata.normalize("NFKC", "ＩＬＳＡ").casefold()

@@ -21,9 +21,10 @@ The same authority as retrieval (service/access.py), in the same order:
    pages, a legacy per-page object whole), at most R2_CONCURRENCY at a time; every
    page's byte length and SHA-256 checked, and its JSON parsed: a missing or corrupted
    body → 503 `context_page_corrupted` (never skipped), R2 failure → 503
-9. pages ranked oldest first (created_at, object, offset: ties break newest first);
-   hits quoting a message text another better hit quotes are dropped (a page per
-   exchange and a block page may hold the same exchange); 200, `private, no-store`.
+9. every exchange of the pages is a document (oldest first: created_at, object, offset;
+   ties break newest first), an exchange stored twice counted once (search.rank); up to
+   `limit` exchanges answered, several of one page if they rank so; 200, `private,
+   no-store`, with `pages_searched` and `exchanges_searched`.
 
 Search never calls a provider. Logs: counts and CPU only (pages, objects, bytes, hits);
 never the query, excerpts, page ids, the session id or the key.
@@ -40,13 +41,10 @@ from ..base.jsonbytes import compact
 from ..base.platform import Platform
 from ..base.timing import LogRecord
 from ..core import validation
-from ..search import page_texts, search
+from ..search import page_texts, rank
 from ..service import bodies
 from ..service.access import SESSION_HEADER, Reader, key_digest, paging_enabled, request_context, row_misses
 from ..storage import store
-
-#: Hits asked of the ranker per hit answered, so dropping duplicates still fills `limit`.
-_OVERFETCH = 3
 
 
 async def search_pages(req: Incoming, platform: Platform) -> Outgoing:
@@ -74,10 +72,11 @@ async def search_pages(req: Incoming, platform: Platform) -> Outgoing:
         pages = [bodies.items(record, found[row["page_id"]]) for row in rows]
         record.note(pages=len(pages))
     with record.cpu("rank"):
-        data = _ranked(query, limit, rows, pages)                   # 9.
+        data, exchanges = _ranked(query, limit, rows, pages)        # 9.
     record.note(hits=len(data))
     with record.cpu("response"):
-        doc = {"object": "list", "data": data, "pages_searched": len(rows)}
+        doc = {"object": "list", "data": data, "pages_searched": len(rows),
+               "exchanges_searched": exchanges}
         try:
             payload = compact(doc)
         except UnicodeEncodeError:   # a lone surrogate escaped in a page: quote it escaped
@@ -103,30 +102,35 @@ def _servable(record: LogRecord, rows: list, reader: Reader) -> list:
     return kept
 
 
-def _exchange_texts(items) -> tuple[list, list]:
-    """A page's texts and the text index where each of its exchanges starts (the
-    exchanges retrieval's `exchange=N` reads, formats.exchange_starts)."""
-    bounds = formats.exchange_starts(items) + [len(items)]
-    texts, starts = [], []
-    for a, b in zip(bounds, bounds[1:]):
-        starts.append(len(texts))
-        texts.extend(page_texts(items[a:b]))
-    return texts, starts
+def _exchange_docs(rows: list, pages: list) -> tuple[list, list, list]:
+    """Every exchange of the pages (retrieval's `exchange=N`, formats.exchange_starts) as
+    a document, in conversation order (pages oldest first): (docs, cache keys, (row,
+    exchange number)). An exchange stored twice (the same bytes in a single page and
+    inside a block page: its texts are equal, compared as a tuple rather than by
+    re-encoding every item) is one document, named by the newest page holding it."""
+    docs, keys, where, at = [], [], [], {}
+    for row, items in zip(rows, pages):
+        bounds = formats.exchange_starts(items) + [len(items)]
+        for n, (a, b) in enumerate(zip(bounds, bounds[1:]), 1):
+            texts = page_texts(items[a:b])
+            same = tuple(texts)
+            if same in at:
+                where[at[same]] = (row, n)
+                continue
+            at[same] = len(docs)
+            docs.append(texts)
+            keys.append((row["sha256"], n))
+            where.append((row, n))
+    return docs, keys, where
 
 
-def _ranked(query: str, limit: int, rows: list, pages: list) -> list:
-    texts, starts = zip(*map(_exchange_texts, pages)) if pages else ((), ())
-    data, quoted = [], set()
-    for hit in search(query, texts, min(len(texts), _OVERFETCH * limit), starts=starts):
-        message = texts[hit.page][hit.message_index][1]
-        if message in quoted:          # the same exchange in another page: keep the better
-            continue
-        quoted.add(message)
-        row = rows[hit.page]
+def _ranked(query: str, limit: int, rows: list, pages: list) -> tuple[list, int]:
+    """The hits, and how many exchanges were searched."""
+    docs, keys, where = _exchange_docs(rows, pages)
+    data = []
+    for hit in rank(query, docs, limit, keys=keys):
+        row, n = where[hit.doc]
         data.append({"page_id": row["page_id"], "sha256": row["sha256"],
-                     "expires_at": row["expires_at"], "score": hit.score,
-                     "exchange": hit.exchange + 1,
+                     "expires_at": row["expires_at"], "score": hit.score, "exchange": n,
                      "excerpt": {"role": hit.role, "text": hit.text}})
-        if len(data) == limit:
-            break
-    return data
+    return data, len(docs)

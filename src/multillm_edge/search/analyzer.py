@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import NamedTuple
 
 import snowballstemmer
 
@@ -153,8 +154,10 @@ class Stems:
         return word
 
 
-# Function words a question is worded with; left out of a query that has other terms
-# (their idf is near zero anyway, and scanning pages for them costs the most).
+# Stop words: function words a question is worded with — a fixed small list per
+# language (English, Russian), in the spirit of the NLTK/Snowball lists. Left out of
+# every query: their idf is near zero anyway, scanning for them costs the most, and a
+# query of stop words only has nothing to find.
 STOPWORDS = frozenset("""a an the and or but of to in on at by for with from into about as is are
 was were be been being am do does did done have has had i you he she it we they me him her us them
 my your his its our their this that these those what which who whom whose when where why how
@@ -169,16 +172,25 @@ there here then so not no if can could would should will shall may might must s 
 между""".split())
 
 
+class Term(NamedTuple):
+    kind: str            # "w" word stem, "c" CJK bigram (or lone character)
+    value: str           # the stem or the CJK term
+    surfaces: frozenset  # the query's folded words with this stem ("w" only)
+
+
 def query_terms(query: str, stems: Stems) -> list:
-    """The query's distinct terms in first-seen order: ("w", stem) for words and
-    ("c", bigram) for CJK. Stopwords and lone letters are left out unless nothing else
-    is left."""
+    """The query's distinct terms in first-seen order. Stop words are left out (a query
+    of stop words only has no term), lone letters too when longer words remain."""
     folded = fold(query)
-    ws = words(folded)
-    kept = [w for w in ws if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
-    seen: dict = {}
-    for w in kept or ws:
-        seen.setdefault(("w", stems(w)), None)
+    ws = [w for w in words(folded) if w not in STOPWORDS]
+    longer = [w for w in ws if len(w) > 1 or w.isdigit()]
+    by_stem: dict = {}
+    for w in longer or ws:
+        by_stem.setdefault(stems(w), set()).add(w)
+    out = [Term("w", s, frozenset(v)) for s, v in by_stem.items()]
+    seen = set()
     for b in cjk_terms(folded):
-        seen.setdefault(("c", b), None)
-    return list(seen)
+        if b not in seen:
+            seen.add(b)
+            out.append(Term("c", b, frozenset()))
+    return out
