@@ -10,16 +10,22 @@ edge's own fields: each marker replaced by its pages' items, the retrieve tool r
 from __future__ import annotations
 
 from multillm_edge import formats
-from multillm_edge.core import paging
+from multillm_edge.core import paging, recall
 from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.base.errors import EdgeError
 from multillm_edge.base.jsonbytes import compact
 
 
+RECALL_HEAD = "\n\n" + recall.INTRO
+
+
 def marker_ids(text):
     """The page ids named by a marker text (with or without the search tool's words),
-    or None if ``text`` is not one."""
+    or None if ``text`` is not one. Recalled moments after the handles (docs/design.md
+    §6.2) are not part of the list."""
     suffix = formats.MARKER_SUFFIX
+    if isinstance(text, str) and RECALL_HEAD in text:
+        text = text[:text.index(RECALL_HEAD)]
     for prefix in (formats.MARKER_PREFIX, formats.MARKER_PREFIX_SEARCH):
         if (isinstance(text, str) and text.startswith(prefix) and text.endswith(suffix)
                 and len(text) > len(prefix) + len(suffix)):

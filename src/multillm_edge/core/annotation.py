@@ -15,7 +15,7 @@ from ..base.errors import EdgeError
 from ..base.jsonbytes import compact_text
 from .validation import parse_json
 
-ADDED_KEYS = ("context_pages", "context_session", "context_compaction")
+ADDED_KEYS = ("context_pages", "context_recall", "context_session", "context_compaction")
 
 
 def pages_text(pages, rows, schema: dict) -> str:
@@ -31,11 +31,17 @@ def pages_text(pages, rows, schema: dict) -> str:
     return "[" + ",".join(out) + "]"
 
 
+def recall_list(moments) -> list:
+    """``context_recall`` (docs/design.md §6.2): what the marker quotes, best first."""
+    return [{"page_id": m.page_id, "exchange": m.exchange, "score": m.score} for m in moments]
+
+
 def annotate(payload: bytes, pages_json: str | None, compacted: int,
-             session: dict | None = None) -> bytes:
+             session: dict | None = None, recalled: list | None = None) -> bytes:
     """``payload`` (a provider's JSON object) with the added keys; anything that is not
     a JSON object the edge would accept (too deep, NaN, not UTF-8) passes unchanged.
-    ``session``: the figures of ``context_session`` (with the pages only)."""
+    ``session``: the figures of ``context_session`` (with the pages only); ``recalled``:
+    ``context_recall``'s entries, when the request declared recall (with the pages only)."""
     if pages_json is None and not compacted:
         return payload
     try:   # the request boundary's parse: a provider's answer could nest deep enough
@@ -47,6 +53,8 @@ def annotate(payload: bytes, pages_json: str | None, compacted: int,
     extra = []
     if pages_json is not None:
         extra.append('"context_pages":' + pages_json)
+        if recalled is not None:
+            extra.append('"context_recall":' + compact_text(recalled))
         if session is not None:
             extra.append('"context_session":' + compact_text(session))
     if compacted:

@@ -5,9 +5,10 @@ Pure and deterministic: the query is the request's latest genuine user text, the
 documents are the exchanges this plan pages (nothing else: no storage read, no model),
 ranked by the search's ranker (search.rank). A moment is recalled only when
 
+- the query has at least ``MIN_TERMS`` distinct content terms (stop words left out), so
+  a turn like "*I nod.*" (one content word) recalls nothing;
 - its exchange holds at least ``MIN_RELEVANCE`` of the query's term weight (the rarer a
-  word, the more it weighs; search.ranker's relevance) and at least ``MIN_TERMS`` of
-  its distinct terms, so a turn like "*I nod.*" (one content word) recalls nothing;
+  word, the more it weighs: search.ranker's relevance);
 - it fits the candidate's recall room: at most ``SHARE`` of its budget and
   ``MAX_BYTES`` (the plan pages that much more of the history to make it). A moment
   that does not fit is left out; recall never causes a 413.
@@ -23,13 +24,14 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 from .. import formats
-from ..search import page_texts, rank
+from ..search import analyzer, page_texts, rank
 from ..search.ranker import ELLIPSIS, EXCERPT_MAX, MIN_RELEVANCE
 
 SHARE = 0.15            # of the candidate's budget, at most
 MAX_BYTES = 8192        # and never more than this
 MAX_MOMENTS = 3
-MIN_TERMS = 2           # distinct query terms an exchange must hold
+RANKED = 4 * MAX_MOMENTS   # hits looked at (each is quoted): moments may not fit or pass
+MIN_TERMS = 2           # distinct content terms a query needs to recall anything
 INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the exchange "
          "to read it whole):")
 
@@ -80,20 +82,24 @@ class _Texts(Sequence):
 
 def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], int]) -> list:
     """The moments to recall (best first), ``size_of(text(moments))`` ≤ ``room_bytes``."""
-    if not query or not paged or room_bytes <= 0:
+    if not query or not paged or room_bytes <= 0 or not _worth_recalling(query):
         return []
     texts = _Texts(paged)
-    hits = rank(query, texts, len(paged), keys=[p.key for p in paged])
+    hits = rank(query, texts, RANKED, keys=[p.key for p in paged])
     out: list = []
     for hit in hits:
-        if len(out) == MAX_MOMENTS or hit.relevance < MIN_RELEVANCE:
+        if len(out) == MAX_MOMENTS:
             break
-        if hit.matched < MIN_TERMS:
+        if hit.relevance < MIN_RELEVANCE:
             continue
         moment = _moment(paged[hit.doc], hit, texts[hit.doc])
         if moment is not None and size_of(text(out + [moment])) <= room_bytes:
             out.append(moment)
     return out
+
+
+def _worth_recalling(query: str) -> bool:
+    return len(analyzer.query_terms(query, analyzer.Stems(True))) >= MIN_TERMS
 
 
 def _moment(p: Paged, hit, texts: list) -> Moment | None:

@@ -60,6 +60,7 @@ SEARCH_TOOL_DESCRIPTION = (
 # (docs/design.md §5.3, §6.1): the one spelling of each name.
 RETRIEVE_CAPABILITY = TOOL_NAME
 SEARCH_CAPABILITY = SEARCH_TOOL_NAME     # a second tool; alone it pages nothing
+RECALL_CAPABILITY = "multillm_context_recall"   # no tool: the edge quotes (§6.2)
 SEARCH_QUERY_MAX = 1000      # characters of a query (docs/design.md §6.1)
 SEARCH_LIMIT_MAX = 10
 

@@ -21,7 +21,7 @@ from ...storage import store
 from ...service.access import SESSION_HEADER, key_digest, request_context
 # One module per step; `generate` calls each through this module's names.
 from .scope import Scope, Turn, settle
-from .planning import candidates, plan_all, requested_models, wants_paging
+from .planning import candidates, plan_all, requested_models, wants_paging, wants_recall
 from .dispatching import dispatch
 from .responding import annotate, idle_event, info_headers, page_list_comment, respond  # noqa: F401
 
@@ -64,6 +64,9 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
         note(req, scope, turn, cands)
     turn.pages, turn.compacted = list(chosen.plan.pages), chosen.plan.dropped
     turn.covered = chosen.covered
+    if scope.paging and wants_recall(body):
+        turn.recalled = list(chosen.plan.recall)
+        req.notes["recalled"] = len(turn.recalled)
     req.notes.update(pages=len(turn.pages), compacted=turn.compacted, model_index=cands.index(chosen))
     return await respond(scope, upstream, turn)
 

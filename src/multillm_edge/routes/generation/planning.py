@@ -38,6 +38,11 @@ def wants_paging(body: dict) -> bool:
     return CAPABILITY in (body.get("capabilities") or ())
 
 
+def wants_recall(body: dict) -> bool:
+    """Recalled moments in the marker (docs/design.md §6.2): declared next to retrieval."""
+    return formats.RECALL_CAPABILITY in (body.get("capabilities") or ())
+
+
 def wants_search(body: dict) -> bool:
     """The search tool too (docs/design.md §6.1): declared next to retrieval."""
     return SEARCH_CAPABILITY in (body.get("capabilities") or ())
@@ -75,7 +80,7 @@ def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
         page_id_for = scope.sign.page_ids(AUTHORITY, ctx.principal, scope.rc.session_id,
                                           ctx.policy.revision)
         results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip,
-                                         search=wants_search(body))
+                                         search=wants_search(body), recalling=wants_recall(body))
     else:
         results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip)
     for c, result in zip(live, results):

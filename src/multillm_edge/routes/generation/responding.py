@@ -25,10 +25,12 @@ def session_figures(scope: Scope, turn: Turn) -> dict | None:
 
 def annotate(payload: bytes, turn: Turn, fmt: str, session: dict | None = None) -> bytes:
     """Add `context_pages` / `context_session` / `context_compaction` to a complete JSON response."""
-    pages = None
+    pages = recalled = None
     if turn.pages:
         pages = annotation.pages_text(turn.pages, turn.rows, format_module(fmt).tool_schema())
-    return annotation.annotate(payload, pages, turn.compacted, session)
+        if turn.recalled is not None:
+            recalled = annotation.recall_list(turn.recalled)
+    return annotation.annotate(payload, pages, turn.compacted, session, recalled)
 
 
 FIGURE_HEADERS = (("x-multillm-context-active-bytes", "active_bytes"),
@@ -43,6 +45,8 @@ def info_headers(turn: Turn, session: dict | None = None) -> list:
         ids = ",".join(p.page_id for p in turn.pages)
         if len(ids) <= config.MAX_PAGE_LIST_HEADER:
             headers.append(("x-multillm-context-pages", ids))
+        if turn.recalled is not None:
+            headers.append(("x-multillm-context-recall-count", str(len(turn.recalled))))
     if session is not None:
         headers += [(name, str(session[k])) for name, k in FIGURE_HEADERS]
     if turn.compacted:
@@ -51,6 +55,7 @@ def info_headers(turn: Turn, session: dict | None = None) -> list:
 
 PAGE_LIST_COMMENT = b": multillm-context-pages "
 SESSION_COMMENT = b": multillm-context-session "
+RECALL_COMMENT = b": multillm-context-recall"
 
 
 def page_list_comment(turn: Turn, session: dict | None = None) -> bytes:
@@ -60,6 +65,9 @@ def page_list_comment(turn: Turn, session: dict | None = None) -> bytes:
     if not turn.pages:
         return b""
     line = PAGE_LIST_COMMENT + ",".join(p.page_id for p in turn.pages).encode() + b"\n\n"
+    if turn.recalled is not None:   # page_id:exchange of each recalled moment, best first
+        moments = ",".join(f"{m.page_id}:{m.exchange}" for m in turn.recalled).encode()
+        line += RECALL_COMMENT + (b" " + moments if moments else b"") + b"\n\n"
     if session is not None:
         line += SESSION_COMMENT + compact_text(session).encode() + b"\n\n"
     return line

@@ -24,6 +24,7 @@ class Turn:
     repeats_a_key: bool | None = None           # the raw body repeats a key (checked lazily)
     pages: list = field(default_factory=list)   # Page objects of the dispatched plan
     compacted: int = 0                          # exchanges the dispatched plan dropped
+    recalled: list | None = None                # recall.Moment quoted; None: recall not declared
     # page_id -> byte_length of active single pages the dispatched plan's blocks hold
     # again (docs/design.md §5.9): not counted in the figures
     covered: dict = field(default_factory=dict)
