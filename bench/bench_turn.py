@@ -39,6 +39,7 @@ from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER, roleplay_body  # 
 from multillm_edge import formats  # noqa: E402
 from multillm_edge.routes import generation  # noqa: E402
 from multillm_edge.core import paging, prepared, validation  # noqa: E402
+from multillm_edge.search import ranker  # noqa: E402
 
 SIZES = (50, 200, 800)
 REQUIRED = ("depth check", "decode + parse", "group bytes", "page SHA-256", "page ids")
@@ -64,11 +65,22 @@ def steps(n: int) -> tuple[dict, int]:
     figures = {"active_bytes": sum(len(p.body) for p in plan.pages), "limit_bytes": 1048576,
                "active_pages": len(plan.pages)}
 
-    def whole_turn():
-        b = validation.parse_request("chat", raw)
-        (p,) = paging.plan_candidates("chat", b, [budget], ids(), strip=paging.EDGE_FIELDS)
+    def whole_turn(data=raw, recalling=False, cold=False):
+        if cold:
+            ranker.clear_cache()        # a new isolate: no exchange analysed yet
+        b = validation.parse_request("chat", data)
+        (p,) = paging.plan_candidates("chat", b, [budget], ids(), strip=paging.EDGE_FIELDS,
+                                      recalling=recalling)
         p.encoded("provider-model")
-        generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages), "chat", figures)
+        t = generation.Turn(pages=p.pages, recalled=p.recall if recalling else None)
+        generation.annotate(b'{"id":"x"}', t, "chat", figures)
+
+    # the same turn declaring recall (docs/design.md §6.2), its player asking about an
+    # early port: the turn ranks every paged exchange and quotes the best
+    asked = roleplay_body(n)
+    asked["messages"][-1]["content"] = f"*frowns* Port {n // 10} again? What did the whales sing there?"
+    asked["capabilities"] = ["multillm_context_retrieve", "multillm_context_recall"]
+    recall_raw = json.dumps(asked, ensure_ascii=False, separators=(",", ":")).encode()
 
     return {
         "floor": lambda: hashlib.sha256(json.dumps(json.loads(raw), ensure_ascii=False,
@@ -84,6 +96,8 @@ def steps(n: int) -> tuple[dict, int]:
         "upstream bytes": lambda: plan.encoded("provider-model"),
         "annotation": lambda: generation.annotate(b'{"id":"x"}', turn, "chat", figures),
         "turn": whole_turn,
+        "turn + recall, warm": lambda: whole_turn(recall_raw, True),
+        "turn + recall, cold": lambda: whole_turn(recall_raw, True, cold=True),
     }, len(plan.pages)
 
 
@@ -115,6 +129,9 @@ def main(runtime: str = "CPython") -> int:
     row("turn / floor", lambda r: f"{r['turn'] / r['floor']:.2f}")
     row("required / floor", lambda r: f"{required(r) / r['floor']:.2f}")
     row("beyond required / floor", lambda r: f"{(r['turn'] - required(r)) / r['floor']:.2f}")
+    # recall's targets (issue 26): warm ≤ 1.5 × the turn, cold ≤ 4 ×
+    row("recall warm / turn", lambda r: f"{r['turn + recall, warm'] / r['turn']:.2f}")
+    row("recall cold / turn", lambda r: f"{r['turn + recall, cold'] / r['turn']:.2f}")
     sys.stdout.flush()
     return 0
 

@@ -51,6 +51,17 @@ class Case:
                 f"body({len(self.body)} B)={body!r}")
 
 
+RECALL = "multillm_context_recall"
+RECALL_SHAPES = [
+    ["multillm_context_retrieve", RECALL], [RECALL], [RECALL, "multillm_context_retrieve", RECALL],
+    ["multillm_context_retrieve", "multillm_context_search", RECALL], RECALL, [RECALL + "\u0000"],
+    [[RECALL]], {RECALL: True}, ["MULTILLM_CONTEXT_RECALL", "multillm_context_retrieve"],
+    ["multillm_context_retrieve", RECALL.upper()], ["multillm_context_retrieve", RECALL, None]]
+# The latest user turn recall ranks against: never to appear in a log line either.
+RECALL_ASKS = ["Hostileqmark lantern flickers Aurore?", "Hostileqmark *nods*", "Hostileqmark",
+               "Hostileqmark H-u-0001 夜の森 lantern " * 40, "Hostileqmark \u05e9\u05dc\u05d5\u05dd mágico"]
+
+
 def valid_body(rng: random.Random, fmt: str) -> dict:
     n = rng.choice([1, 2, 4, 8])
     make = {"chat": rp.chat_body, "responses": rp.responses_body, "messages": rp.messages_body}[fmt]
@@ -63,6 +74,10 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
             ["multillm_context_search", "multillm_context_retrieve", "multillm_context_search"],
             "multillm_context_search", ["multillm_context_search\u0000"], [["multillm_context_search"]],
             {"multillm_context_search": True}, ["MULTILLM_CONTEXT_SEARCH", "multillm_context_retrieve"]])
+    elif rng.random() < 0.4:   # recall (§6.2), in odd shapes as well, asking about the past
+        body["capabilities"] = rng.choice(RECALL_SHAPES)
+        key = "input" if fmt == "responses" else "messages"
+        body[key][-1] = {"role": "user", "content": rng.choice(RECALL_ASKS)}
     if rng.random() < 0.2:
         body["models"] = [MODEL, "fake:tiny"]
     if rng.random() < 0.2:

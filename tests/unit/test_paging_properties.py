@@ -509,3 +509,59 @@ def test_deterministic_and_candidates_share_pages(sc):
         if not isinstance(r, EdgeError):
             for p in r.pages:
                 assert by_sha.setdefault(p.sha256, p) is p
+
+
+# -- recall (docs/design.md §6.2) --------------------------------------------------
+
+def _plain_or_error(fmt, body, budget, page_id_for, max_page, rule, search):
+    try:
+        return plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page, rule=rule,
+                           search=search)
+    except EdgeError as e:
+        return e
+
+
+@SETTINGS
+@given(scenario, st.integers(0, 5), st.integers(1, 12))
+def test_recall_fits_exactly_never_413s_and_quotes_only_what_the_plan_pages(sc, pick, words):
+    from multillm_edge.core import prepared, recall
+    from multillm_edge.search import page_texts
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule, search = sc
+    rule = rule_for(rule, max_page)
+    body, items, truth = build(fmt, segs, protected, tools_present)
+    original = dumps(body)
+    full = len(dumps(paging.strip_edge_fields(body)))
+    budget = int(full * (0.3 + frac * 0.7))
+    # the query: words of one exchange of the history (so recall has something to find)
+    texts = [t for g in truth for _, t in page_texts(items[g[0]:g[1]])] or ["nothing"]
+    query = " ".join(texts[pick % len(texts)].split()[:words])
+    prep = prepared.Prepared(fmt, body, page_id_for, search=search)
+    plain = _plain_or_error(fmt, body, budget, page_id_for, max_page, rule, search)
+    try:
+        plan = paging._plan_recalling(prep, budget, max_page, rule, query)
+    except EdgeError as e:     # only where the plan without recall fails the same way
+        assert isinstance(plain, EdgeError) and (e.status, e.code) == (plain.status, plain.code)
+        return
+    assert not isinstance(plain, EdgeError)
+    assert dumps(body) == original
+    assert plan.size == len(dumps(plan.body)) <= budget and plan.budget == budget
+    assert_upstream_bytes(plan)
+    again = paging._plan_recalling(prepared.Prepared(fmt, body, page_id_for, search=search),
+                                   budget, max_page, rule, query)
+    assert dumps(again.body) == dumps(plan.body)          # deterministic
+    if not plan.recall:
+        event("recalled none")
+        assert dumps(plan.body) == dumps(plain.body)      # nothing recalled: as without it
+        return
+    event(f"recalled {len(plan.recall)}")
+    added = len(dumps(recall.text(plan.recall))) - 2
+    assert added <= recall.room(budget)
+    by_id = {p.page_id: p for p in plan.pages}
+    for m in plan.recall:
+        page = by_id[m.page_id]                           # a page this plan sends
+        starts = formats.exchange_starts(page.items) + [len(page.items)]
+        exchange = page_texts(page.items[starts[m.exchange - 1]:starts[m.exchange]])
+        assert [r for r, _ in exchange] == [r for r, _ in m.lines]
+        for (_, whole), (_, quoted) in zip(exchange, m.lines):   # verbatim, cut with …
+            assert len(quoted) <= recall.EXCERPT_MAX
+            assert quoted == whole or quoted.strip("\u2026") in whole

@@ -304,6 +304,8 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
     except EdgeError as e:
         if e.status != 413:
             raise
+        e.__traceback__ = plan = None    # no frame kept; a 413 is raised below, never chained
+    if plan is None:
         return _plan(prep, budget, max_page_bytes, rule)
     moments = recall.choose(query, _paged_exchanges(prep, plan), min(reserve, budget - plan.size),
                             lambda extra: utf8_len(dumps(extra)) - 2)

@@ -93,7 +93,9 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
         if hit.relevance < MIN_RELEVANCE:
             continue
         moment = _moment(paged[hit.doc], hit, texts[hit.doc])
-        if moment is not None and size_of(text(out + [moment])) <= room_bytes:
+        if moment is None or any(m.lines == moment.lines for m in out):
+            continue        # not nameable, or the same words as a moment already quoted
+        if size_of(text(out + [moment])) <= room_bytes:
             out.append(moment)
     return out
 
