@@ -388,11 +388,54 @@ def run(checks: Checks) -> None:
         checks(got.get("messages") == exchange and got.get("page_id") == page["page_id"],
                "messages equal the original exchange, tool-call id and argument string included")
         checks(len(standin.received) == calls_before, "retrieval made no provider call")
+
+        search_and_recall(runner.url, key, session_id, history, standin, checks)
     finally:
         if runner is not None:
             runner.stop()
             note(f"runner stopped (log: {os.path.relpath(STATE / 'runner.log', ROOT)})")
         standin.close()
+
+
+RECALL = "multillm_context_recall"
+ASK = "«Aurore, tell me again about the spiral stones. Who carved them, what do the old songs say?»"
+
+
+def search_and_recall(edge_url: str, key: str, session_id: str, history: list, standin: StandIn,
+                      checks: Checks) -> None:
+    step(7, "Search the stored exchanges, then let the edge recall one without a tool call")
+    auth = {"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": session_id}
+    query = "spiral stones carved old songs"
+    print(f"     $ POST /v1/context/search {json.dumps({'query': query, 'limit': 3})}")
+    r = httpx.post(edge_url + "/v1/context/search", json={"query": query, "limit": 3},
+                   headers=auth, timeout=30)
+    hits = r.json().get("data") or [] if r.status_code == 200 else []
+    for h in hits:
+        note(f"exchange {h['exchange']} of {short(h['page_id'])} (score {h['score']}): "
+             f"{h['excerpt']['role']}: {h['excerpt']['text'][:90]}…")
+    checks(bool(hits) and "spiral stones" in hits[0]["excerpt"]["text"],
+           f"search named the exchange that spoke of the spiral stones "
+           f"({r.json().get('exchanges_searched')} exchanges of {r.json().get('pages_searched')} pages searched)"
+           if r.status_code == 200 else f"search answered {r.status_code}", r.text[:300])
+    calls_before = len(standin.received)
+    turn = history + [{"role": "user", "content": ASK}]
+    note(f"next turn, declaring {RECALL}: {ASK}")
+    r = httpx.post(edge_url + "/v1/chat/completions", headers=auth, timeout=60, json={
+        "model": MODEL, "messages": turn, "tools": [ROLL_DICE], "max_tokens": MAX_TOKENS,
+        "capabilities": [TOOL_NAME, RECALL]})
+    recalled = r.json().get("context_recall") or [] if r.status_code == 200 else []
+    sent = standin.received[-1].json() if len(standin.received) > calls_before else {"messages": []}
+    quoted = [m["content"] for m in sent["messages"] if m["role"] == "user"
+              and isinstance(m.get("content"), str) and "Earlier moments" in m["content"]]
+    if quoted:
+        for line in quoted[-1][quoted[-1].index("Earlier moments"):].split("\n")[:4]:
+            print(f"       {_c('36', 'recalled:')} {line[:110]}{'…' if len(line) > 110 else ''}")
+    checks(bool(recalled) and bool(quoted) and "spiral stones" in quoted[-1]
+           and r.headers.get("x-multillm-context-recall-count") == str(len(recalled)),
+           f"the provider got {len(recalled)} earlier moment(s) quoted verbatim in the marker, "
+           "named in context_recall — no tool call, no extra model call",
+           r.text[:300])
+    checks(len(standin.received) == calls_before + 1, "one provider call for the turn, none for recall")
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
 """`npm run demo` end to end: install, stand-in provider, runner, admin CLI, a paged
-roleplay through the openai SDK, one page retrieved and verified byte for byte."""
+roleplay through the openai SDK, one page retrieved and verified byte for byte, a search
+and a recalled moment."""
 
 import os
 import subprocess
@@ -31,6 +32,9 @@ EXPECTED = [
     "matches (client, context_pages, retrieval)",
     "messages equal the original exchange",
     "retrieval made no provider call",
+    "search named the exchange that spoke of the spiral stones",
+    "earlier moment(s) quoted verbatim in the marker, named in context_recall",
+    "one provider call for the turn, none for recall",
 ]
 
 
