@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
+from functools import partial
+from hashlib import sha256 as _sha256
 from zlib import crc32
 
 from .. import formats as _formats
@@ -50,8 +52,6 @@ class Plan:
     # merging may rewrite them, docs/design.md §5.9); made only when called.
     superseded: Callable[[set], list] | None = None
     recall: list = field(default_factory=list)   # recall.Moment: quoted in the last marker
-    # group index -> its page, None inside a block (the block's first group has it)
-    placed: dict = field(default_factory=dict, repr=False)
     last_marker: tuple | None = field(default=None, repr=False)  # (item, part, page ids)
 
     def encoded(self, model: str | None = None) -> bytes:
@@ -188,12 +188,14 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule) -> Fit:
     return Fit(0, size, blocks)
 
 
-def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule) -> Plan:
+def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
+          fit: Fit | None = None) -> Plan:
+    """The plan for ``budget`` (``fit``: its ``_fit``, when already made)."""
     if prep.total <= budget:
         return unpaged(prep, budget)
     if not prep.pageable:
         raise _window_error(budget, prep.total, prep.total)
-    k, size, blocks = _fit(prep, budget, rule)
+    k, size, blocks = fit or _fit(prep, budget, rule)
     if not k:
         raise _window_error(budget, prep.total, size)
     pageable = prep.pageable
@@ -218,19 +220,7 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule) -> 
     plan = _build(prep, by_group, size, budget)
     if covered:
         plan.superseded = _superseded(prep, list(covered))
-    plan.placed = by_group
     return plan
-
-
-def _placed(by_group: dict) -> dict:
-    """group -> (its page, the page's first group), in history order."""
-    out, first, page = {}, None, None
-    for gi in sorted(by_group):
-        p = by_group[gi]
-        if p is not None:
-            first, page = gi, p
-        out[gi] = (page, first)
-    return out
 
 
 def _superseded(prep: Prepared, inside: list) -> Callable[[set], list]:
@@ -291,41 +281,57 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
 
 def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
                     query: str) -> Plan:
-    """A paged plan whose last marker quotes the moments recall chooses: planned for
-    the budget less the recall room (more of the history paged), the moments chosen
-    among its paged exchanges within the room. When that plan cannot fit, or nothing is
-    recalled, the plan without recall: recall never causes a 413 nor spends the room
-    for nothing."""
-    if prep.total <= budget or not query:
+    """A paged plan whose last marker quotes the moments recall chooses: fitted to the
+    budget less the recall room (more of the history paged), the moments chosen among
+    the exchanges that fit pages, within the room. When that cannot fit, or nothing is
+    recalled, the plan without recall: recall never causes a 413 nor spends the room for
+    nothing. One plan is built either way (the fits are arithmetic)."""
+    if prep.total <= budget or not query or not prep.pageable:
         return _plan(prep, budget, max_page_bytes, rule)
     reserve = recall.room(budget)
+    fit = _fit(prep, budget - reserve, rule)
+    if not fit.k:
+        return _plan(prep, budget, max_page_bytes, rule)
+    moments = recall.choose(query, _paged_exchanges(prep, fit), min(reserve, budget - fit.size),
+                            lambda extra: utf8_len(dumps(extra)) - 2)
+    if not moments:
+        return _plan(prep, budget, max_page_bytes, rule)
     try:
-        plan = _plan(prep, budget - reserve, max_page_bytes, rule)
-    except EdgeError as e:
+        plan = _plan(prep, budget - reserve, max_page_bytes, rule, fit)
+    except EdgeError as e:      # a page over the limit only this fit needs
         if e.status != 413:
             raise
         e.__traceback__ = plan = None    # no frame kept; a 413 is raised below, never chained
     if plan is None:
-        return _plan(prep, budget, max_page_bytes, rule)
-    moments = recall.choose(query, _paged_exchanges(prep, plan), min(reserve, budget - plan.size),
-                            lambda extra: utf8_len(dumps(extra)) - 2)
-    if not moments or plan.last_marker is None:
         return _plan(prep, budget, max_page_bytes, rule)
     _quote(prep, plan, recall.text(moments))
     plan.recall, plan.budget = moments, budget
     return plan
 
 
-def _paged_exchanges(prep: Prepared, plan: Plan) -> list:
-    """The genuine exchanges the plan pages, oldest first, as recall ranks them."""
-    groups, items = prep.groups, prep.items
+def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
+    """The genuine exchanges ``fit`` pages, oldest first, as recall ranks them: each
+    keyed by the SHA-256 of its bytes (its analysis is cached under it), its page made
+    only if it is quoted (``where``: the page holding it, and where in it)."""
+    groups, items, raw, pageable = prep.groups, prep.items, prep.raw, prep.pageable
+    block_of = {}
+    for a, b in fit.blocks:
+        for i in range(a, b + 1):
+            block_of[i] = (pageable[a], pageable[b])
     out = []
-    for gi, (page, first) in _placed(plan.placed).items():
+    for i, gi in enumerate(pageable[:fit.k]):
         g = groups[gi]
         if g.kind == _formats.EXCHANGE:
-            offset = g.start - groups[first].start
-            out.append(recall.Paged(page, offset, items[g.start:g.end], (page.sha256, offset)))
+            first, last = block_of.get(i, (gi, gi))
+            out.append(recall.Paged(items[g.start:g.end], _sha256(raw[gi]).digest(),
+                                    partial(_where, prep, gi, first, last)))
     return out
+
+
+def _where(prep: Prepared, gi: int, first: int, last: int) -> tuple:
+    """(the page holding group ``gi``: its own or its block's, ``gi``'s item offset in it)."""
+    page = prep.block_page(first, last) if first != last else prep.pages([gi])[0]
+    return page, prep.groups[gi].start - prep.groups[first].start
 
 
 def _quote(prep: Prepared, plan: Plan, extra: str) -> None:

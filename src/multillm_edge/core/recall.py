@@ -44,12 +44,12 @@ class Moment(NamedTuple):
 
 
 class Paged(NamedTuple):
-    """An exchange the plan pages: its page, where its items start in the page, and
-    its items; ``key`` caches its analysis (the page's SHA-256 and that offset)."""
-    page: object        # prepared.Page
-    offset: int
+    """An exchange the plan pages: its items; ``key`` caches its analysis (the SHA-256
+    of its bytes); ``where()`` → (the page holding it, its item offset in that page),
+    made only for an exchange that is quoted."""
     items: list
-    key: tuple
+    key: bytes
+    where: Callable[[], tuple]
 
 
 def room(budget: int) -> int:
@@ -106,8 +106,9 @@ def _worth_recalling(query: str) -> bool:
 
 def _moment(p: Paged, hit, texts: list) -> Moment | None:
     """The moment of ``hit``; None when its exchange is not one retrieval can name."""
-    starts = formats.exchange_starts(p.page.items)
-    if p.offset not in starts:
+    page, offset = p.where()
+    starts = formats.exchange_starts(page.items)
+    if offset not in starts:
         return None
     lines = []
     for j, (role, t) in enumerate(texts):
@@ -117,7 +118,7 @@ def _moment(p: Paged, hit, texts: list) -> Moment | None:
         else:
             cut = t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS
         lines.append((role, cut))
-    return Moment(p.page.page_id, starts.index(p.offset) + 1, hit.score, tuple(lines))
+    return Moment(page.page_id, starts.index(offset) + 1, hit.score, tuple(lines))
 
 
 def text(moments: list) -> str:
