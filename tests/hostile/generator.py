@@ -4,8 +4,9 @@
 formats (type swaps at every path, deletions, wrong containers, depth around the limit
 and far beyond it, huge and tiny numbers, NaN/Infinity, model names around their length
 limit and far beyond it, duplicate keys, lone surrogates, NUL, non-UTF-8 bytes), odd and
-empty headers, session and retrieval ids with traversal and SQL metacharacters, and
-forwarded requests. The same case runs in-process and through the runner. Every header
+empty headers, session and retrieval ids with traversal and SQL metacharacters,
+forwarded requests, and CORS preflights and actual requests (odd and huge Origin,
+Access-Control-Request-* values, on every route family). The same case runs in-process and through the runner. Every header
 value is printable ASCII (what an HTTP client can send); everything else is fair game.
 """
 
