@@ -497,6 +497,9 @@ CORS_FAMILIES = {
     "search": ("POST", SEARCH_PATH, _SEARCH_ON_EDGE),
     "managed_retrieve": ("GET", f"/v1/context/pages/cp_{'A' * 43}", lambda acrh: False),
     "generation": ("POST", "/v1/chat/completions", lambda acrh: False),
+    "generation_responses": ("POST", "/v1/responses", lambda acrh: False),
+    "generation_messages": ("POST", "/v1/messages", lambda acrh: False),
+    "inline_batch": ("POST", "/v1/messages/batches", lambda acrh: False),
     "healthz": ("GET", "/healthz", lambda acrh: False),
     "batch": ("POST", "/v1/files", lambda acrh: False),
     "forward": ("GET", "/v1/models", lambda acrh: False),
@@ -508,7 +511,7 @@ def cors_case(rng: random.Random, n: int) -> Case:
     method, path, on_edge = CORS_FAMILIES[family]
     origin = rng.choice(LISTED * 8 + tuple(ODD_ORIGINS))
     listed = origin in LISTED
-    if rng.random() < 0.75 or family in ("generation", "batch", "managed_retrieve", "forward"):
+    if rng.random() < 0.75 or family not in ("session_create", "session_end", "retrieve", "search", "healthz"):
         requested = method if rng.random() < 0.7 else rng.choice(ODD_METHODS)
         acrh = SENT if rng.random() < 0.6 else rng.choice(ODD_REQUEST_HEADERS)
         headers = {"Origin": origin, "Access-Control-Request-Headers": acrh}
