@@ -61,8 +61,10 @@ export function recallPairs(text) {
     }).filter(Boolean);
 }
 
-/** A whole answer's `context_recall` as moments; [] when absent (nothing recalled). */
+/** A whole answer's `context_recall` as moments, most relevant first; [] when absent
+ * (nothing recalled). */
 export function recallList(list) {
     if (!Array.isArray(list)) return [];
-    return list.map(m => moment(m?.page_id, m?.exchange, m?.score)).filter(Boolean);
+    const moments = list.map(m => moment(m?.page_id, m?.exchange, m?.score)).filter(Boolean);
+    return moments.sort((a, b) => (b.score ?? -Infinity) - (a.score ?? -Infinity) || 0);
 }

@@ -43,4 +43,7 @@ test('malformed pairs and entries are left out', () => {
         { page_id: 'cp_b', exchange: 0 }, null, { page_id: 'cp_c', exchange: 2, score: 'high' }]),
     [{ page_id: 'cp_a', exchange: 3, score: 1.2345 }, { page_id: 'cp_c', exchange: 2, score: null }]);
     assert.deepEqual(recallList(undefined), []);
+    // Most relevant first, whatever order the answer lists them in.
+    assert.deepEqual(recallList([{ page_id: 'cp_a', exchange: 1, score: 0.5 }, { page_id: 'cp_b', exchange: 2, score: 2 }])
+        .map(m => m.page_id), ['cp_b', 'cp_a']);
 });
