@@ -144,7 +144,7 @@ class FakeServer:
                     out += self.rfile.read(size)
                     self.rfile.readline()
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -3,8 +3,11 @@ the official `openai` SDK.
 
 The edge pages older exchanges of a long roleplay and gives the model two tools:
 `multillm_context_retrieve` (one exchange of a page, its exact messages) and
-`multillm_context_search` (pages by the words they contain: page id, exchange, role,
-verbatim excerpt). The client runs them with the same roleplay key and session
+`multillm_context_search` (stored exchanges by the words they contain: page id, exchange,
+role, verbatim excerpt; a page may give several). Declaring `multillm_context_recall` too,
+the edge also quotes the stored exchanges most related to the latest user message inside
+its marker, without a tool call, and lists them in `context_recall` (page id, exchange,
+score). The client runs the tools with the same roleplay key and session
 (`run_tool`, whatever the wire format; `examples/context_tools_sdks.py` has the same
 loop for the Responses API and Anthropic Messages). Every paged answer reports the session's
 stored-page figures (`context_session`); once the active bytes pass a share of the
@@ -15,6 +18,8 @@ sends the turn again with the window applied:
     client = openai.OpenAI(api_key=KEY, base_url=EDGE_URL + "/v1")
     session = Session(open_session(http, EDGE_URL, KEY))
     reply = run_turn(client, http, EDGE_URL, KEY, session, messages, model="openai:gpt-4o")
+    for line in recall_lines(session.recall):
+        print(line)          # e.g. "recalled: cp_… exchange 3 (score 7.41)"
     if session.left_out:
         print(f"{session.left_out} oldest messages are no longer sent to the model")
 """
@@ -30,7 +35,9 @@ import openai
 from examples.retrieve_loop import _assistant_message, fetch_page
 
 RETRIEVE, SEARCH = "multillm_context_retrieve", "multillm_context_search"
-CAPABILITIES = [RETRIEVE, SEARCH]
+RECALL = "multillm_context_recall"       # a capability, not a tool: the edge quotes, nobody calls
+TOOLS = (RETRIEVE, SEARCH)
+CAPABILITIES = [RETRIEVE, SEARCH, RECALL]
 DEFAULT_ALLOWANCE = 1024 * 1024      # what a 413 without figures is taken to mean
 
 
@@ -41,6 +48,17 @@ class Session:
     figures: dict | None = None      # the last `context_session` the edge reported
     window_limit: int | None = None  # set once the window started; it stays on
     left_out: int = 0                # messages the last request did not send
+    recall: list | None = None       # the last `context_recall`: [{page_id, exchange, score}]
+
+
+def context_recall(reply) -> list | None:
+    """An SDK answer's `context_recall` (None when the request was not paged)."""
+    return (getattr(reply, "model_extra", None) or {}).get("context_recall")
+
+
+def recall_lines(recall: list | None) -> list[str]:
+    """What the edge brought back for the latest message, one line per exchange."""
+    return [f"recalled: {m['page_id']} exchange {m['exchange']} (score {m['score']:.2f})" for m in recall or []]
 
 
 def open_session(http: httpx.Client, edge_url: str, key: str) -> str:
@@ -65,7 +83,13 @@ def search_pages(http: httpx.Client, edge_url: str, key: str, session_id: str, a
     doc = r.json()
     lines = [f"{h['page_id']} exchange={h['exchange']} {h['excerpt']['role']}: {h['excerpt']['text']}"
              for h in doc["data"]]
-    return "\n".join([f"{len(lines)} of {doc['pages_searched']} stored pages match:", *lines])
+    return "\n".join([f"{len(lines)} stored exchanges match ({searched(doc)} searched):", *lines])
+
+
+def searched(doc: dict) -> str:
+    """"N exchanges in M pages" (an edge before exchange-level search: "M pages")."""
+    pages, exchanges = doc.get("pages_searched", 0), doc.get("exchanges_searched")
+    return f"{pages} pages" if exchanges is None else f"{exchanges} exchanges in {pages} pages"
 
 
 def run_tool(http: httpx.Client, edge_url: str, key: str, session_id: str, name: str, args) -> str:
@@ -155,10 +179,11 @@ def run_turn(client: openai.OpenAI, http: httpx.Client, edge_url: str, key: str,
             session.id, session.figures = open_session(http, edge_url, key), None
             continue
         session.figures = (completion.model_extra or {}).get("context_session") or session.figures
+        session.recall = context_recall(completion)
         message = completion.choices[0].message
         calls = message.tool_calls or []
         rounds += 1
-        if not calls or rounds >= max_rounds or any(tc.function.name not in CAPABILITIES for tc in calls):
+        if not calls or rounds >= max_rounds or any(tc.function.name not in TOOLS for tc in calls):
             return completion
         messages.append(_assistant_message(message))
         for tc in calls:

@@ -8,14 +8,15 @@ and of its result differ. (The sliding window is left out here; it works the sam
                           model="anthropic:claude-sonnet-4-5", max_tokens=1024)
 
 `input_items` / `messages` is the full history, extended in place with this turn's tool
-calls and results.
+calls and results. Both declare `multillm_context_recall` too: what the edge brought back
+is on the answer, `recall_lines(context_recall(reply))`.
 """
 
 from __future__ import annotations
 
 import httpx
 
-from examples.context_tools import CAPABILITIES, parse_arguments, run_tool
+from examples.context_tools import CAPABILITIES, TOOLS, parse_arguments, run_tool
 
 
 def _edge_fields(session_id: str) -> dict:
@@ -31,7 +32,7 @@ def responses_turn(client, http: httpx.Client, edge_url: str, key: str, session_
         response = client.responses.create(model=model, input=input_items,
                                            **_edge_fields(session_id), **create_kwargs)
         calls = [it for it in response.output if it.type == "function_call"]
-        if not calls or any(c.name not in CAPABILITIES for c in calls):
+        if not calls or any(c.name not in TOOLS for c in calls):
             break
         for c in calls:
             output = run_tool(http, edge_url, key, session_id, c.name, parse_arguments(c.arguments))
@@ -49,7 +50,7 @@ def messages_turn(client, http: httpx.Client, edge_url: str, key: str, session_i
         message = client.messages.create(model=model, messages=messages, max_tokens=max_tokens,
                                          **_edge_fields(session_id), **create_kwargs)
         uses = [b for b in message.content if b.type == "tool_use"]
-        if not uses or any(u.name not in CAPABILITIES for u in uses):
+        if not uses or any(u.name not in TOOLS for u in uses):
             break
         messages.append({"role": "assistant", "content": [b.to_dict() for b in message.content]})
         messages.append({"role": "user", "content": [

@@ -10,6 +10,12 @@ only that one is fetched, so it fits the window whatever the page's size:
     client = openai.OpenAI(api_key=KEY, base_url=EDGE_URL + "/v1")
     reply = run_turn(client, EDGE_URL, KEY, session_id, messages, model="openai:gpt-4o")
     print(reply.choices[0].message.content)
+    print((reply.model_extra or {}).get("context_recall"))   # what the edge brought back itself
+
+Declaring `multillm_context_recall` next to retrieval, the edge also quotes the stored
+exchanges most related to the latest user message in its marker (no tool call) and lists
+them in `context_recall`: `[{"page_id": "cp_…", "exchange": 3, "score": 7.41}]`, `[]` when
+nothing was relevant, absent when the request was not paged.
 
 `messages` is the full roleplay history; it is extended in place with the assistant
 tool-call messages and tool results of this turn, so the next turn sends them too.
@@ -25,7 +31,8 @@ from typing import Any
 import httpx
 
 TOOL_NAME = "multillm_context_retrieve"
-CAPABILITIES = [TOOL_NAME]
+RECALL = "multillm_context_recall"       # a capability, not a tool (docs/design.md §6.2)
+CAPABILITIES = [TOOL_NAME, RECALL]
 # Page ids are opaque capabilities; anything else the model names is refused before it
 # reaches a URL (no path tricks such as "../").
 _PAGE_ID = re.compile(r"cp_[A-Za-z0-9_-]{1,128}\Z")

@@ -15,23 +15,33 @@
 // - ST's server drops response headers, so the page count and the session's figures are
 //   read from the response ST relays to the page (`context_pages` / `context_session`,
 //   or the stream's leading SSE comments, read whole: stream.js);
-// - the "Stored context" panel: the player searches the stored pages and opens the
-//   exchange a hit quotes.
+// - recall (setting "Bring back relevant moments automatically"): the request declares
+//   `multillm_context_recall`, the edge quotes the stored exchanges most related to the
+//   latest message inside its marker, and says which (`context_recall` / the stream's
+//   `: multillm-context-recall` comment); the indicator counts them, the panel lists them;
+// - the "Stored context" panel: the player searches the stored exchanges and opens the
+//   one a hit quotes, or one of the moments recalled for the latest message;
+// - sessions, pages and search are called from the page: through SillyTavern's CORS
+//   proxy, or directly when the edge lists SillyTavern's origin in CORS_ALLOWED_ORIGINS.
 import { yaml } from '../../../../lib.js';
 import { slideWindow, windowBudget, windowNeeded } from './window.js';
-import { figures, leadingComments } from './stream.js';
+import { figures, leadingComments, recallList } from './stream.js';
 
 const NAME = 'multillm_paging';
 const TOOL = 'multillm_context_retrieve';
 const SEARCH_TOOL = 'multillm_context_search';
 const CAPABILITIES = ['multillm_context_retrieve', 'multillm_context_search'];
+const RECALL_CAPABILITY = 'multillm_context_recall';
 // What the window assumes when a 413 names no allowance (the edge's default, 1 MiB).
 const DEFAULT_ALLOWANCE = 1024 * 1024;
 const GENERATE_URL = '/api/backends/chat-completions/generate';
 // Page ids are opaque; anything else the model names never reaches a URL.
 const PAGE_ID = /^cp_[A-Za-z0-9_-]{1,128}$/;
+// Recall is on by default: it needs no tool call (many models call tools rarely), it only
+// acts on requests the edge pages, the edge bounds its share of the window and its
+// relevance, and an edge without it ignores the capability.
 const DEFAULTS = { enabled: true, edgeUrl: '', key: '', viaProxy: true, sessions: {},
-    slidingWindow: true, windowPercent: 75 };
+    slidingWindow: true, windowPercent: 75, recall: true };
 const SETTINGS_HTML = new URL('./settings.html', import.meta.url);
 
 const ctx = () => SillyTavern.getContext();
@@ -94,7 +104,9 @@ async function edgeFetch(method, pathAndQuery, { json, headers: extra } = {}) {
     try {
         response = await fetch(url, init);
     } catch {
-        throw new EdgeError(0, 'edge_unreachable', `The MultiLLM edge at ${edgeBase()} cannot be reached.`);
+        // Called directly, a refused CORS preflight looks the same as an edge that is down.
+        const hint = s.viaProxy ? '' : ' If it is up, list this page\'s origin in the edge\'s CORS_ALLOWED_ORIGINS, or reach it through SillyTavern\'s CORS proxy.';
+        throw new EdgeError(0, 'edge_unreachable', `The MultiLLM edge at ${edgeBase()} cannot be reached.${hint}`);
     }
     const text = await response.text();
     let body = null;
@@ -120,6 +132,7 @@ async function createSession() {
     state.session_id = doc.session_id;
     state.pages = 0;
     state.figures = null;
+    state.recall = [];
     const chatId = ctx().getCurrentChatId();
     if (chatId) settings().sessions[chatId] = doc.session_id;
     ctx().saveSettingsDebounced();
@@ -166,7 +179,8 @@ function addEdgeFields(data, sessionId) {
     data.custom_include_headers = JSON.stringify(headers);   // JSON is YAML
     const body = yamlObject(data.custom_include_body);
     const caps = Array.isArray(body.capabilities) ? body.capabilities : [];
-    body.capabilities = [...caps, ...CAPABILITIES.filter(c => !caps.includes(c))];
+    const ours = settings().recall ? [...CAPABILITIES, RECALL_CAPABILITY] : CAPABILITIES;
+    body.capabilities = [...caps, ...ours.filter(c => !caps.includes(c))];
     data.custom_include_body = JSON.stringify(body);
 }
 
@@ -256,6 +270,17 @@ function showCount() {
         line.append(text);
         el.append(line);
     }
+    const recalled = on && settings().recall && Array.isArray(state?.recall) ? state.recall.length : 0;
+    if (recalled > 0) {
+        const line = document.createElement('div');
+        line.className = 'multillm-recall-note';
+        line.innerHTML = '<i class="fa-solid fa-wand-magic-sparkles"></i> ';
+        const text = document.createElement('span');
+        text.textContent = `${recalled} moment${recalled === 1 ? '' : 's'} recalled`;
+        line.append(text);
+        line.title = 'Stored exchanges the edge brought back for the latest message (Extensions → Stored context lists them).';
+        el.append(line);
+    }
     if (out > 0) {
         const note = document.createElement('div');
         note.className = 'multillm-window-note';
@@ -266,6 +291,17 @@ function showCount() {
 }
 
 const kib = (bytes) => Math.round(Number(bytes) / 1024);
+
+/** The moments the edge recalled for the latest request ([] when none or not paged). */
+function recordRecall(moments) {
+    const state = chatState();
+    if (state) {
+        state.recall = moments;
+        ctx().saveMetadataDebounced();
+    }
+    showCount();
+    renderRecall();
+}
 
 /** The page count and, from an edge that reports them, the session's figures. */
 function recordPages(count, session) {
@@ -306,8 +342,9 @@ async function inspect(response) {
     }
     if (!text.startsWith('{')) {
         reader.cancel();
-        // An unpaged stream carries no comment: the count stays.
+        // An unpaged stream carries no comment: the count stays, nothing was recalled.
         if (head.pages) recordPages(head.pages.length, head.session);
+        recordRecall(head.recall || []);
         return undefined;
     }
     while (!ended) {
@@ -323,6 +360,7 @@ async function inspect(response) {
         return /^not found$/i.test(message) ? { code: 'session_not_found', message } : undefined;
     }
     recordPages(Array.isArray(doc.context_pages) ? doc.context_pages.length : 0, figures(doc.context_session));
+    recordRecall(recallList(doc.context_recall));
     return undefined;
 }
 
@@ -460,14 +498,25 @@ function searchArgs({ query, limit } = {}) {
 /** The exchange of the page a hit quotes (1 from an edge that names none). */
 const hitExchange = (h) => (Number.isInteger(h?.exchange) && h.exchange >= 1 ? h.exchange : 1);
 
+const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
+
+/** What a search went through: "N exchanges in M pages" (an edge before exchange-level
+ * search reports pages only: "M pages"). */
+function searched(doc, stored = '') {
+    const pages = Number.isInteger(doc?.pages_searched) ? doc.pages_searched : 0;
+    if (!Number.isInteger(doc?.exchanges_searched)) return plural(pages, `${stored}page`);
+    return `${plural(doc.exchanges_searched, `${stored}exchange`)} in ${plural(pages, 'page')}`;
+}
+
 /** The hits as compact text for the model: one line per hit (page id, exchange, role,
- * excerpt), the two arguments retrieval takes first. */
+ * excerpt), the two arguments retrieval takes first. A hit is one exchange; a page may
+ * give several. */
 function hitsText(query, doc) {
     const hits = Array.isArray(doc?.data) ? doc.data : [];
-    if (!hits.length) return `No stored page matches "${query}" (${doc?.pages_searched ?? 0} searched).`;
+    if (!hits.length) return `No stored exchange matches "${query}" (${searched(doc)} searched).`;
     const lines = hits.map(h => `${h.page_id} exchange=${hitExchange(h)} ${h.excerpt?.role ?? '?'}: `
         + String(h.excerpt?.text ?? '').replace(/\s+/g, ' '));
-    return [`Stored pages matching "${query}", best first (${hits.length} of ${doc.pages_searched} searched):`,
+    return [`Stored exchanges matching "${query}", best first (${hits.length} of ${searched(doc)} searched):`,
         ...lines, `Call ${TOOL} with a page_id and its exchange to read that exchange whole.`].join('\n');
 }
 
@@ -510,7 +559,7 @@ function registerTool() {
             type: 'object',
             properties: {
                 query: { type: 'string', description: 'Words to look for: names, places, events, promises.' },
-                limit: { type: 'integer', minimum: 1, maximum: 10, description: 'How many pages (default 5).' },
+                limit: { type: 'integer', minimum: 1, maximum: 10, description: 'How many exchanges (default 5).' },
             },
             required: ['query'],
         },
@@ -561,23 +610,48 @@ function renderHits(doc) {
     const list = document.getElementById('multillm_search_results');
     const hits = Array.isArray(doc?.data) ? doc.data : [];
     list.replaceChildren(el('small', 'multillm-paging-note',
-        hits.length ? `${hits.length} of ${doc.pages_searched} stored pages match.` : `No stored page matches (${doc?.pages_searched ?? 0} searched).`));
+        hits.length ? `${hits.length} of ${searched(doc, 'stored ')} match.` : `No stored exchange matches (${searched(doc)} searched).`));
     for (const h of hits) {
         const item = el('div', 'multillm-search-hit');
-        const head = el('div', 'multillm-search-hit-head');
-        const exchange = hitExchange(h);
-        const where = el('span', 'multillm-search-where');
-        where.append(el('span', 'multillm-search-exchange', `exchange ${exchange}`), ' of page ',
-            el('code', 'multillm-search-id', h.page_id));
-        where.title = `${h.page_id}, exchange ${exchange}`;
-        head.append(el('b', 'multillm-search-role', h.excerpt?.role ?? '?'), where);
-        const open = el('button', 'menu_button multillm-search-open', 'Open');
-        open.type = 'button';
-        open.title = 'Show this whole exchange as it was stored';
-        head.append(open);
-        const view = el('div', 'multillm-page-view');
-        open.addEventListener('click', () => (view.childElementCount ? view.replaceChildren() : openExchange(h.page_id, exchange, view)));
+        const { head, view } = momentHead(h.page_id, hitExchange(h), el('b', 'multillm-search-role', h.excerpt?.role ?? '?'));
         item.append(head, el('div', 'multillm-search-excerpt', h.excerpt?.text ?? ''), view);
+        list.append(item);
+    }
+}
+
+/** One stored exchange's line in the panel: `lead`, "exchange N of page cp_…", an Open
+ * button that shows it whole (only that exchange: a page may hold many) in `view`. */
+function momentHead(pageId, exchange, lead) {
+    const head = el('div', 'multillm-search-hit-head');
+    const where = el('span', 'multillm-search-where');
+    where.append(el('span', 'multillm-search-exchange', `exchange ${exchange}`), ' of page ',
+        el('code', 'multillm-search-id', pageId));
+    where.title = `${pageId}, exchange ${exchange}`;
+    head.append(lead, where);
+    const open = el('button', 'menu_button multillm-search-open', 'Open');
+    open.type = 'button';
+    open.title = 'Show this whole exchange as it was stored';
+    head.append(open);
+    const view = el('div', 'multillm-page-view');
+    open.addEventListener('click', () => (view.childElementCount ? view.replaceChildren() : openExchange(pageId, exchange, view)));
+    return { head, view };
+}
+
+/** The moments the edge recalled for the latest message, in the Stored context panel. */
+function renderRecall() {
+    const list = document.getElementById('multillm_recall_list');
+    if (!list) return;
+    const state = chatState();
+    const moments = settings().enabled && settings().recall && Array.isArray(state?.recall) ? state.recall : [];
+    list.replaceChildren();
+    if (!moments.length) return;
+    list.append(el('small', 'multillm-paging-note',
+        `${plural(moments.length, 'moment')} brought back for the latest message, most relevant first:`));
+    for (const m of moments) {
+        const item = el('div', 'multillm-search-hit multillm-recall-moment');
+        const score = Number.isFinite(m.score) ? `score ${m.score.toFixed(2)}` : 'recalled';
+        const { head, view } = momentHead(m.page_id, m.exchange, el('b', 'multillm-recall-score', score));
+        item.append(head, view);
         list.append(item);
     }
 }
@@ -628,6 +702,12 @@ async function mountSettings() {
         ctx().saveSettingsDebounced();
         renderKeyState();
     });
+    $('#multillm_paging_recall').prop('checked', s.recall).on('change', function () {
+        settings().recall = this.checked;
+        ctx().saveSettingsDebounced();
+        showCount();
+        renderRecall();
+    });
     $('#multillm_paging_window').prop('checked', s.slidingWindow).on('change', function () {
         settings().slidingWindow = this.checked;
         ctx().saveSettingsDebounced();
@@ -653,9 +733,11 @@ jQuery(async () => {
     eventSource.on(eventTypes.CHAT_COMPLETION_SETTINGS_READY, onSettingsReady);
     eventSource.on(eventTypes.CHAT_CHANGED, () => {
         showCount();
+        renderRecall();
         $('#multillm_search_results').empty();
     });
     eventSource.on(eventTypes.CHAT_DELETED, endSession);
     eventSource.on(eventTypes.GROUP_CHAT_DELETED, endSession);
     showCount();
+    renderRecall();
 });

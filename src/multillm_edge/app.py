@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .base import cors
 from .base.errors import EDGE_ENVELOPE, EdgeError, Envelope, InternalError, StorageError
 from .base.platform import Platform
 from .core.config import signing_secrets
@@ -53,6 +54,7 @@ class Route:
     when: Callable[[Incoming], bool] = lambda req: True
     constants: dict = field(default_factory=dict)
     envelope: Envelope = EDGE_ENVELOPE   # a generation route's: its wire format's
+    cors: bool = False                   # browser-callable for CORS_ALLOWED_ORIGINS (base/cors.py)
     regex: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -81,16 +83,17 @@ ROUTES = (
     Route(("GET", "HEAD"), "/healthz", healthz),
     *(Route(("POST",), f.CLIENT_PATH, generate, _roleplay, {"fmt": f.NAME}, f.ERROR_ENVELOPE)
       for f in FORMATS),
-    Route(("POST",), "/v1/roleplay/sessions", create_session),
-    Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session),
-    Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param),
-    Route(("POST",), "/v1/context/search", search_pages, _roleplay),
+    Route(("POST",), "/v1/roleplay/sessions", create_session, cors=True),
+    Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session, cors=True),
+    Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param, cors=True),
+    Route(("POST",), "/v1/context/search", search_pages, _roleplay, cors=True),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
     Route(("POST",), "/v1/files", batch.upload_file),
     Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope=messages.ERROR_ENVELOPE),
     Route(("POST",), "/v1/batches", batch.create_batch),
 )
 FORWARD = Route((), "", forward)
+PREFLIGHT = Route(("OPTIONS",), "", cors.preflight)   # for the log line: answered by base/cors.py
 
 
 def route(req: Incoming) -> Route:
@@ -106,9 +109,12 @@ def route(req: Incoming) -> Route:
 async def handle(req: Incoming, platform: Platform) -> Outgoing:
     started = time.monotonic()
     matched = route(req)
-    handler = matched.handler
     try:
-        out = await handler(req, platform)
+        out = cors.preflight(req, platform, route)
+        if out is None:
+            out = await matched.handler(req, platform)
+        else:
+            matched = PREFLIGHT
     except EdgeError as err:
         req.notes["error"] = err.code
         out = error_response(err, matched.envelope)
@@ -120,6 +126,8 @@ async def handle(req: Incoming, platform: Platform) -> Outgoing:
         req.notes.update(error=InternalError.code, exception=type(exc).__name__)
         out = error_response(InternalError(), matched.envelope)
         exc.__traceback__ = None
-    platform.log({"route": handler.__name__, "method": req.method, "status": out.status,
+    if matched.cors:
+        cors.decorate(out, req, platform)
+    platform.log({"route": matched.handler.__name__, "method": req.method, "status": out.status,
                   "ms": round((time.monotonic() - started) * 1000, 1), **req.notes})
     return out

@@ -23,7 +23,13 @@ MODEL = "fake:rp-st"
 CHARACTER = "Aurore"
 LONG_CHAT, SECOND_CHAT = "Aurore - long journey", "Aurore - side quest"
 WINDOW_CHAT = "Aurore - the long road"
+RECALL_CHAT = "Aurore - the old mill"
 EXCHANGES = 160
+RECALL_EXCHANGES = 60
+# An early exchange of the recall chat that the latest message of its test is about.
+RECALL_AT = 3
+RECALL_MOMENT = ("u-0003 Look what the river left under the old mill: a silver compass, its needle pointing at the moon.",
+                 "a-0003 Aurore turns the silver compass over in her palm. \"Keep it. A mill compass never lies about the way home.\"")
 _wall = {}
 
 
@@ -105,9 +111,11 @@ def origin():
 
 
 @pytest.fixture(scope="module")
-def edge(provider, origin, tmp_path_factory):
-    with Edge(tmp_path_factory.mktemp("edge"), vars=rp.edge_vars(provider.url, origin.url),
-              start_timeout=240) as edge:
+def edge(provider, origin, sillytavern, tmp_path_factory):
+    # SillyTavern's origin may call sessions, pages and search directly (CORS), as a
+    # player's edge would be configured for their SillyTavern.
+    vars_ = rp.edge_vars(provider.url, origin.url, CORS_ALLOWED_ORIGINS=sillytavern.url)
+    with Edge(tmp_path_factory.mktemp("edge"), vars=vars_, start_timeout=240) as edge:
         # A window that ~145 of the chat's 160 exchanges must leave (blocks, §5.7).
         rp.set_model(edge, MODEL, 14000, 1000)
         yield edge
@@ -122,7 +130,9 @@ def player(edge):
 @pytest.fixture(scope="module")
 def sillytavern(tmp_path_factory, provider):
     def setup_user(user):
-        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3, WINDOW_CHAT: EXCHANGES})
+        seed_character(user, CHARACTER, {LONG_CHAT: EXCHANGES, SECOND_CHAT: 3, WINDOW_CHAT: EXCHANGES,
+                                         RECALL_CHAT: RECALL_EXCHANGES},
+                       {RECALL_CHAT: {RECALL_AT: RECALL_MOMENT}})
 
     with SillyTavern(tmp_path_factory.mktemp("sillytavern"), setup_user) as st:
         yield st

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from devkit.plans import marker_ids
-from tests.browser.conftest import CHARACTER, EXCHANGES, LONG_CHAT, MODEL, SECOND_CHAT, WINDOW_CHAT
+from tests.browser.conftest import (CHARACTER, EXCHANGES, LONG_CHAT, MODEL, RECALL_CHAT, RECALL_MOMENT,
+                                   SECOND_CHAT, WINDOW_CHAT)
 from devkit import roleplay as rp
 from devkit.runner import ROOT
 from tests.support.sillytavern import free_port
@@ -385,7 +386,7 @@ def test_the_model_searches_stored_context_and_reads_back_the_exchange_it_found(
             first["body"] = body
             return "call", (SEARCH, {"query": "0042", "limit": 3})
         result = body["messages"][-1]["content"]
-        if result.startswith("Stored pages matching"):
+        if result.startswith("Stored exchanges matching"):
             page_id, exchange = HIT.match(result.split("\n")[1]).group(1, 2)
             return "call", ("multillm_context_retrieve", {"page_id": page_id, "exchange": int(exchange)})
         return "text", answer
@@ -401,7 +402,7 @@ def test_the_model_searches_stored_context_and_reads_back_the_exchange_it_found(
     _, second, third = (r.json() for r in chat_requests(provider))
     tool_msg = [m for m in second["messages"] if m.get("role") == "tool"][-1]
     lines = tool_msg["content"].split("\n")
-    assert lines[0].startswith('Stored pages matching "0042", best first (')
+    assert lines[0].startswith('Stored exchanges matching "0042", best first (')   # a hit is an exchange
     assert lines[-1] == "Call multillm_context_retrieve with a page_id and its exchange to read that exchange whole."
     hits = lines[1:-1]
     assert 1 <= len(hits) <= 3 and all(HIT.match(h) for h in hits)
@@ -430,7 +431,8 @@ def test_the_player_searches_the_stored_context_panel_and_opens_an_exchange(page
     page.press("#multillm_search_query", "Enter")
     hit = panel.locator(".multillm-search-hit").first
     hit.wait_for(timeout=30_000)
-    assert re.fullmatch(r"\d+ of \d+ stored pages match\.",
+    # Exchange hits: "N of X stored exchanges in M pages" (an edge before exchanges_searched: pages).
+    assert re.fullmatch(r"\d+ of (\d+ stored exchanges? in \d+ pages?|\d+ stored pages?) match\.",
                         panel.locator("#multillm_search_results > small").inner_text())
     page_id = hit.locator(".multillm-search-id").inner_text()
     where = re.fullmatch(r"exchange (\d+) of page (cp_\S+)", hit.locator(".multillm-search-where").inner_text())
@@ -456,8 +458,90 @@ def test_the_player_searches_the_stored_context_panel_and_opens_an_exchange(page
     # A query nothing matches says so.
     page.fill("#multillm_search_query", "qwzxv")
     page.press("#multillm_search_query", "Enter")
-    panel.locator("#multillm_search_results > small").filter(has_text="No stored page matches").wait_for()
+    panel.locator("#multillm_search_results > small").filter(has_text="No stored exchange matches").wait_for()
     close_drawers(page)
+
+
+def set_proxy(page, on: bool):
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    drawer = page.locator("#multillm_paging_settings")
+    if not page.locator("#multillm_paging_proxy").is_visible():
+        drawer.locator(".inline-drawer-toggle").click()
+    page.set_checked("#multillm_paging_proxy", on)
+    assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.viaProxy") is on
+    close_drawers(page)
+
+
+DIRECT_POST = """async ([url, key]) => {
+    try {
+        const r = await fetch(url, { method: 'POST', headers: key ? { Authorization: 'Bearer ' + key } : {} });
+        return { status: r.status, body: await r.json() };
+    } catch (e) {
+        return { blocked: String(e) };
+    }
+}"""
+
+
+def test_the_extension_calls_the_edge_directly_once_the_edge_lists_sillytavern(page, edge, player, sillytavern):
+    """The edge runs with CORS_ALLOWED_ORIGINS = SillyTavern's origin: with the proxy
+    off, the Stored context panel's search and Open go from the page straight to the
+    edge (real preflights, answered by the edge), and the edge's errors are readable."""
+    key, principal = player
+    edge_calls = []
+    page.on("request", lambda r: edge_calls.append((r.method, r.url)) if "/v1/" in r.url else None)
+    set_proxy(page, False)
+    try:
+        open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+        panel = page.locator("#multillm_stored_context")
+        if not panel.locator("#multillm_search_query").is_visible():
+            panel.locator(".inline-drawer-toggle").click()
+        page.fill("#multillm_search_query", "0009")
+        page.press("#multillm_search_query", "Enter")
+        hit = panel.locator(".multillm-search-hit").first
+        hit.wait_for(timeout=30_000)
+        assert "0009" in hit.locator(".multillm-search-excerpt").inner_text()
+        hit.locator(".multillm-search-open").click()
+        hit.locator(".multillm-page-view .multillm-page-message").first.wait_for()
+        assert any("0009" in t for t in hit.locator(".multillm-page-view").all_inner_texts())
+        close_drawers(page)
+        # Straight to the edge, never through /proxy/.
+        direct = [(m, u) for m, u in edge_calls if u.startswith(edge.url + "/v1/context/")]
+        assert ("POST", edge.url + "/v1/context/search") in direct
+        assert any(m == "GET" and u.startswith(edge.url + "/v1/context/pages/cp_") for m, u in direct)
+        assert not [u for _, u in edge_calls if "/proxy/" in u]
+        # Each was preflighted (authorization, content-type, x-roleplay-session-id are not
+        # simple headers) and the edge answered the preflight itself.
+        logs = edge.logs()
+        preflights = [r for r in logs if r.get("method") == "OPTIONS"]
+        assert preflights and all(r["route"] == "preflight" and r["status"] == 204 for r in preflights)
+        assert not [r for r in logs if r.get("method") == "OPTIONS" and r.get("route") == "forward"]
+        # The page reads the edge's answers, errors included.
+        made = page.evaluate(DIRECT_POST, [edge.url + "/v1/roleplay/sessions", key])
+        assert made["status"] == 201 and made["body"]["session_id"].startswith("rps_")
+        refused = page.evaluate(DIRECT_POST, [edge.url + "/v1/roleplay/sessions", ""])
+        assert refused["status"] == 401 and refused["body"]["error"]["code"] == "invalid_api_key"
+        edge.client.delete(f"/v1/roleplay/sessions/{made['body']['session_id']}",
+                           headers={"Authorization": f"Bearer {key}"})
+    finally:
+        set_proxy(page, True)
+
+
+def test_an_origin_the_edge_does_not_list_is_blocked_by_the_browser(page, edge, player, origin):
+    """A page of another origin (not listed) calling the edge: its preflight is forwarded
+    to the origin as before, which grants nothing, so the browser never sends the call."""
+    key, principal = player
+    other = page.context.new_page()
+    try:
+        other.goto(origin.url + "/v1/models")
+        before = edge.sql("SELECT COUNT(*) AS n FROM roleplay_sessions WHERE principal = ?1", principal)
+        logged = len(edge.logs())
+        got = other.evaluate(DIRECT_POST, [edge.url + "/v1/roleplay/sessions", key])
+        assert "blocked" in got and "Failed to fetch" in got["blocked"]
+        assert edge.sql("SELECT COUNT(*) AS n FROM roleplay_sessions WHERE principal = ?1", principal) == before
+        seen = [(r.get("method"), r.get("route")) for r in edge.logs()[logged:]]
+        assert [x for x in seen if x[0] == "OPTIONS" or x[1] == "create_session"] == [("OPTIONS", "forward")]
+    finally:
+        other.close()
 
 
 def set_window(page, on=None, percent=None):
@@ -648,3 +732,189 @@ def test_deleting_a_chat_ends_its_session(page, edge, player):
     r = edge.client.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
                          headers={"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": sid})
     assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
+
+
+# --- recall: relevant moments come back without a tool call (docs/design.md §6.2) ------
+
+RECALL = "multillm_context_recall"
+RECALLED = re.compile(r"^(\d+) moments? recalled$")
+MOMENT_AT = re.compile(r"^exchange (\d+) of page (cp_[A-Za-z0-9_-]+)$")
+
+
+def to_recall_chat(page):
+    """The recall chat, from wherever the tests before left SillyTavern: no chat open, or
+    the chat manager still open (deleting a chat leaves it so)."""
+    block = page.locator(f".select_chat_block[file_name^='{RECALL_CHAT}']")
+    if page.locator("dialog[open]").count():
+        block.wait_for(state="visible")      # the manager lists the chats again after a deletion
+    else:
+        if not page.evaluate("() => SillyTavern.getContext().getCurrentChatId()"):
+            open_chat(page, LONG_CHAT)
+        manage_chats(page)
+    block.click()
+    page.wait_for_function(f"() => SillyTavern.getContext().getCurrentChatId() === {json.dumps(RECALL_CHAT)}")
+    block.wait_for(state="hidden")
+
+
+def moment_location(edge, page_ids) -> tuple[str, int]:
+    """(page id, exchange) of the recall chat's compass exchange among stored pages."""
+    for page_id in page_ids:
+        items = json.loads(rp.stored_page(edge, page_id))
+        for n, start in enumerate(exchange_starts(items), 1):
+            if items[start].get("content") == RECALL_MOMENT[0]:
+                return page_id, n
+    raise AssertionError("the compass exchange is in no stored page")
+
+
+def test_recalled_moments_are_counted_and_listed_as_the_wire_contract_says(page, edge, provider):
+    """The extension's side of recall alone, against the documented wire contract: the
+    edge's answer, as SillyTavern relays it, is given `context_recall` (whole answers) or
+    the `: multillm-context-recall` comment (streams) naming the compass exchange. The
+    indicator counts the moments, the panel lists them and opens that exchange."""
+    to_recall_chat(page)
+    provider.clear()
+    where = {}
+
+    def turn(text):
+        answer = f"Aurore nods: {text}"     # no word of the moment: never a rival to it
+        provider.model.script = lambda body: ("text", answer)
+        send(page, text)
+        page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+        wait_idle(page)
+
+    def add_recall(route):
+        answer = route.fetch()
+        text = answer.text()
+        if text.startswith("{"):
+            doc = json.loads(text)
+            where["moment"] = moment_location(edge, [p["page_id"] for p in doc["context_pages"]])
+            doc["context_recall"] = [{"page_id": where["moment"][0], "exchange": where["moment"][1], "score": 3.14159}]
+            route.fulfill(response=answer, body=json.dumps(doc))
+            return
+        head, _, rest = text.partition("\n")                  # the pages line, then the rest
+        where["moment"] = moment_location(edge, head.split(" ")[-1].split(","))
+        line = f": multillm-context-recall {where['moment'][0]}:{where['moment'][1]}"
+        route.fulfill(response=answer, body=f"{head}\n{line}\n{rest}")
+
+    page.route("**/api/backends/chat-completions/generate", add_recall)
+    try:
+        for streaming, score in ((False, "score 3.14"), (True, "recalled")):
+            set_streaming(page, streaming)
+            clear_toasts(page)
+            turn(f"Again, tell me ({'streamed' if streaming else 'whole'})?")
+            indicator = page.locator("#multillm_paging_indicator .multillm-recall-note")
+            indicator.filter(has_text="1 moment recalled").wait_for(timeout=10_000)
+            page_id, exchange = where["moment"]
+            recalled = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.recall")
+            assert [(m["page_id"], m["exchange"]) for m in recalled] == [(page_id, exchange)]
+            open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+            panel = page.locator("#multillm_stored_context")
+            if not panel.locator("#multillm_search_query").is_visible():
+                panel.locator(".inline-drawer-toggle").click()
+            [moment] = panel.locator("#multillm_recall_list .multillm-recall-moment").all()
+            assert panel.locator("#multillm_recall_list > small").inner_text() == \
+                "1 moment brought back for the latest message, most relevant first:"
+            assert moment.locator(".multillm-search-where").inner_text() == f"exchange {exchange} of page {page_id}"
+            assert moment.locator(".multillm-recall-score").inner_text() == score
+            moment.locator(".multillm-search-open").click()
+            view = moment.locator(".multillm-page-view .multillm-page-message")
+            view.first.wait_for()
+            assert view.all_inner_texts() == [f"user: {RECALL_MOMENT[0]}", f"assistant: {RECALL_MOMENT[1]}"]
+            close_drawers(page)
+            assert toasts(page) == []
+    finally:
+        page.unroute("**/api/backends/chat-completions/generate")
+        set_streaming(page, False)
+    # An answer that names no moment clears them: the count is the latest message's.
+    turn("And then?")
+    page.wait_for_function("() => SillyTavern.getContext().chatMetadata.multillm_paging.recall.length === 0")
+    assert page.locator("#multillm_paging_indicator .multillm-recall-note").count() == 0
+    # Turned off, the capability is not declared.
+    bodies = generate_bodies(page)
+    set_recall(page, False)
+    try:
+        turn("One more step?")
+        assert RECALL not in json.loads(bodies[-1]["custom_include_body"])["capabilities"]
+    finally:
+        set_recall(page, True)
+
+
+def set_recall(page, on: bool):
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    if not page.locator("#multillm_paging_recall").is_visible():
+        page.locator("#multillm_paging_settings .inline-drawer-toggle").click()
+    page.set_checked("#multillm_paging_recall", on)
+    assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.recall") is on
+    close_drawers(page)
+
+
+def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
+    """A chat long enough to be paged whose latest message is about its 4th exchange: with
+    *Bring back relevant moments automatically* on (the default), the request declares
+    recall, the edge quotes that exchange in its marker and lists it (`context_recall`);
+    the indicator counts the moments and the Stored context panel lists and opens them.
+    Everything before the indicator's count holds without the edge's recall; from there
+    on the edge must implement it."""
+    answer = "Aurore taps the compass: the needle still points home."
+    to_recall_chat(page)
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    if not page.locator("#multillm_paging_recall").is_visible():
+        page.locator("#multillm_paging_settings .inline-drawer-toggle").click()
+    assert page.locator("#multillm_paging_recall").is_checked()          # on by default
+    page.set_checked("#multillm_paging_recall", True)
+    close_drawers(page)
+    bodies = generate_bodies(page)
+    provider.clear()
+    provider.model.script = lambda body: ("text", answer)
+    clear_toasts(page)
+    send(page, "Do you still carry the silver compass we found under the old mill?")
+    page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+    wait_idle(page)
+    # The request declared recall next to retrieval and search; the edge paged it (the
+    # early exchange is in a page) and stripped the capabilities; no tool was called.
+    [sent] = bodies
+    assert json.loads(sent["custom_include_body"])["capabilities"] == [
+        "multillm_context_retrieve", "multillm_context_search", RECALL]
+    [req] = chat_requests(provider)
+    upstream = req.json()
+    ids = marker_page_ids(upstream)
+    assert ids and "capabilities" not in upstream
+    moment_pages = [i for i in ids if RECALL_MOMENT[0][:40].encode() in rp.stored_page(edge, i)]
+    assert len(moment_pages) >= 1
+    assert not any(RECALL_MOMENT[0][:40] in str(m.get("content")) for m in upstream["messages"]
+                   if not marker_ids(m.get("content")))                  # paged, not sent as is
+    assert toasts(page) == []
+    # --- from here the edge's recall (§6.2) is needed ---------------------------------
+    indicator = page.locator("#multillm_paging_indicator .multillm-recall-note")
+    indicator.filter(has_text=RECALLED).wait_for(timeout=10_000)
+    recalled = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.recall")
+    count = int(RECALLED.match(indicator.inner_text().strip()).group(1))
+    assert count == len(recalled) >= 1
+    # The best moment is the compass exchange, quoted verbatim in the marker; the
+    # extension keeps the moments most relevant first.
+    best = max(recalled, key=lambda m: m["score"])
+    assert recalled[0] == best
+    part = exchange_bytes(rp.stored_page(edge, best["page_id"]), best["exchange"])
+    assert [m["content"] for m in json.loads(part)] == list(RECALL_MOMENT)
+    assert best["page_id"] in moment_pages and isinstance(best["score"], (int, float))
+    marker = next(m["content"] for m in upstream["messages"] if marker_ids(m.get("content")))
+    assert "silver compass" in (marker if isinstance(marker, str) else json.dumps(marker, ensure_ascii=False))
+    # The Stored context panel lists the moments; Open shows the compass exchange.
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    panel = page.locator("#multillm_stored_context")
+    if not panel.locator("#multillm_search_query").is_visible():
+        panel.locator(".inline-drawer-toggle").click()
+    moments = panel.locator("#multillm_recall_list .multillm-recall-moment")
+    assert moments.count() == count
+    assert panel.locator("#multillm_recall_list > small").inner_text().startswith(
+        f"{count} moment{'s' if count > 1 else ''} brought back for the latest message")
+    first = moments.first
+    where = MOMENT_AT.match(first.locator(".multillm-search-where").inner_text())
+    assert where and (int(where.group(1)), where.group(2)) == (best["exchange"], best["page_id"])
+    assert first.locator(".multillm-recall-score").inner_text() == f"score {best['score']:.2f}"
+    first.locator(".multillm-search-open").click()
+    first.locator(".multillm-page-view .multillm-page-message").first.wait_for()
+    assert first.locator(".multillm-page-view .multillm-page-message").all_inner_texts() == [
+        f"user: {RECALL_MOMENT[0]}", f"assistant: {RECALL_MOMENT[1]}"]
+    panel.screenshot(path=str(DOCS / "sillytavern-recall.png"))
+    close_drawers(page)

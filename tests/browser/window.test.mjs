@@ -101,7 +101,7 @@ test('stream head: comment lines count only once whole, in any cut', () => {
     assert.deepEqual(leadingComments(text.slice(0, text.indexOf('data:')), true).session, session);
     assert.deepEqual(leadingComments(': multillm-context-pages cp_a,cp_b\n\ndata: x').pages, ['cp_a', 'cp_b']);
     assert.deepEqual(leadingComments(': multillm-context-pages cp_a,cp_b\n\ndata: x').session, null);
-    assert.deepEqual(leadingComments('data: {}\n\n'), { complete: true, pages: null, session: null });
+    assert.deepEqual(leadingComments('data: {}\n\n'), { complete: true, pages: null, session: null, recall: null });
     assert.equal(leadingComments('{"id":1}').complete, true);
     assert.equal(figures({ active_bytes: 1, limit_bytes: 'x', active_pages: 1 }), null);
 });

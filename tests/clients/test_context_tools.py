@@ -169,7 +169,9 @@ def turn(fmt: str, edge, player: rp.Player, http: httpx.Client, tag: str):
 def search_text(doc: dict) -> str:
     """A search answer as the client's text: a count line, then one line per hit (page
     id, exchange, role, excerpt)."""
-    return "\n".join([f"{len(doc['data'])} of {doc['pages_searched']} stored pages match:"] + [
+    pages, exchanges = doc["pages_searched"], doc.get("exchanges_searched")
+    searched = f"{pages} pages" if exchanges is None else f"{exchanges} exchanges in {pages} pages"
+    return "\n".join([f"{len(doc['data'])} stored exchanges match ({searched} searched):"] + [
         f"{h['page_id']} exchange={h['exchange']} {h['excerpt']['role']}: {h['excerpt']['text']}"
         for h in doc["data"]])
 

@@ -17,6 +17,7 @@ class Observed:
     stored_before: tuple         # (rows, objects) before the case
     stored_after: tuple
     origin_seen: list = None     # (headers as text, body bytes) reaching the origin
+    headers: list = None         # the answer's (name, value) pairs, names lower-case
 
 
 def check_batch(case: Case, seen: Observed) -> None:
@@ -49,8 +50,28 @@ def check_search(case: Case, seen: Observed) -> None:
         assert doc["object"] == "list" and isinstance(doc["pages_searched"], int), where
         assert len(doc["data"]) <= 10, where
         for hit in doc["data"]:
-            assert set(hit) == {"page_id", "sha256", "expires_at", "score", "excerpt"}, where
+            assert set(hit) == {"page_id", "sha256", "expires_at", "score", "exchange", "excerpt"}, where   # §6.1
             assert len(hit["excerpt"]["text"]) <= 400, where
+
+
+def check_cors(case: Case, seen: Observed) -> None:
+    """A listed origin on a CORS route gets the edge's answer and its exact Origin back;
+    anything else behaves as without the setting: a preflight reaches the origin, and no
+    answer carries an access-control-* header. Never `*`, never credentials."""
+    where = case.describe()
+    expect = case.notes["cors"]
+    headers = [(k.lower(), v) for k, v in seen.headers]
+    allow = [v for k, v in headers if k.startswith("access-control-")]
+    assert "*" not in allow and "access-control-allow-credentials" not in dict(headers), where
+    if not expect["edge"]:
+        assert not allow, f"CORS headers off the edge's routes or for an unlisted origin\n{where}"
+        if expect["preflight"]:
+            assert seen.origin_requests == 1 and seen.status == 200, f"{seen.status} {seen.body[:200]!r}\n{where}"
+        return
+    assert dict(headers).get("access-control-allow-origin") == expect["origin"], where
+    if expect["preflight"]:
+        assert seen.status == 204 and seen.origin_requests == 0 and not seen.provider_requests, where
+        assert seen.stored_after == seen.stored_before, where
 
 
 def check(case: Case, seen: Observed) -> None:
@@ -72,6 +93,8 @@ def check(case: Case, seen: Observed) -> None:
         assert (doc.get("type") == "error") == case.anthropic, f"wrong envelope\n{where}"
     if case.notes.get("search"):
         check_search(case, seen)
+    if "cors" in case.notes and seen.headers is not None:
+        check_cors(case, seen)
     if seen.status >= 400 and not relayed:
         assert not seen.provider_requests, f"rejected but dispatched\n{where}"
         assert seen.stored_after == seen.stored_before, f"rejected but stored\n{where}"

@@ -4,8 +4,9 @@
 formats (type swaps at every path, deletions, wrong containers, depth around the limit
 and far beyond it, huge and tiny numbers, NaN/Infinity, model names around their length
 limit and far beyond it, duplicate keys, lone surrogates, NUL, non-UTF-8 bytes), odd and
-empty headers, session and retrieval ids with traversal and SQL metacharacters, and
-forwarded requests. The same case runs in-process and through the runner. Every header
+empty headers, session and retrieval ids with traversal and SQL metacharacters,
+forwarded requests, and CORS preflights and actual requests (odd and huge Origin,
+Access-Control-Request-* values, on every route family). The same case runs in-process and through the runner. Every header
 value is printable ASCII (what an HTTP client can send); everything else is fair game.
 """
 
@@ -354,6 +355,9 @@ def cases(seed: int, count: int):
         if rng.random() < 0.05:
             yield batch_case(rng, n)
             continue
+        if rng.random() < 0.04:
+            yield cors_case(rng, n)
+            continue
         fmt = rng.choice(list(GENERATION))
         doc = valid_body(rng, fmt)
         if rng.random() < 0.1:
@@ -480,3 +484,63 @@ def batch_case(rng, n) -> Case:
                     json.dumps({"input_file_id": "file-1", "capabilities": CAP}).encode(),
                     roleplay=False, notes={"declares": None})
     return (upload_case if rng.random() < 0.7 else inline_case)(rng, n, headers)
+
+
+# ---------------------------------------------------------------------------
+# CORS (docs/design.md §3): preflights and actual requests with odd Origin values, on
+# every route family. `notes["cors"]` says what the edge must do: answer the preflight
+# itself / add CORS headers ("edge"), else behave as without the setting.
+# ---------------------------------------------------------------------------
+
+LISTED = ("http://127.0.0.1:8000", "https://rp.example.com")
+CORS_SETTING = f"{LISTED[0]}, https://RP.example.com:443, *, https://bad.example/x, null"
+ODD_ORIGINS = ["", "null", "*", LISTED[0] + "/", LISTED[0].upper(), f"{LISTED[0]}, https://evil.example",
+               "https://evil.example", "http://127.0.0.1:08000", "http://127.0.0.1", "https://rp.example.com:443",
+               "javascript:alert(1)", "http://127.0.0.1:8000.evil.example", "x" * 300, "h" * 4000,
+               "http://" + "a." * 2000 + "example", "https://bad.example"]
+SENT = "authorization,content-type,x-roleplay-session-id"
+ODD_REQUEST_HEADERS = ["", ",,,", "*", "authorization", "X-Roleplay-Session-ID", "x-roleplay-session-idx",
+                       "x-a," * 1000 + "x-roleplay-session-id", "content-type , x-roleplay-session-id ,"]
+ODD_METHODS = ["", "post", "PUT", "GET, POST", "TRACE", "OPTIONS", "M" * 3000, "DELETE ", "CONNECT"]
+
+# family -> (method, path, the edge answers it given Access-Control-Request-Headers)
+_SEARCH_ON_EDGE = lambda acrh: "x-roleplay-session-id" in {h.strip().lower() for h in acrh.split(",")}  # noqa: E731
+CORS_FAMILIES = {
+    "session_create": ("POST", "/v1/roleplay/sessions", lambda acrh: True),
+    "session_end": ("DELETE", "/v1/roleplay/sessions/rps_cors", lambda acrh: True),
+    "retrieve": ("GET", f"/v1/context/pages/cp_{'A' * 43}?roleplay_session_id={SESSION}&exchange=1", lambda acrh: True),
+    "search": ("POST", SEARCH_PATH, _SEARCH_ON_EDGE),
+    "managed_retrieve": ("GET", f"/v1/context/pages/cp_{'A' * 43}", lambda acrh: False),
+    "generation": ("POST", "/v1/chat/completions", lambda acrh: False),
+    "generation_responses": ("POST", "/v1/responses", lambda acrh: False),
+    "generation_messages": ("POST", "/v1/messages", lambda acrh: False),
+    "inline_batch": ("POST", "/v1/messages/batches", lambda acrh: False),
+    "healthz": ("GET", "/healthz", lambda acrh: False),
+    "batch": ("POST", "/v1/files", lambda acrh: False),
+    "forward": ("GET", "/v1/models", lambda acrh: False),
+}
+
+
+def cors_case(rng: random.Random, n: int) -> Case:
+    family = rng.choice(list(CORS_FAMILIES))
+    method, path, on_edge = CORS_FAMILIES[family]
+    origin = rng.choice(LISTED * 8 + tuple(ODD_ORIGINS))
+    listed = origin in LISTED
+    if rng.random() < 0.75 or family not in ("session_create", "session_end", "retrieve", "search", "healthz"):
+        requested = method if rng.random() < 0.7 else rng.choice(ODD_METHODS)
+        acrh = SENT if rng.random() < 0.6 else rng.choice(ODD_REQUEST_HEADERS)
+        headers = {"Origin": origin, "Access-Control-Request-Headers": acrh}
+        if requested:
+            headers["Access-Control-Request-Method"] = requested
+        edge = listed and requested.strip() == method and on_edge(acrh)   # a value's edges are not its own
+        return Case(n, f"cors:preflight:{family}", "OPTIONS", path, headers, roleplay=edge,
+                    notes={"cors": {"preflight": True, "edge": edge, "origin": origin}})
+    # The actual request, as the extension sends it (a search needs the session header).
+    headers = {"Origin": origin, "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    if family == "search" and rng.random() < 0.8:
+        headers["X-Roleplay-Session-ID"] = SESSION
+    routed = family in ("session_create", "session_end", "retrieve") or "X-Roleplay-Session-ID" in headers
+    body = json.dumps({"query": f"{QUERY_MARK} lantern"}).encode() if method == "POST" else b""
+    return Case(n, f"cors:actual:{family}", method, path, headers, body, roleplay=routed,
+                notes={"cors": {"preflight": False, "edge": listed and routed, "origin": origin},
+                       "search": family == "search" and routed})

@@ -28,7 +28,7 @@ def hostile_edge() -> tuple[LocalEdge, dict]:
             return Answer(body=b'{"origin":true}')
         return Answer(status=script["status"], body=b'{"id":"x","choices":[]}')
 
-    edge = LocalEdge(rp.edge_vars(PROVIDER, ORIGIN), upstream)
+    edge = LocalEdge(rp.edge_vars(PROVIDER, ORIGIN, CORS_ALLOWED_ORIGINS=gen.CORS_SETTING), upstream)
     edge.seed_player("p_hostile", gen.KEY, gen.SESSION)
     edge.seed_player("p_other", gen.OTHER_KEY, "rps_other")
     edge.set_model(gen.MODEL, gen.WINDOW, 1000)
@@ -48,7 +48,7 @@ def run_case(edge, script, case) -> Observed:
     new = edge.sent[sent0:]
     provider = [(repr(s.headers), s.body) for s in new if s.url.startswith(PROVIDER)]
     origin = [(repr(s.headers), s.body) for s in new if s.url.startswith(ORIGIN)]
-    return Observed(r.status, r.body, provider, len(origin), before, stored(edge), origin)
+    return Observed(r.status, r.body, provider, len(origin), before, stored(edge), origin, r.headers)
 
 
 def test_hostile_requests_in_process():

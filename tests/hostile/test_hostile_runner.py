@@ -41,7 +41,7 @@ def servers():
 @pytest.fixture(scope="module")
 def edge(servers, tmp_path_factory):
     provider, origin, _ = servers
-    with Edge(tmp_path_factory.mktemp("hostile"), vars=rp.edge_vars(provider.url, origin.url)) as edge:
+    with Edge(tmp_path_factory.mktemp("hostile"), vars=rp.edge_vars(provider.url, origin.url, CORS_ALLOWED_ORIGINS=gen.CORS_SETTING)) as edge:
         for principal, key, session in (("p_hostile", gen.KEY, gen.SESSION), ("p_other", gen.OTHER_KEY, "rps_other")):
             edge.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at) VALUES (?1, ?2, 0)",
                      hashlib.sha256(key.encode()).hexdigest(), principal)
@@ -67,7 +67,7 @@ def send(edge, servers, case) -> Observed:
     reached = provider.received[p0:]
     at_origin = [(repr(x.raw_headers), x.body) for x in origin.received[o0:]]
     return Observed(r.status_code, r.content, [(repr(x.raw_headers), x.body) for x in reached],
-                    len(at_origin), before, stored(edge), at_origin)
+                    len(at_origin), before, stored(edge), at_origin, list(r.headers.items()))
 
 
 def bombs():

@@ -58,8 +58,10 @@ def turn(who: str, i: int, size: int = 300) -> str:
     return head + ("The lantern flickers by the river. " * (size // 35 + 1))[: size - len(head)]
 
 
-def seed_character(user_dir: Path, name: str, chats: dict[str, int]) -> None:
-    """A character and its chats, each pre-filled with `n` exchanges (ST's jsonl)."""
+def seed_character(user_dir: Path, name: str, chats: dict[str, int],
+                   moments: dict[str, dict[int, tuple[str, str]]] | None = None) -> None:
+    """A character and its chats, each pre-filled with `n` exchanges (ST's jsonl);
+    `moments[chat][i]` replaces exchange i's (user, character) texts."""
     first = next(iter(chats))
     fields = {"name": name, "description": f"{name} is a ranger of the night forest.",
               "personality": "calm", "scenario": "A long journey.", "first_mes": turn("greet", 0),
@@ -75,11 +77,12 @@ def seed_character(user_dir: Path, name: str, chats: dict[str, int]) -> None:
                   "chat_metadata": {}},
                  {"name": name, "is_user": False, "is_system": False, "send_date": "2026-01-01 00:00",
                   "mes": turn("greet", 0), "extra": {}}]
+        special = (moments or {}).get(chat_name, {})
         for i in range(n):
-            for who, is_user in (("User", True), (name, False)):
+            for k, (who, is_user) in enumerate((("User", True), (name, False))):
+                text = special[i][k] if i in special else turn("u" if is_user else "a", i)
                 lines.append({"name": who, "is_user": is_user, "is_system": False,
-                              "send_date": "2026-01-01 00:00",
-                              "mes": turn("u" if is_user else "a", i), "extra": {}})
+                              "send_date": "2026-01-01 00:00", "mes": text, "extra": {}})
         (folder / f"{chat_name}.jsonl").write_text(
             "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
 
