@@ -45,8 +45,7 @@ from typing import NamedTuple, Sequence
 from . import analyzer
 
 K1, B = 1.2, 0.75
-NEIGHBOUR = 0.5     # weight of the better neighbour's BM25
-PASSAGE = 1.0       # weight of the best message's BM25
+WINDOW = 1.0        # weight of the window's BM25 against the exchange's own
 MAX_TERMS = 12      # distinct query terms kept (the rarest)
 EXCERPT_MAX = 400   # code points of ``ExchangeHit.text``, the ellipses included
 ELLIPSIS = "\u2026"
@@ -55,16 +54,19 @@ MIN_RELEVANCE = 0.5
 
 
 class Scoring(NamedTuple):
-    """Which parts of the score are on (the benchmark's ablations)."""
-    stem: bool = True
-    neighbour: float = NEIGHBOUR
-    passage: float = PASSAGE
-    lines: bool = True      # a passage is a line (else a whole message)
-    prf: int = 0            # pseudo-relevance feedback: expansion terms (0 = off)
+    """What the score is made of (bench/bench_recall.py ablates each part)."""
+    stem: bool = True           # Snowball stems (else folded words as they are)
+    irregular: bool = True      # irregular verb forms join their verb (irregular.py)
+    window: float = WINDOW      # + this × the BM25 of the exchange's window
+    before: int = 1             # a window: the exchange, ``before`` exchanges before it
+    after: int = 1              # and ``after`` after it
+    neighbour: float = 0.0      # + this × the better neighbour's BM25 (off: the window does it)
+    passage: float = 0.0        # + this × the BM25 of the best line (off: hurts the real set)
+    prf: int = 0                # RM3 expansion terms (off: hurts the real set)
 
 
-BASELINE = Scoring(stem=True, neighbour=0.0, passage=0.0)     # stemmed BM25 over exchanges
-PLAIN = Scoring(stem=False, neighbour=0.0, passage=0.0)       # plain BM25 over exchanges
+BASELINE = Scoring(irregular=False, window=0.0)             # stemmed BM25 over exchanges
+PLAIN = Scoring(stem=False, irregular=False, window=0.0)    # plain BM25 over exchanges
 
 
 class ExchangeHit(NamedTuple):
@@ -122,21 +124,31 @@ def clear_cache() -> None:
 
 # -- query terms -------------------------------------------------------------------
 
-def _rarest(terms: list, joined: str, cap: int) -> list:
-    """At most ``cap`` terms, the least frequent in ``joined`` first (query order on
-    ties): the cost of scanning grows with the terms, their weight with rarity."""
+def _rarest(terms: list, units: list, cap: int) -> list:
+    """At most ``cap`` terms, the least frequent first (query order on ties): the cost
+    of scanning grows with the terms, their weight with rarity. Frequencies are counted
+    (``str.count``) in a fixed sample of about SAMPLE code points of the documents."""
     if len(terms) <= cap:
         return terms
+    total = sum(len(f) for _, f in units)
+    sample = "\n".join(f for _, f in units[::max(1, -(-total // SAMPLE))])
+
     def cf(t):
         probe = t.value if t.kind == "c" else min(t.surfaces | {_prefix(t.value)}, key=len)
-        return joined.count(probe)
+        return sample.count(probe)
     order = sorted(range(len(terms)), key=lambda i: (cf(terms[i]), i))[:cap]
     return [terms[i] for i in sorted(order)]
+
+
+SAMPLE = 1 << 16
 
 
 # -- term frequencies ----------------------------------------------------------------
 
 _WORDCHAR = f"[^\\W_{analyzer._CJK}]"      # what WORD_RE's words are made of
+# The character before a scanned word: any letter or digit (CJK too: a word right after
+# CJK is found by the exact pass, ``_exact``) — a class compiled fast, once per literal.
+_BEFORE = "[^\\W_]"
 
 
 def _prefix(stem: str) -> str:
@@ -148,7 +160,7 @@ def _scanner(literals) -> "re.Pattern | None":
     """Finds, in folded text, every whole word starting with one of ``literals``. Each
     alternative starts with its literal and checks the character before it with a
     fixed-width lookbehind, so the regex engine skips ahead in C between candidates."""
-    alts = [f"{re.escape(p)}(?<!{_WORDCHAR}.{{{len(p)}}})"
+    alts = [f"{re.escape(p)}(?<!{_BEFORE}.{{{len(p)}}})"
             for p in sorted(set(literals), key=lambda p: (-len(p), p))]
     return re.compile(f"(?:{'|'.join(alts)}){_WORDCHAR}*", re.S) if alts else None
 
@@ -200,9 +212,10 @@ def _cjk_tfs(terms: list, messages: list) -> dict:
 # -- scoring -------------------------------------------------------------------------
 
 def _units(an: list, lines: bool) -> list:
-    """[((doc, passage), folded text)]: each message, or each line of each message."""
+    """[((doc, unit), folded text)]: the units scanned — each exchange whole, or each
+    of its lines when passages are scored (``Scoring.passage``)."""
     if not lines:
-        return [((d, m), f) for d, a in enumerate(an) for m, f in enumerate(a.folded)]
+        return [((d, 0), "\n".join(a.folded)) for d, a in enumerate(an)]
     return [((d, k), f) for d, a in enumerate(an) for k, f in enumerate("\n".join(a.folded).split("\n"))]
 
 
@@ -215,24 +228,58 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     """The ``limit`` best exchanges of ``docs`` for ``query`` (best first, newest first
     on ties); exchanges holding no query term are left out. ``keys[i]`` (optional, e.g.
     the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis."""
-    stems = analyzer.Stems(scoring.stem)
+    stems = analyzer.Stems(scoring.stem, scoring.irregular)
     terms = analyzer.query_terms(query, stems)
     if not terms or not docs or limit < 1:
         return []
     an = [analysis(t, keys[i] if keys is not None else None) for i, t in enumerate(docs)]
-    messages = _units(an, scoring.lines)
-    terms = _rarest(terms, "\n".join(f for _, f in messages), MAX_TERMS)
+    messages = _units(an, bool(scoring.passage))
+    terms = _rarest(terms, messages, MAX_TERMS)
     tfs = {**_word_tfs(terms, messages, stems), **_cjk_tfs(terms, messages)}
-    scores, weights, found = _scores(terms, tfs, an, scoring, messages)
+    scores, weights = _scores(terms, tfs, an, scoring, messages)
     total = sum(weights.values())
+    relevance = {t: w for t, w in weights.items()}
+    if scoring.prf and total:
+        qw = _feedback(terms, scores, an, stems, scoring.prf)
+        more = [t for t in qw if t not in tfs]
+        tfs.update(_word_tfs(more, messages, stems))
+        scores, weights = _scores(list(qw), tfs, an, scoring, messages, qw)
     ranked = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))
-    finder = _finder([(t, found[t]) for t in terms if weights.get(t)])
-    return [_hit(d, scores[d], _relevance(d, tfs, weights, total), docs[d], finder, weights)
+    finder = _finder([t for t in terms if relevance.get(t)])
+    return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
 
 
-def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, units: list) -> tuple:
-    """Each document's score, each term's idf, each term's matched words."""
+PRF_DOCS = 10       # RM3 (Lavrenko & Croft; Anserini's defaults): feedback documents,
+PRF_WEIGHT = 0.5    # and the original query's weight
+
+
+def _feedback(terms: list, scores: list, an: list, stems, n_terms: int) -> dict:
+    """RM3: the query's terms and the ``n_terms`` words most likely in the best
+    ``PRF_DOCS`` documents (each weighted by its score), interpolated → {term: weight}."""
+    top = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))[:PRF_DOCS]
+    mass = sum(scores[d] for d in top)
+    model: dict = {}
+    surfaces: dict = {}
+    for d in top:
+        ws = [w for w in analyzer.words("\n".join(an[d].folded))
+              if w not in analyzer.STOPWORDS and len(w) > 1 and not analyzer._DIGIT_RE.search(w)]
+        for w, c in Counter(ws).items():
+            st = stems(w)
+            model[st] = model.get(st, 0.0) + scores[d] / mass * c / len(ws)
+            surfaces.setdefault(st, set()).add(w)
+    best = sorted(model, key=lambda st: (-model[st], st))[:n_terms]
+    norm = sum(model[st] for st in best) or 1.0
+    qw = {t: PRF_WEIGHT / len(terms) for t in terms}
+    by_stem = {t.value: t for t in terms if t.kind == "w"}
+    for st in best:
+        t = by_stem.get(st) or analyzer.Term("w", st, frozenset(surfaces[st]))
+        qw[t] = qw.get(t, 0.0) + (1 - PRF_WEIGHT) * model[st] / norm
+    return qw
+
+
+def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, units: list, qw: dict | None = None) -> tuple:
+    """Each document's score and each found term's idf; ``qw``: weights of the terms."""
     n = len(an)
     avg = sum(a.length for a in an) / n or 1.0
     lengths = {at: len(f) for at, f in units}
@@ -240,7 +287,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, units: list) -> 
     doc_norm = [K1 * (1 - B + B * a.length / avg) for a in an]
     base = [0.0] * n
     passages: dict = {}
-    weights, found = {}, {}
+    weights = {}
     for t in terms:
         per_doc: dict = {}
         for (d, m), c in tfs[t].items():
@@ -249,17 +296,22 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, units: list) -> 
             continue
         idf = math.log(1 + (n - len(per_doc) + 0.5) / (len(per_doc) + 0.5))
         weights[t] = idf
+        if qw is not None:
+            idf *= qw[t]
         for d, c in per_doc.items():
             base[d] += idf * _bm25(c, doc_norm[d])
         if scoring.passage:
             # the passages' own statistics: a name said in every exchange is said in
             # only some of their lines
-            pidf = math.log(1 + (len(units) - len(tfs[t]) + 0.5) / (len(tfs[t]) + 0.5))
+            pidf = math.log(1 + (len(units) - len(tfs[t]) + 0.5) / (len(tfs[t]) + 0.5)) * (qw[t] if qw else 1)
             for (d, m), c in tfs[t].items():
                 norm = K1 * (1 - B + B * lengths[(d, m)] / avg_msg)
                 passages[(d, m)] = passages.get((d, m), 0.0) + pidf * _bm25(c, norm)
-        found[t] = None
     scores = list(base)
+    if scoring.window:
+        for d, w in enumerate(_windows(terms, tfs, an, scoring.before, scoring.after, qw)):
+            if base[d]:
+                scores[d] += scoring.window * w
     if scoring.neighbour:
         for d in range(n):
             near = max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
@@ -271,14 +323,32 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, units: list) -> 
             best[d] = max(best.get(d, 0.0), s)
         for d, s in best.items():
             scores[d] += scoring.passage * s
-    return scores, weights, {t: _surfaces(t, tfs[t], an) for t in found}
+    return scores, weights
 
 
-def _surfaces(term: Term, tf: dict, an: list) -> set:
-    """The folded words (or CJK term) that matched ``term``, for quoting."""
-    if term.kind == "c":
-        return {term.value}
-    return set(term.surfaces) | {"\0" + term.value}
+def _windows(terms: list, tfs: dict, an: list, before: int, after: int, qw: dict | None) -> list:
+    """BM25 of each exchange's window (it, ``before`` exchanges before and ``after``
+    after it, cut at the ends) among all windows: terms said across turns of one moment
+    count together."""
+    n = len(an)
+    lens = [a.length for a in an]
+    wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
+    avg = sum(wl) / n or 1.0
+    out = [0.0] * n
+    for t in terms:
+        per_doc: dict = {}
+        for (d, _), c in tfs.get(t, {}).items():
+            per_doc[d] = per_doc.get(d, 0) + c
+        if not per_doc:
+            continue
+        win: dict = {}
+        for d, c in per_doc.items():
+            for e in range(max(0, d - after), min(n, d + before + 1)):
+                win[e] = win.get(e, 0) + c
+        idf = math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * (qw[t] if qw else 1)
+        for e, c in win.items():
+            out[e] += idf * _bm25(c, K1 * (1 - B + B * wl[e] / avg))
+    return out
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
@@ -290,14 +360,14 @@ def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
 
 # -- excerpts ------------------------------------------------------------------------
 
-def _finder(surfaces: list):
+def _finder(query_terms: list):
     """(regex of the query terms' literals, per-group term) for locating matches when
     quoting: a word term by its stem prefix or query words, checked by stem after."""
     alts, terms = [], []
-    for term, found in surfaces:
+    for term in query_terms:
         if term.kind == "w":
             lits = sorted({_prefix(term.value), *term.surfaces}, key=lambda p: (-len(p), p))
-            body = "|".join(f"{re.escape(w)}(?<!{_WORDCHAR}.{{{len(w)}}})" for w in lits)
+            body = "|".join(f"{re.escape(w)}(?<!{_BEFORE}.{{{len(w)}}})" for w in lits)
             body = f"(?:{body}){_WORDCHAR}*"
         else:
             body = re.escape(term.value)
