@@ -181,11 +181,12 @@ SEARCH = Scoring()
 ABLATIONS = {
     "search": SEARCH,
     "− window": SEARCH._replace(window=0.0),
+    "− passage": SEARCH._replace(passage=0.0),
+    "passage = one line": SEARCH._replace(pairs=False),
     "− irregular verbs": SEARCH._replace(irregular=False),
     "− stemming": SEARCH._replace(stem=False, irregular=False),
     "window before only": SEARCH._replace(after=0),
     "− window + neighbour × 0.5": SEARCH._replace(window=0.0, neighbour=0.5),
-    "+ passage (best line) × 1": SEARCH._replace(passage=1.0),
     "+ RM3 (10 docs, 10 terms, 0.5)": SEARCH._replace(prf=10),
 }
 

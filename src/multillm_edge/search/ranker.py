@@ -46,6 +46,7 @@ from . import analyzer
 
 K1, B = 1.2, 0.75
 WINDOW = 1.0        # weight of the window's BM25 against the exchange's own
+PASSAGE = 1.0       # weight of the best passage's BM25 (equal weights: none is tuned)
 MAX_TERMS = 12      # distinct query terms kept (the rarest)
 EXCERPT_MAX = 400   # code points of ``ExchangeHit.text``, the ellipses included
 ELLIPSIS = "\u2026"
@@ -61,12 +62,13 @@ class Scoring(NamedTuple):
     before: int = 1             # a window: the exchange, ``before`` exchanges before it
     after: int = 1              # and ``after`` after it
     neighbour: float = 0.0      # + this × the better neighbour's BM25 (off: the window does it)
-    passage: float = 0.0        # + this × the BM25 of the best line (off: hurts the real set)
+    passage: float = PASSAGE    # + this × the BM25 of the best passage touching it
     prf: int = 0                # RM3 expansion terms (off: hurts the real set)
+    pairs: bool = True          # a passage: two consecutive lines (a turn and its reply), else one line
 
 
-BASELINE = Scoring(irregular=False, window=0.0)             # stemmed BM25 over exchanges
-PLAIN = Scoring(stem=False, irregular=False, window=0.0)    # plain BM25 over exchanges
+BASELINE = Scoring(irregular=False, window=0.0, passage=0.0)             # stemmed BM25 over exchanges
+PLAIN = Scoring(stem=False, irregular=False, window=0.0, passage=0.0)    # plain BM25 over exchanges
 
 
 class ExchangeHit(NamedTuple):
@@ -87,13 +89,14 @@ class ExchangeHit(NamedTuple):
 
 class Analysis(NamedTuple):
     """What a document's scoring needs that does not depend on the query."""
-    folded: tuple       # each message's text, NFKC + casefold
-    length: int         # code points of the folded messages
+    text: str           # its messages' texts, NFKC + casefold, joined with "\n"
+    length: int         # code points of ``text``
+    lines: int          # lines of ``text``
 
 
 def analyze(texts: Sequence) -> Analysis:
-    folded = tuple(analyzer.fold(t) for _, t in texts)
-    return Analysis(folded, sum(map(len, folded)))
+    text = "\n".join([analyzer.fold(t) for _, t in texts])
+    return Analysis(text, len(text), text.count("\n") + 1)
 
 
 CACHE_CODE_POINTS = 4 << 20
@@ -165,29 +168,36 @@ def _scanner(literals) -> "re.Pattern | None":
     return re.compile(f"(?:{'|'.join(alts)}){_WORDCHAR}*", re.S) if alts else None
 
 
-def _word_tfs(terms: list, messages: list, stems) -> dict:
-    """{term: {(doc, message): tf}} for the word terms."""
+def _matcher(terms: list, stems):
+    """(scanner, word -> its term or None) for the word terms; (None, None) without."""
     words = [t for t in terms if t.kind == "w"]
-    out = {t: {} for t in words}
     if not words:
-        return out
+        return None, None
     by_surface = {w: t for t in words for w in t.surfaces}
     by_stem = {t.value: t for t in words}
     literals = [w for t in words for w in t.surfaces] + [
         _prefix(p) for t in words if not analyzer._DIGIT_RE.search(t.value)
         for p in (t.value, *analyzer.variants(t.value, stems))]
-    scan = _scanner(literals)
-    for at, f in messages:
+    return _scanner(literals), (lambda w: by_surface.get(w) or by_stem.get(stems(w)))
+
+
+def _word_tfs(terms: list, units: list, stems) -> dict:
+    """{term: {(doc, unit): tf}} for the word terms."""
+    out = {t: {} for t in terms if t.kind == "w"}
+    scan, term_of = _matcher(terms, stems)
+    if scan is None:
+        return out
+    for at, f in units:
         hits = scan.findall(f)
         if hits:
             for w, c in Counter(hits).items():
-                t = by_surface.get(w) or by_stem.get(stems(w))
+                t = term_of(w)
                 if t is not None:
                     d = out[t]
                     d[at] = d.get(at, 0) + c
-    for t in words:
-        if not out[t]:
-            _exact(t, messages, out[t])
+    for t, tf in out.items():
+        if not tf:
+            _exact(t, units, tf)
     return out
 
 
@@ -211,14 +221,6 @@ def _cjk_tfs(terms: list, messages: list) -> dict:
 
 # -- scoring -------------------------------------------------------------------------
 
-def _units(an: list, lines: bool) -> list:
-    """[((doc, unit), folded text)]: the units scanned — each exchange whole, or each
-    of its lines when passages are scored (``Scoring.passage``)."""
-    if not lines:
-        return [((d, 0), "\n".join(a.folded)) for d, a in enumerate(an)]
-    return [((d, k), f) for d, a in enumerate(an) for k, f in enumerate("\n".join(a.folded).split("\n"))]
-
-
 def _bm25(tf: int, norm: float) -> float:
     return tf * (K1 + 1) / (tf + norm)
 
@@ -233,21 +235,24 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     if not terms or not docs or limit < 1:
         return []
     an = [analysis(t, keys[i] if keys is not None else None) for i, t in enumerate(docs)]
-    messages = _units(an, bool(scoring.passage))
-    terms = _rarest(terms, messages, MAX_TERMS)
-    tfs = {**_word_tfs(terms, messages, stems), **_cjk_tfs(terms, messages)}
-    scores, weights = _scores(terms, tfs, an, scoring, messages)
-    total = sum(weights.values())
-    relevance = {t: w for t, w in weights.items()}
+    units = [((d, 0), a.text) for d, a in enumerate(an)]
+    terms = _rarest(terms, units, MAX_TERMS)
+    tfs = _tfs(terms, units, stems)
+    scores, weights = _scores(terms, tfs, an, scoring, stems)
+    relevance, total = dict(weights), sum(weights.values())
     if scoring.prf and total:
         qw = _feedback(terms, scores, an, stems, scoring.prf)
-        more = [t for t in qw if t not in tfs]
-        tfs.update(_word_tfs(more, messages, stems))
-        scores, weights = _scores(list(qw), tfs, an, scoring, messages, qw)
+        tfs.update(_tfs([t for t in qw if t not in tfs], units, stems))
+        scores, weights = _scores(list(qw), tfs, an, scoring, stems, qw)
     ranked = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))
     finder = _finder([t for t in terms if relevance.get(t)])
     return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
+
+
+def _tfs(terms: list, units: list, stems) -> dict:
+    """{term: {(doc, unit): tf}}."""
+    return {**_word_tfs(terms, units, stems), **_cjk_tfs(terms, units)}
 
 
 PRF_DOCS = 10       # RM3 (Lavrenko & Croft; Anserini's defaults): feedback documents,
@@ -262,7 +267,7 @@ def _feedback(terms: list, scores: list, an: list, stems, n_terms: int) -> dict:
     model: dict = {}
     surfaces: dict = {}
     for d in top:
-        ws = [w for w in analyzer.words("\n".join(an[d].folded))
+        ws = [w for w in analyzer.words(an[d].text)
               if w not in analyzer.STOPWORDS and len(w) > 1 and not analyzer._DIGIT_RE.search(w)]
         for w, c in Counter(ws).items():
             st = stems(w)
@@ -278,55 +283,40 @@ def _feedback(terms: list, scores: list, an: list, stems, n_terms: int) -> dict:
     return qw
 
 
-def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, units: list, qw: dict | None = None) -> tuple:
-    """Each document's score and each found term's idf; ``qw``: weights of the terms."""
+def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict | None = None) -> tuple:
+    """(each document's score, each found term's idf); ``qw``: the terms' weights."""
     n = len(an)
     avg = sum(a.length for a in an) / n or 1.0
-    lengths = {at: len(f) for at, f in units}
-    avg_msg = sum(lengths.values()) / len(lengths) or 1.0
-    doc_norm = [K1 * (1 - B + B * a.length / avg) for a in an]
     base = [0.0] * n
-    passages: dict = {}
-    weights = {}
+    weights, per_doc = {}, {}
     for t in terms:
-        per_doc: dict = {}
-        for (d, m), c in tfs[t].items():
-            per_doc[d] = per_doc.get(d, 0) + c
-        if not per_doc:
+        tf = {d: c for (d, _), c in tfs[t].items()}
+        if not tf:
             continue
-        idf = math.log(1 + (n - len(per_doc) + 0.5) / (len(per_doc) + 0.5))
-        weights[t] = idf
-        if qw is not None:
-            idf *= qw[t]
-        for d, c in per_doc.items():
-            base[d] += idf * _bm25(c, doc_norm[d])
-        if scoring.passage:
-            # the passages' own statistics: a name said in every exchange is said in
-            # only some of their lines
-            pidf = math.log(1 + (len(units) - len(tfs[t]) + 0.5) / (len(tfs[t]) + 0.5)) * (qw[t] if qw else 1)
-            for (d, m), c in tfs[t].items():
-                norm = K1 * (1 - B + B * lengths[(d, m)] / avg_msg)
-                passages[(d, m)] = passages.get((d, m), 0.0) + pidf * _bm25(c, norm)
+        weights[t] = math.log(1 + (n - len(tf) + 0.5) / (len(tf) + 0.5))
+        per_doc[t] = tf
+        idf = weights[t] * (qw[t] if qw else 1.0)
+        for d, c in tf.items():
+            base[d] += idf * _bm25(c, K1 * (1 - B + B * an[d].length / avg))
+    qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
     if scoring.window:
-        for d, w in enumerate(_windows(terms, tfs, an, scoring.before, scoring.after, qw)):
+        scale = {t: qw[t] if qw else 1.0 for t in per_doc}
+        for d, w in enumerate(_windows(per_doc, an, scoring.before, scoring.after, scale)):
             if base[d]:
                 scores[d] += scoring.window * w
     if scoring.neighbour:
         for d in range(n):
-            near = max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
             if base[d]:
-                scores[d] += scoring.neighbour * near
+                scores[d] += scoring.neighbour * max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
     if scoring.passage:
-        best: dict = {}
-        for (d, _), s in passages.items():
-            best[d] = max(best.get(d, 0.0), s)
-        for d, s in best.items():
-            scores[d] += scoring.passage * s
+        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
+        for d, p in _passages(top, an, list(qidf), qidf, scoring.pairs, stems).items():
+            scores[d] += scoring.passage * p
     return scores, weights
 
 
-def _windows(terms: list, tfs: dict, an: list, before: int, after: int, qw: dict | None) -> list:
+def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> list:
     """BM25 of each exchange's window (it, ``before`` exchanges before and ``after``
     after it, cut at the ends) among all windows: terms said across turns of one moment
     count together."""
@@ -335,19 +325,86 @@ def _windows(terms: list, tfs: dict, an: list, before: int, after: int, qw: dict
     wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
     avg = sum(wl) / n or 1.0
     out = [0.0] * n
-    for t in terms:
-        per_doc: dict = {}
-        for (d, _), c in tfs.get(t, {}).items():
-            per_doc[d] = per_doc.get(d, 0) + c
-        if not per_doc:
-            continue
+    for t, tf in per_doc.items():
         win: dict = {}
-        for d, c in per_doc.items():
+        for d, c in tf.items():
             for e in range(max(0, d - after), min(n, d + before + 1)):
                 win[e] = win.get(e, 0) + c
-        idf = math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * (qw[t] if qw else 1)
+        idf = math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
         for e, c in win.items():
             out[e] += idf * _bm25(c, K1 * (1 - B + B * wl[e] / avg))
+    return out
+
+
+RERANK = 100        # exchanges whose passages are scored (bounds the cost)
+
+
+def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) -> dict:
+    """{exchange: BM25 of its best passage} for the ``top`` exchanges. A passage is two
+    consecutive lines of the conversation (a turn and what answers it: the pair may
+    start in the exchange before) or one line; the terms weigh their exchange idf, the
+    length is normalized by the mean line (pair) length of all the documents. Only the
+    lines holding a term and their partners are looked at."""
+    n = len(an)
+    near = sorted({e for d in top for e in (d - 1, d, d + 1) if 0 <= e < n})
+    at = _line_tfs(terms, near, an, stems)
+    parts = {e: an[e].text.split("\n") for e in near}
+    avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1) * (2 if pairs else 1)
+    wanted, best = set(top), {}
+    starts = set(at)
+    if pairs:
+        starts |= {p for p in map(lambda ek: _previous(ek, parts), at) if p is not None}
+    for first in starts:
+        group = [first]
+        if pairs and (second := _next(first, parts)) is not None:
+            group.append(second)
+        owners = {e for e, _ in group} & wanted
+        tf: dict = {}
+        for line in group:
+            for t, c in at.get(line, {}).items():
+                tf[t] = tf.get(t, 0) + c
+        if not owners or not tf:
+            continue
+        norm = K1 * (1 - B + B * sum(len(parts[e][k]) for e, k in group) / avg)
+        score = sum(qidf[t] * _bm25(c, norm) for t, c in tf.items())
+        for d in owners:
+            if score > best.get(d, 0.0):
+                best[d] = score
+    return best
+
+
+def _previous(line: tuple, parts: dict):
+    e, k = line
+    if k:
+        return e, k - 1
+    return (e - 1, len(parts[e - 1]) - 1) if e - 1 in parts else None
+
+
+def _next(line: tuple, parts: dict):
+    e, k = line
+    if k + 1 < len(parts[e]):
+        return e, k + 1
+    return (e + 1, 0) if e + 1 in parts else None
+
+
+def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
+    """{(doc, line): {term: tf}} of the ``docs``: each match's line is the count of
+    newlines before it (in C), so lines are never cut out."""
+    scan, term_of = _matcher(terms, stems)
+    out: dict = {}
+    for e in docs:
+        text = an[e].text
+        found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
+        for t in terms:
+            if t.kind == "c":
+                i = text.find(t.value)
+                while i >= 0:
+                    found.append((i, t))
+                    i = text.find(t.value, i + 1)
+        for pos, t in found:
+            if t is not None:
+                d = out.setdefault((e, text.count("\n", 0, pos)), {})
+                d[t] = d.get(t, 0) + 1
     return out
 
 
