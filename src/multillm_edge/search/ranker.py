@@ -5,32 +5,40 @@ of the exchange's items); documents come in conversation order, oldest first. ``
 answers the best ``limit`` documents, each with a verbatim excerpt. Pure and
 deterministic: ties break newest first.
 
-Scoring (``Scoring``; each part is ablated in bench/bench_recall.py):
+Scoring (``Scoring``; each part is ablated in bench/bench_recall.py, on real
+conversations and on the synthetic corpus; weights are 1, none is tuned):
 
 - Okapi BM25 over exchanges (k1 1.2, b 0.75, idf ``ln(1 + (N - df + .5) / (df + .5))``)
   on stems and CJK bigrams — the fair baseline;
-- neighbour smoothing: an exchange gains ``NEIGHBOUR`` × the better BM25 of the
-  exchange before and after it (a conversation answers across turns);
-- max-passage: plus ``PASSAGE`` × the BM25 of the exchange's best message, scored
-  against the mean message length (the answer is usually said in one message).
+- window: plus the BM25 of the exchange's window (it and the exchange on each side,
+  as one document among all such windows): a conversation asks in one turn and
+  answers in the next, so the words of a moment are spread over neighbours;
+- passage: plus the BM25 of its best passage — two consecutive lines (a turn and what
+  answers it) — for the best ``RERANK`` exchanges only (cost), terms at their
+  exchange idf, length against the mean line pair;
+- options measured and left off: neighbour smoothing (the window does it better),
+  one-line passages, RM3 pseudo-relevance feedback (both lower recall on real text).
 
 Relevance (``ExchangeHit.relevance``, for a recall threshold): the share of the query's
-idf weight (its kept terms) that the exchange contains, in [0, 1]. 1.0 = every query
-term is in the exchange; a term found in every exchange weighs ~0.
+idf weight (its kept terms, idf over these documents) that the exchange itself holds,
+in [0, 1]: 1.0 = every query term is in it; a term found in every exchange weighs ~0.
+``MIN_RELEVANCE`` 0.5 = it holds at least half the query's information.
 
 Cost is bounded by the query, not its length: stop words (a fixed small English and
 Russian list) are left out — a query of stop words only has no terms and no hits — and
-at most ``MAX_TERMS`` distinct terms are kept, the rarest in the documents first (their
-collection frequency, one ``str.count`` over the folded text). Documents are never cut
+at most ``MAX_TERMS`` distinct words and ``MAX_CJK_TERMS`` CJK bigrams are kept, the
+rarest in the documents first (their
+frequency counted with ``str.count`` in a fixed ~64 K code-point sample of them). Documents are never cut
 into all their words: one regex built from the kept terms finds, in C, the whole words
 that share a query stem's first 3-4 characters (Snowball only rewrites endings) or that
 equal a query word as written (so ``dying`` finds ``dying`` though its stem is ``die``);
 only those distinct words are stemmed. A term found nowhere that way is looked up once
-more word by word in the messages holding its text (any word, queried alone, finds an
-exchange holding it). CJK terms are counted with ``str.count``.
+more word by word in the exchanges holding its text (any word, queried alone, finds an
+exchange holding it). CJK terms are counted with ``str.count``. Passages place the
+matches of the top exchanges only, each by counting the newlines before it.
 
 Caching (auto-recall on a steady turn ranks mostly the same exchanges): each
-document's analysis (its messages folded: NFKC + casefold) can be kept across calls in
+document's analysis (its texts folded: NFKC + casefold, joined) can be kept across calls in
 a module-level LRU keyed by a caller-supplied key (a SHA-256), bounded by
 ``CACHE_CODE_POINTS`` folded code points in all (≤ 4 bytes each, ~16 MiB at worst).
 """
@@ -47,7 +55,8 @@ from . import analyzer
 K1, B = 1.2, 0.75
 WINDOW = 1.0        # weight of the window's BM25 against the exchange's own
 PASSAGE = 1.0       # weight of the best passage's BM25 (equal weights: none is tuned)
-MAX_TERMS = 12      # distinct query terms kept (the rarest)
+MAX_TERMS = 8       # distinct query words kept (the rarest): each costs a regex scan
+MAX_CJK_TERMS = 32  # distinct CJK bigrams kept (the rarest): each costs a str.count
 EXCERPT_MAX = 400   # code points of ``ExchangeHit.text``, the ellipses included
 ELLIPSIS = "\u2026"
 #: Suggested minimum ``relevance`` for auto-recall (docs/design.md §6.2).
@@ -130,11 +139,13 @@ def clear_cache() -> None:
 def _rarest(terms: list, units: list, cap: int) -> list:
     """At most ``cap`` terms, the least frequent first (query order on ties): the cost
     of scanning grows with the terms, their weight with rarity. Frequencies are counted
-    (``str.count``) in a fixed sample of about SAMPLE code points of the documents."""
+    (``str.count``) in a fixed sample of the documents, of SAMPLE × cap code points
+    shared by the terms (so a 1,000-character query costs what a short one does)."""
     if len(terms) <= cap:
         return terms
     total = sum(len(f) for _, f in units)
-    sample = "\n".join(f for _, f in units[::max(1, -(-total // SAMPLE))])
+    size = max(SAMPLE_MIN, SAMPLE * cap // len(terms))
+    sample = "\n".join(f for _, f in units[::max(1, -(-total // size))])
 
     def cf(t):
         probe = t.value if t.kind == "c" else min(t.surfaces | {_prefix(t.value)}, key=len)
@@ -143,7 +154,8 @@ def _rarest(terms: list, units: list, cap: int) -> list:
     return [terms[i] for i in sorted(order)]
 
 
-SAMPLE = 1 << 16
+SAMPLE = 1 << 13     # code points of sample per kept term
+SAMPLE_MIN = 1 << 12
 
 
 # -- term frequencies ----------------------------------------------------------------
@@ -236,7 +248,8 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
         return []
     an = [analysis(t, keys[i] if keys is not None else None) for i, t in enumerate(docs)]
     units = [((d, 0), a.text) for d, a in enumerate(an)]
-    terms = _rarest(terms, units, MAX_TERMS)
+    terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
+        _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
     tfs = _tfs(terms, units, stems)
     scores, weights = _scores(terms, tfs, an, scoring, stems)
     relevance, total = dict(weights), sum(weights.values())
@@ -336,7 +349,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
     return out
 
 
-RERANK = 100        # exchanges whose passages are scored (bounds the cost)
+RERANK = 50        # exchanges whose passages are scored (bounds the cost)
 
 
 def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) -> dict:
