@@ -14,7 +14,9 @@ through `POST /v1/context/search`: the Worker's own CPU from its log line (`cpu_
 across an await), the runner's D1 statements and R2 gets, bytes read. The floor is
 verifying the same pages (SHA-256 + UTF-8 decode + json.loads of each), timed in the
 Worker's own Pyodide in the same run (`POST /__runner/floor?kind=pages`). Target:
-CPU ≤ 8× the floor. Exit status non-zero when the target is missed.
+CPU ≤ 8× the floor, for the typical questions and for a 1,000-character query (a
+stop-words-only query is reported too: it answers no hits). Exit status non-zero when
+the target is missed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ REPLY = json.dumps({"id": "c", "object": "chat.completion", "choices": [
 PHASES = ("parse", "load", "check", "verify", "rank", "response")
 TARGET = 8.0
 FULL = 1_000_000
+STOP_ONLY = "What did they do there when it was then?"
+
+
+def long_query(exchanges: list) -> str:
+    """1,000 characters of the conversation's own words (the most terms a query holds)."""
+    return " ".join(t for ex in exchanges[::7] for t in ex["assistant"])[:1000]
 
 
 def fill(edge: Edge, player, exchanges: list, first: int, step: int) -> dict:
@@ -75,7 +83,8 @@ def floor_ms(edge: Edge, session: str, reps: int) -> tuple[float, int, int]:
 def one_search(edge: Edge, player, query: str) -> dict:
     before, n = edge.stats(), len(edge.logs())
     r = edge.client.post("/v1/context/search", json={"query": query, "limit": 5}, headers=player.headers())
-    r.raise_for_status()
+    if r.status_code != 200:
+        sys.exit(f"search answered {r.status_code}: {r.text[:300]}; log: {edge.logs()[-3:]}")
     after = edge.stats()
     deadline = time.monotonic() + 5
     while not [x for x in edge.logs()[n:] if x.get("route") == "search_pages"] and time.monotonic() < deadline:
@@ -105,6 +114,8 @@ def main() -> int:
         filled = fill(edge, player, exchanges, args.first, args.step)
         asked = [q for q in questions if q.exchange < filled["exchanges"]][:args.queries]
         rows = [one_search(edge, player, q.text) for _ in range(args.rounds) for q in asked]
+        others = {label: [one_search(edge, player, q) for _ in range(max(args.rounds, 5))]
+                  for label, q in (("1,000 characters", long_query(exchanges)), ("stop words only", STOP_ONLY))}
         floor, pages, size = floor_ms(edge, player.session, 7)
     finally:
         edge.stop()
@@ -120,10 +131,18 @@ def main() -> int:
           + f" | {med['cpu']:.1f} | {floor:.1f} | {ratio:.2f} | {med['wall']:.0f} | {med['d1']:g} | {med['r2']:g} | {med['bytes']:,.0f} |")
     print(f"CPU / floor {ratio:.2f} (target ≤ {TARGET:g}); R2 gets per search {med['r2']:g} (target ≤ 16: "
           f"the storing path's compaction bounds the objects)")
+    worst = ratio
+    print("| query | cpu rank | CPU ms | CPU / floor | CPU / typical | hits |\n|---|---:|---:|---:|---:|---:|")
+    print(f"| typical (median) | {med['rank']:.1f} | {med['cpu']:.1f} | {ratio:.2f} | 1.00 | {med['hits']:g} |")
+    for label, rs in others.items():
+        m = {k: statistics.median(r[k] for r in rs) for k in ("rank", "cpu", "hits")}
+        worst = max(worst, m["cpu"] / floor)
+        print(f"| {label} | {m['rank']:.1f} | {m['cpu']:.1f} | {m['cpu'] / floor:.2f} | "
+              f"{m['cpu'] / med['cpu']:.2f} | {m['hits']:g} |")
     if args.json:
         args.json.write_text(json.dumps({"filled": filled, "pages": pages, "bytes": size, "floor_ms": floor,
                                          "median": med, "ratio": ratio}, indent=1))
-    return 0 if ratio <= TARGET else 1
+    return 0 if worst <= TARGET else 1
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Three conversations of 500+ exchanges — English (OpenAI Chat, dice rolls as to
 calls), Russian (OpenAI Responses, function calls), Japanese (Anthropic Messages,
 tool_use/tool_result) — mixing narration in asterisks, dialogue, dice rolls and OOC
 remarks. Every 4th exchange holds a needle: a character (a name made from syllables,
-also mentioned in 0-4 other exchanges) doing something with an object at a place,
+also said in 2-6 other exchanges with other objects and places, as a recurring
+character is) doing something with an object at a place,
 said by the player, the narrator or in an OOC remark. Each needle gets one question;
 its wording follows the question's kind, chosen by the needle's number, never by
 looking at what the search does:
@@ -18,7 +19,8 @@ looking at what the search does:
   (the combination is the needle's; each word alone is everywhere).
 
 Fillers use the same objects, places and verbs as the needles (distractors), and the
-main cast's names everywhere.
+main cast's names everywhere (two of the four in nearly every filler sentence), as in
+real play; the recent needles' names come back in fillers too.
 """
 
 from __future__ import annotations
@@ -208,6 +210,15 @@ def _ja_filler(rng, L, names):
 
 # -- conversations ----------------------------------------------------------------
 
+def _mention(rng, lang, L, name):
+    """A needle's name said again elsewhere, with the corpus's own objects and places
+    (a recurring character is seen doing other things)."""
+    o, p = rng.choice(L["objs"]), rng.choice(L["places"])
+    return {"en": f"*{name} passes the {p[0]} with a {o[0]}, saying nothing.*",
+            "ru": f"*{name} проходит мимо, в руках {o[0]}.*",
+            "ja": f"*{name}は{o[0]}を持って{p[0]}を通り過ぎる。*"}[lang]
+
+
 def _exchange_texts(rng, filler, L, names, size):
     def fill(n):
         out = []
@@ -254,12 +265,9 @@ def conversation(lang: str, seed: int, n: int = 520, every: int = 4, size: int =
         side.insert(rng.randrange(len(side) + 1), framed)
         ex["needle"] = needle
         questions.append(Question(lang, i, needle, kind, q))
-        for _ in range(rng.randrange(5)):        # the name mentioned elsewhere too
-            j = rng.randrange(n)
-            other = exchanges[j]["assistant"]
-            other.insert(rng.randrange(len(other) + 1), {"en": f"*{name} waves from across the square.*",
-                          "ru": f"*{name} машет рукой издалека.*",
-                          "ja": f"*{name}が広場の向こうで手を振る。*"}[lang])
+        for _ in range(rng.randrange(2, 7)):     # the name said elsewhere too, as in play
+            other = exchanges[rng.randrange(n)][rng.choice(("user", "assistant"))]
+            other.insert(rng.randrange(len(other) + 1), _mention(rng, lang, L, name))
         minor.append(name)
     return exchanges, questions
 

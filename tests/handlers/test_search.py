@@ -126,11 +126,12 @@ def test_no_match_and_no_pages(edge):
 
 
 def test_ties_break_newest_first(edge):
-    old = store_object(edge, [exchange("A griffin, one.", "Noted.")], created=edge.clock - 20)
-    new = store_object(edge, [exchange("A griffin, two.", "Noted.")], created=edge.clock - 10)
-    mid = store_object(edge, [exchange("A griffin, six.", "Noted.")], created=edge.clock - 15)
+    # each griffin between two fillers of equal length: equal windows, equal scores
+    old = store_object(edge, [FILLER[0] + exchange("A griffin, one.", "Noted.") + FILLER[1]], created=edge.clock - 20)
+    new = store_object(edge, [FILLER[4] + exchange("A griffin, two.", "Noted.") + FILLER[5]], created=edge.clock - 10)
+    mid = store_object(edge, [FILLER[2] + exchange("A griffin, six.", "Noted.") + FILLER[3]], created=edge.clock - 15)
     data = search(edge, {"query": "griffin"}).json()["data"]
-    assert len({h["score"] for h in data}) == 1
+    assert len({h["score"] for h in data}) == 1 and {h["exchange"] for h in data} == {2}
     assert [h["page_id"] for h in data] == [r[0]["page_id"] for r in (new, mid, old)]
 
 

@@ -120,7 +120,7 @@ _VARIANTS: dict = {}     # stem of a verb -> its irregular forms; built on first
 def variants(stem: str, stems: "Stems") -> list:
     """The irregular forms whose stem is ``stem`` (the words a page may say it with).
     The table's verbs are stemmed once per isolate, not per search."""
-    if not stems._on:
+    if not stems._irregular:
         return []
     if not _VARIANTS:
         for form, base in irregular.FORMS.items():
@@ -131,8 +131,9 @@ def variants(stem: str, stems: "Stems") -> list:
 class Stems:
     """word -> stem, each distinct word stemmed once (one instance per search)."""
 
-    def __init__(self, stem: bool = True):
+    def __init__(self, stem: bool = True, irregular: bool = True):
         self._on = stem
+        self._irregular = stem and irregular
         self._cache: dict = {}
         self._en = snowballstemmer.stemmer("english") if stem else None
         self._ru = snowballstemmer.stemmer("russian") if stem else None
@@ -146,7 +147,8 @@ class Stems:
     def _stem(self, word: str) -> str:
         if not self._on or _DIGIT_RE.search(word):
             return word
-        word = irregular.FORMS.get(word, word)      # found -> find, нашла -> найти
+        if self._irregular:
+            word = irregular.FORMS.get(word, word)  # found -> find, нашла -> найти
         if _CYRILLIC_RE.match(word):
             return self._ru.stemWord(word)
         if _LATIN_RE.match(word):

@@ -5,32 +5,40 @@ of the exchange's items); documents come in conversation order, oldest first. ``
 answers the best ``limit`` documents, each with a verbatim excerpt. Pure and
 deterministic: ties break newest first.
 
-Scoring (``Scoring``; each part is ablated in bench/bench_recall.py):
+Scoring (``Scoring``; each part is ablated in bench/bench_recall.py, on real
+conversations and on the synthetic corpus; weights are 1, none is tuned):
 
 - Okapi BM25 over exchanges (k1 1.2, b 0.75, idf ``ln(1 + (N - df + .5) / (df + .5))``)
   on stems and CJK bigrams — the fair baseline;
-- neighbour smoothing: an exchange gains ``NEIGHBOUR`` × the better BM25 of the
-  exchange before and after it (a conversation answers across turns);
-- max-passage: plus ``PASSAGE`` × the BM25 of the exchange's best message, scored
-  against the mean message length (the answer is usually said in one message).
+- window: plus the BM25 of the exchange's window (it and the exchange on each side,
+  as one document among all such windows): a conversation asks in one turn and
+  answers in the next, so the words of a moment are spread over neighbours;
+- passage: plus the BM25 of its best passage — two consecutive lines (a turn and what
+  answers it) — for the best ``RERANK`` exchanges only (cost), terms at their
+  exchange idf, length against the mean line pair;
+- options measured and left off: neighbour smoothing (the window does it better),
+  one-line passages, RM3 pseudo-relevance feedback (both lower recall on real text).
 
 Relevance (``ExchangeHit.relevance``, for a recall threshold): the share of the query's
-idf weight (its kept terms) that the exchange contains, in [0, 1]. 1.0 = every query
-term is in the exchange; a term found in every exchange weighs ~0.
+idf weight (its kept terms, idf over these documents) that the exchange itself holds,
+in [0, 1]: 1.0 = every query term is in it; a term found in every exchange weighs ~0.
+``MIN_RELEVANCE`` 0.5 = it holds at least half the query's information.
 
 Cost is bounded by the query, not its length: stop words (a fixed small English and
 Russian list) are left out — a query of stop words only has no terms and no hits — and
-at most ``MAX_TERMS`` distinct terms are kept, the rarest in the documents first (their
-collection frequency, one ``str.count`` over the folded text). Documents are never cut
+at most ``MAX_TERMS`` distinct words and ``MAX_CJK_TERMS`` CJK bigrams are kept, the
+rarest in the documents first (their
+frequency counted with ``str.count`` in a fixed ~64 K code-point sample of them). Documents are never cut
 into all their words: one regex built from the kept terms finds, in C, the whole words
 that share a query stem's first 3-4 characters (Snowball only rewrites endings) or that
 equal a query word as written (so ``dying`` finds ``dying`` though its stem is ``die``);
 only those distinct words are stemmed. A term found nowhere that way is looked up once
-more word by word in the messages holding its text (any word, queried alone, finds an
-exchange holding it). CJK terms are counted with ``str.count``.
+more word by word in the exchanges holding its text (any word, queried alone, finds an
+exchange holding it). CJK terms are counted with ``str.count``. Passages place the
+matches of the top exchanges only, each by counting the newlines before it.
 
 Caching (auto-recall on a steady turn ranks mostly the same exchanges): each
-document's analysis (its messages folded: NFKC + casefold) can be kept across calls in
+document's analysis (its texts folded: NFKC + casefold, joined) can be kept across calls in
 a module-level LRU keyed by a caller-supplied key (a SHA-256), bounded by
 ``CACHE_CODE_POINTS`` folded code points in all (≤ 4 bytes each, ~16 MiB at worst).
 """
@@ -45,9 +53,10 @@ from typing import NamedTuple, Sequence
 from . import analyzer
 
 K1, B = 1.2, 0.75
-NEIGHBOUR = 0.5     # weight of the better neighbour's BM25
-PASSAGE = 1.0       # weight of the best message's BM25
-MAX_TERMS = 12      # distinct query terms kept (the rarest)
+WINDOW = 1.0        # weight of the window's BM25 against the exchange's own
+PASSAGE = 1.0       # weight of the best passage's BM25 (equal weights: none is tuned)
+MAX_TERMS = 8       # distinct query words kept (the rarest): each costs a regex scan
+MAX_CJK_TERMS = 32  # distinct CJK bigrams kept (the rarest): each costs a str.count
 EXCERPT_MAX = 400   # code points of ``ExchangeHit.text``, the ellipses included
 ELLIPSIS = "\u2026"
 #: Suggested minimum ``relevance`` for auto-recall (docs/design.md §6.2).
@@ -55,16 +64,20 @@ MIN_RELEVANCE = 0.5
 
 
 class Scoring(NamedTuple):
-    """Which parts of the score are on (the benchmark's ablations)."""
-    stem: bool = True
-    neighbour: float = NEIGHBOUR
-    passage: float = PASSAGE
-    lines: bool = True      # a passage is a line (else a whole message)
-    prf: int = 0            # pseudo-relevance feedback: expansion terms (0 = off)
+    """What the score is made of (bench/bench_recall.py ablates each part)."""
+    stem: bool = True           # Snowball stems (else folded words as they are)
+    irregular: bool = True      # irregular verb forms join their verb (irregular.py)
+    window: float = WINDOW      # + this × the BM25 of the exchange's window
+    before: int = 1             # a window: the exchange, ``before`` exchanges before it
+    after: int = 1              # and ``after`` after it
+    neighbour: float = 0.0      # + this × the better neighbour's BM25 (off: the window does it)
+    passage: float = PASSAGE    # + this × the BM25 of the best passage touching it
+    prf: int = 0                # RM3 expansion terms (off: hurts the real set)
+    pairs: bool = True          # a passage: two consecutive lines (a turn and its reply), else one line
 
 
-BASELINE = Scoring(stem=True, neighbour=0.0, passage=0.0)     # stemmed BM25 over exchanges
-PLAIN = Scoring(stem=False, neighbour=0.0, passage=0.0)       # plain BM25 over exchanges
+BASELINE = Scoring(irregular=False, window=0.0, passage=0.0)             # stemmed BM25 over exchanges
+PLAIN = Scoring(stem=False, irregular=False, window=0.0, passage=0.0)    # plain BM25 over exchanges
 
 
 class ExchangeHit(NamedTuple):
@@ -85,13 +98,14 @@ class ExchangeHit(NamedTuple):
 
 class Analysis(NamedTuple):
     """What a document's scoring needs that does not depend on the query."""
-    folded: tuple       # each message's text, NFKC + casefold
-    length: int         # code points of the folded messages
+    text: str           # its messages' texts, NFKC + casefold, joined with "\n"
+    length: int         # code points of ``text``
+    lines: int          # lines of ``text``
 
 
 def analyze(texts: Sequence) -> Analysis:
-    folded = tuple(analyzer.fold(t) for _, t in texts)
-    return Analysis(folded, sum(map(len, folded)))
+    text = "\n".join([analyzer.fold(t) for _, t in texts])
+    return Analysis(text, len(text), text.count("\n") + 1)
 
 
 CACHE_CODE_POINTS = 4 << 20
@@ -122,21 +136,34 @@ def clear_cache() -> None:
 
 # -- query terms -------------------------------------------------------------------
 
-def _rarest(terms: list, joined: str, cap: int) -> list:
-    """At most ``cap`` terms, the least frequent in ``joined`` first (query order on
-    ties): the cost of scanning grows with the terms, their weight with rarity."""
+def _rarest(terms: list, units: list, cap: int) -> list:
+    """At most ``cap`` terms, the least frequent first (query order on ties): the cost
+    of scanning grows with the terms, their weight with rarity. Frequencies are counted
+    (``str.count``) in a fixed sample of the documents, of SAMPLE × cap code points
+    shared by the terms (so a 1,000-character query costs what a short one does)."""
     if len(terms) <= cap:
         return terms
+    total = sum(len(f) for _, f in units)
+    size = max(SAMPLE_MIN, SAMPLE * cap // len(terms))
+    sample = "\n".join(f for _, f in units[::max(1, -(-total // size))])
+
     def cf(t):
         probe = t.value if t.kind == "c" else min(t.surfaces | {_prefix(t.value)}, key=len)
-        return joined.count(probe)
+        return sample.count(probe)
     order = sorted(range(len(terms)), key=lambda i: (cf(terms[i]), i))[:cap]
     return [terms[i] for i in sorted(order)]
+
+
+SAMPLE = 1 << 13     # code points of sample per kept term
+SAMPLE_MIN = 1 << 12
 
 
 # -- term frequencies ----------------------------------------------------------------
 
 _WORDCHAR = f"[^\\W_{analyzer._CJK}]"      # what WORD_RE's words are made of
+# The character before a scanned word: any letter or digit (CJK too: a word right after
+# CJK is found by the exact pass, ``_exact``) — a class compiled fast, once per literal.
+_BEFORE = "[^\\W_]"
 
 
 def _prefix(stem: str) -> str:
@@ -148,34 +175,41 @@ def _scanner(literals) -> "re.Pattern | None":
     """Finds, in folded text, every whole word starting with one of ``literals``. Each
     alternative starts with its literal and checks the character before it with a
     fixed-width lookbehind, so the regex engine skips ahead in C between candidates."""
-    alts = [f"{re.escape(p)}(?<!{_WORDCHAR}.{{{len(p)}}})"
+    alts = [f"{re.escape(p)}(?<!{_BEFORE}.{{{len(p)}}})"
             for p in sorted(set(literals), key=lambda p: (-len(p), p))]
     return re.compile(f"(?:{'|'.join(alts)}){_WORDCHAR}*", re.S) if alts else None
 
 
-def _word_tfs(terms: list, messages: list, stems) -> dict:
-    """{term: {(doc, message): tf}} for the word terms."""
+def _matcher(terms: list, stems):
+    """(scanner, word -> its term or None) for the word terms; (None, None) without."""
     words = [t for t in terms if t.kind == "w"]
-    out = {t: {} for t in words}
     if not words:
-        return out
+        return None, None
     by_surface = {w: t for t in words for w in t.surfaces}
     by_stem = {t.value: t for t in words}
     literals = [w for t in words for w in t.surfaces] + [
         _prefix(p) for t in words if not analyzer._DIGIT_RE.search(t.value)
         for p in (t.value, *analyzer.variants(t.value, stems))]
-    scan = _scanner(literals)
-    for at, f in messages:
+    return _scanner(literals), (lambda w: by_surface.get(w) or by_stem.get(stems(w)))
+
+
+def _word_tfs(terms: list, units: list, stems) -> dict:
+    """{term: {(doc, unit): tf}} for the word terms."""
+    out = {t: {} for t in terms if t.kind == "w"}
+    scan, term_of = _matcher(terms, stems)
+    if scan is None:
+        return out
+    for at, f in units:
         hits = scan.findall(f)
         if hits:
             for w, c in Counter(hits).items():
-                t = by_surface.get(w) or by_stem.get(stems(w))
+                t = term_of(w)
                 if t is not None:
                     d = out[t]
                     d[at] = d.get(at, 0) + c
-    for t in words:
-        if not out[t]:
-            _exact(t, messages, out[t])
+    for t, tf in out.items():
+        if not tf:
+            _exact(t, units, tf)
     return out
 
 
@@ -199,13 +233,6 @@ def _cjk_tfs(terms: list, messages: list) -> dict:
 
 # -- scoring -------------------------------------------------------------------------
 
-def _units(an: list, lines: bool) -> list:
-    """[((doc, passage), folded text)]: each message, or each line of each message."""
-    if not lines:
-        return [((d, m), f) for d, a in enumerate(an) for m, f in enumerate(a.folded)]
-    return [((d, k), f) for d, a in enumerate(an) for k, f in enumerate("\n".join(a.folded).split("\n"))]
-
-
 def _bm25(tf: int, norm: float) -> float:
     return tf * (K1 + 1) / (tf + norm)
 
@@ -215,70 +242,183 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     """The ``limit`` best exchanges of ``docs`` for ``query`` (best first, newest first
     on ties); exchanges holding no query term are left out. ``keys[i]`` (optional, e.g.
     the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis."""
-    stems = analyzer.Stems(scoring.stem)
+    stems = analyzer.Stems(scoring.stem, scoring.irregular)
     terms = analyzer.query_terms(query, stems)
     if not terms or not docs or limit < 1:
         return []
     an = [analysis(t, keys[i] if keys is not None else None) for i, t in enumerate(docs)]
-    messages = _units(an, scoring.lines)
-    terms = _rarest(terms, "\n".join(f for _, f in messages), MAX_TERMS)
-    tfs = {**_word_tfs(terms, messages, stems), **_cjk_tfs(terms, messages)}
-    scores, weights, found = _scores(terms, tfs, an, scoring, messages)
-    total = sum(weights.values())
+    units = [((d, 0), a.text) for d, a in enumerate(an)]
+    terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
+        _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
+    tfs = _tfs(terms, units, stems)
+    scores, weights = _scores(terms, tfs, an, scoring, stems)
+    relevance, total = dict(weights), sum(weights.values())
+    if scoring.prf and total:
+        qw = _feedback(terms, scores, an, stems, scoring.prf)
+        tfs.update(_tfs([t for t in qw if t not in tfs], units, stems))
+        scores, weights = _scores(list(qw), tfs, an, scoring, stems, qw)
     ranked = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))
-    finder = _finder([(t, found[t]) for t in terms if weights.get(t)])
-    return [_hit(d, scores[d], _relevance(d, tfs, weights, total), docs[d], finder, weights)
+    finder = _finder([t for t in terms if relevance.get(t)])
+    return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
 
 
-def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, units: list) -> tuple:
-    """Each document's score, each term's idf, each term's matched words."""
+def _tfs(terms: list, units: list, stems) -> dict:
+    """{term: {(doc, unit): tf}}."""
+    return {**_word_tfs(terms, units, stems), **_cjk_tfs(terms, units)}
+
+
+PRF_DOCS = 10       # RM3 (Lavrenko & Croft; Anserini's defaults): feedback documents,
+PRF_WEIGHT = 0.5    # and the original query's weight
+
+
+def _feedback(terms: list, scores: list, an: list, stems, n_terms: int) -> dict:
+    """RM3: the query's terms and the ``n_terms`` words most likely in the best
+    ``PRF_DOCS`` documents (each weighted by its score), interpolated → {term: weight}."""
+    top = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))[:PRF_DOCS]
+    mass = sum(scores[d] for d in top)
+    model: dict = {}
+    surfaces: dict = {}
+    for d in top:
+        ws = [w for w in analyzer.words(an[d].text)
+              if w not in analyzer.STOPWORDS and len(w) > 1 and not analyzer._DIGIT_RE.search(w)]
+        for w, c in Counter(ws).items():
+            st = stems(w)
+            model[st] = model.get(st, 0.0) + scores[d] / mass * c / len(ws)
+            surfaces.setdefault(st, set()).add(w)
+    best = sorted(model, key=lambda st: (-model[st], st))[:n_terms]
+    norm = sum(model[st] for st in best) or 1.0
+    qw = {t: PRF_WEIGHT / len(terms) for t in terms}
+    by_stem = {t.value: t for t in terms if t.kind == "w"}
+    for st in best:
+        t = by_stem.get(st) or analyzer.Term("w", st, frozenset(surfaces[st]))
+        qw[t] = qw.get(t, 0.0) + (1 - PRF_WEIGHT) * model[st] / norm
+    return qw
+
+
+def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict | None = None) -> tuple:
+    """(each document's score, each found term's idf); ``qw``: the terms' weights."""
     n = len(an)
     avg = sum(a.length for a in an) / n or 1.0
-    lengths = {at: len(f) for at, f in units}
-    avg_msg = sum(lengths.values()) / len(lengths) or 1.0
-    doc_norm = [K1 * (1 - B + B * a.length / avg) for a in an]
     base = [0.0] * n
-    passages: dict = {}
-    weights, found = {}, {}
+    weights, per_doc = {}, {}
     for t in terms:
-        per_doc: dict = {}
-        for (d, m), c in tfs[t].items():
-            per_doc[d] = per_doc.get(d, 0) + c
-        if not per_doc:
+        tf = {d: c for (d, _), c in tfs[t].items()}
+        if not tf:
             continue
-        idf = math.log(1 + (n - len(per_doc) + 0.5) / (len(per_doc) + 0.5))
-        weights[t] = idf
-        for d, c in per_doc.items():
-            base[d] += idf * _bm25(c, doc_norm[d])
-        if scoring.passage:
-            # the passages' own statistics: a name said in every exchange is said in
-            # only some of their lines
-            pidf = math.log(1 + (len(units) - len(tfs[t]) + 0.5) / (len(tfs[t]) + 0.5))
-            for (d, m), c in tfs[t].items():
-                norm = K1 * (1 - B + B * lengths[(d, m)] / avg_msg)
-                passages[(d, m)] = passages.get((d, m), 0.0) + pidf * _bm25(c, norm)
-        found[t] = None
+        weights[t] = math.log(1 + (n - len(tf) + 0.5) / (len(tf) + 0.5))
+        per_doc[t] = tf
+        idf = weights[t] * (qw[t] if qw else 1.0)
+        for d, c in tf.items():
+            base[d] += idf * _bm25(c, K1 * (1 - B + B * an[d].length / avg))
+    qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
+    if scoring.window:
+        scale = {t: qw[t] if qw else 1.0 for t in per_doc}
+        for d, w in enumerate(_windows(per_doc, an, scoring.before, scoring.after, scale)):
+            if base[d]:
+                scores[d] += scoring.window * w
     if scoring.neighbour:
         for d in range(n):
-            near = max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
             if base[d]:
-                scores[d] += scoring.neighbour * near
+                scores[d] += scoring.neighbour * max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
     if scoring.passage:
-        best: dict = {}
-        for (d, _), s in passages.items():
-            best[d] = max(best.get(d, 0.0), s)
-        for d, s in best.items():
-            scores[d] += scoring.passage * s
-    return scores, weights, {t: _surfaces(t, tfs[t], an) for t in found}
+        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
+        for d, p in _passages(top, an, list(qidf), qidf, scoring.pairs, stems).items():
+            scores[d] += scoring.passage * p
+    return scores, weights
 
 
-def _surfaces(term: Term, tf: dict, an: list) -> set:
-    """The folded words (or CJK term) that matched ``term``, for quoting."""
-    if term.kind == "c":
-        return {term.value}
-    return set(term.surfaces) | {"\0" + term.value}
+def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> list:
+    """BM25 of each exchange's window (it, ``before`` exchanges before and ``after``
+    after it, cut at the ends) among all windows: terms said across turns of one moment
+    count together."""
+    n = len(an)
+    lens = [a.length for a in an]
+    wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
+    avg = sum(wl) / n or 1.0
+    out = [0.0] * n
+    for t, tf in per_doc.items():
+        win: dict = {}
+        for d, c in tf.items():
+            for e in range(max(0, d - after), min(n, d + before + 1)):
+                win[e] = win.get(e, 0) + c
+        idf = math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
+        for e, c in win.items():
+            out[e] += idf * _bm25(c, K1 * (1 - B + B * wl[e] / avg))
+    return out
+
+
+RERANK = 50        # exchanges whose passages are scored (bounds the cost)
+
+
+def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) -> dict:
+    """{exchange: BM25 of its best passage} for the ``top`` exchanges. A passage is two
+    consecutive lines of the conversation (a turn and what answers it: the pair may
+    start in the exchange before) or one line; the terms weigh their exchange idf, the
+    length is normalized by the mean line (pair) length of all the documents. Only the
+    lines holding a term and their partners are looked at."""
+    n = len(an)
+    near = sorted({e for d in top for e in (d - 1, d, d + 1) if 0 <= e < n})
+    at = _line_tfs(terms, near, an, stems)
+    parts = {e: an[e].text.split("\n") for e in near}
+    avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1) * (2 if pairs else 1)
+    wanted, best = set(top), {}
+    starts = set(at)
+    if pairs:
+        starts |= {p for p in map(lambda ek: _previous(ek, parts), at) if p is not None}
+    for first in starts:
+        group = [first]
+        if pairs and (second := _next(first, parts)) is not None:
+            group.append(second)
+        owners = {e for e, _ in group} & wanted
+        tf: dict = {}
+        for line in group:
+            for t, c in at.get(line, {}).items():
+                tf[t] = tf.get(t, 0) + c
+        if not owners or not tf:
+            continue
+        norm = K1 * (1 - B + B * sum(len(parts[e][k]) for e, k in group) / avg)
+        score = sum(qidf[t] * _bm25(c, norm) for t, c in tf.items())
+        for d in owners:
+            if score > best.get(d, 0.0):
+                best[d] = score
+    return best
+
+
+def _previous(line: tuple, parts: dict):
+    e, k = line
+    if k:
+        return e, k - 1
+    return (e - 1, len(parts[e - 1]) - 1) if e - 1 in parts else None
+
+
+def _next(line: tuple, parts: dict):
+    e, k = line
+    if k + 1 < len(parts[e]):
+        return e, k + 1
+    return (e + 1, 0) if e + 1 in parts else None
+
+
+def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
+    """{(doc, line): {term: tf}} of the ``docs``: each match's line is the count of
+    newlines before it (in C), so lines are never cut out."""
+    scan, term_of = _matcher(terms, stems)
+    out: dict = {}
+    for e in docs:
+        text = an[e].text
+        found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
+        for t in terms:
+            if t.kind == "c":
+                i = text.find(t.value)
+                while i >= 0:
+                    found.append((i, t))
+                    i = text.find(t.value, i + 1)
+        for pos, t in found:
+            if t is not None:
+                d = out.setdefault((e, text.count("\n", 0, pos)), {})
+                d[t] = d.get(t, 0) + 1
+    return out
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
@@ -290,14 +430,14 @@ def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
 
 # -- excerpts ------------------------------------------------------------------------
 
-def _finder(surfaces: list):
+def _finder(query_terms: list):
     """(regex of the query terms' literals, per-group term) for locating matches when
     quoting: a word term by its stem prefix or query words, checked by stem after."""
     alts, terms = [], []
-    for term, found in surfaces:
+    for term in query_terms:
         if term.kind == "w":
             lits = sorted({_prefix(term.value), *term.surfaces}, key=lambda p: (-len(p), p))
-            body = "|".join(f"{re.escape(w)}(?<!{_WORDCHAR}.{{{len(w)}}})" for w in lits)
+            body = "|".join(f"{re.escape(w)}(?<!{_BEFORE}.{{{len(w)}}})" for w in lits)
             body = f"(?:{body}){_WORDCHAR}*"
         else:
             body = re.escape(term.value)
