@@ -208,16 +208,16 @@ def _word_tfs(terms: list, units: list, stems) -> dict:
                     d = out[t]
                     d[at] = d.get(at, 0) + c
     for t, tf in out.items():
-        if not tf:
-            _exact(t, units, tf)
+        _exact(t, units, tf)
     return out
 
 
 def _exact(term: Term, messages: list, tf: dict) -> None:
-    """The term's query words, word by word, in the messages holding their text: the
-    words a prefix scan cannot see (after a number like ``3.5``, next to CJK)."""
+    """The term's query words, word by word, in the messages the scan found nothing of
+    it in but that hold their text: the words a prefix scan cannot see (after a number
+    like ``3.5``, right after CJK)."""
     for at, f in messages:
-        if any(w in f for w in term.surfaces):
+        if at not in tf and any(w in f for w in term.surfaces):
             c = sum(n for w, n in Counter(analyzer.words(f)).items() if w in term.surfaces)
             if c:
                 tf[at] = c
