@@ -162,3 +162,21 @@ def test_any_word_queried_alone_finds_an_exchange_holding_it(texts, pick):
 
 def test_fold_is_nfkc_casefold():
     assert analyzer.fold("ＩＬＳＡ") == unicodedata.normalize("NFKC", "ＩＬＳＡ").casefold()
+
+
+def test_measured_options_left_off_by_default_still_rank():
+    # bench/bench_recall.py ablates them; the default Scoring uses none of them
+    assert (Scoring().line, Scoring().lidf, Scoring().wlidf, Scoring().reply, Scoring().holders) == \
+        (0.0, False, False, False, False)
+    docs = [doc(FILLER), doc("Ana: where is the crown?", "Bo: the crown lies under the oak."), doc(FILLER),
+            doc("Ana: nothing here", "Bo: the river runs.")]
+    for s in (Scoring(line=1.0), Scoring(lidf=True), Scoring(wlidf=True), Scoring(reply=True),
+              Scoring(holders=True)):
+        assert rank("crown oak", docs, 1, scoring=s)[0].doc == 1
+        assert [h.doc for h in rank("river", docs, 5, scoring=s)] == [3]
+
+
+def test_line_idf_weighs_a_word_in_every_exchange_but_few_lines():
+    an = [ranker.analyze(doc("Ana: a\nBo: b\nBo: c\nBo: d")) for _ in range(4)]
+    per_doc = {"ana": {d: 1 for d in range(4)}}
+    assert ranker._line_idf(per_doc, an, None)["ana"] > 0.5

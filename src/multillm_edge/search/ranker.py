@@ -74,6 +74,12 @@ class Scoring(NamedTuple):
     passage: float = PASSAGE    # + this × the BM25 of the best passage touching it
     prf: int = 0                # RM3 expansion terms (off: hurts the real set)
     pairs: bool = True          # a passage: two consecutive lines (a turn and its reply), else one line
+    # measured and left off (bench/bench_recall.py): none helps the real set
+    line: float = 0.0           # + this × the BM25 of its best line, idf and length over lines
+    lidf: bool = False          # passages weigh terms by their idf over lines, not exchanges
+    wlidf: bool = False         # the window weighs terms by their idf over lines
+    reply: bool = False         # a pair counts for the exchange of its second line (the reply) only
+    holders: bool = False       # a pair counts only for the exchanges whose line in it matches
 
 
 BASELINE = Scoring(irregular=False, window=0.0, passage=0.0)             # stemmed BM25 over exchanges
@@ -313,9 +319,11 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
             base[d] += idf * _bm25(c, K1 * (1 - B + B * an[d].length / avg))
     qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
+    lidf = _line_idf(per_doc, an, qw) if (scoring.line or scoring.lidf or scoring.wlidf) else {}
     if scoring.window:
         scale = {t: qw[t] if qw else 1.0 for t in per_doc}
-        for d, w in enumerate(_windows(per_doc, an, scoring.before, scoring.after, scale)):
+        wins = _windows(per_doc, an, scoring.before, scoring.after, scale, lidf if scoring.wlidf else None)
+        for d, w in enumerate(wins):
             if base[d]:
                 scores[d] += scoring.window * w
     if scoring.neighbour:
@@ -324,15 +332,33 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
                 scores[d] += scoring.neighbour * max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
     if scoring.passage:
         top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
-        for d, p in _passages(top, an, list(qidf), qidf, scoring.pairs, stems).items():
+        pidf = lidf if scoring.lidf else qidf
+        got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems, scoring.reply, scoring.holders)
+        for d, p in got.items():
             scores[d] += scoring.passage * p
+    if scoring.line:
+        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
+        for d, p in _best_lines(top, an, list(lidf), lidf, stems).items():
+            scores[d] += scoring.line * p
     return scores, weights
 
 
-def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> list:
+def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
+    """Each term's idf with the line as the document (sentence retrieval): its line
+    frequency is taken as ``min(tf, lines)`` per exchange (a line seldom says a word
+    twice), so no line is cut out for it."""
+    lines = sum(a.lines for a in an)
+    out = {}
+    for t, tf in per_doc.items():
+        df = min(lines, sum(min(c, an[d].lines) for d, c in tf.items()))
+        out[t] = math.log(1 + (lines - df + 0.5) / (df + 0.5)) * (qw[t] if qw else 1.0)
+    return out
+
+
+def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf=None) -> list:
     """BM25 of each exchange's window (it, ``before`` exchanges before and ``after``
     after it, cut at the ends) among all windows: terms said across turns of one moment
-    count together."""
+    count together. ``lidf``: the terms' idf over lines instead of over windows."""
     n = len(an)
     lens = [a.length for a in an]
     wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
@@ -343,7 +369,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
         for d, c in tf.items():
             for e in range(max(0, d - after), min(n, d + before + 1)):
                 win[e] = win.get(e, 0) + c
-        idf = math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
+        idf = lidf[t] if lidf else math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
         for e, c in win.items():
             out[e] += idf * _bm25(c, K1 * (1 - B + B * wl[e] / avg))
     return out
@@ -352,12 +378,29 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
 RERANK = 50        # exchanges whose passages are scored (bounds the cost)
 
 
-def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) -> dict:
+def _best_lines(top: list, an: list, terms: list, lidf: dict, stems) -> dict:
+    """{exchange: BM25 of its best line} for the ``top`` exchanges: terms at their line
+    idf, length against the mean line (a line as a sentence)."""
+    at = _line_tfs(terms, top, an, stems)
+    avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1)
+    parts = {e: an[e].text.split("\n") for e in top}
+    best = {}
+    for (e, k), tf in at.items():
+        norm = K1 * (1 - B + B * len(parts[e][k]) / avg)
+        sc = sum(lidf[t] * _bm25(c, norm) for t, c in tf.items())
+        if sc > best.get(e, 0.0):
+            best[e] = sc
+    return best
+
+
+def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems,
+              reply: bool = False, holders: bool = False) -> dict:
     """{exchange: BM25 of its best passage} for the ``top`` exchanges. A passage is two
     consecutive lines of the conversation (a turn and what answers it: the pair may
     start in the exchange before) or one line; the terms weigh their exchange idf, the
-    length is normalized by the mean line (pair) length of all the documents. Only the
-    lines holding a term and their partners are looked at."""
+    length is normalized by the mean line (pair) length of all the documents. A pair
+    counts for both its exchanges (``reply``: the second's only; ``holders``: those whose
+    line in it matches). Only the lines holding a term and their partners are looked at."""
     n = len(an)
     near = sorted({e for d in top for e in (d - 1, d, d + 1) if 0 <= e < n})
     at = _line_tfs(terms, near, an, stems)
@@ -371,7 +414,7 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
         group = [first]
         if pairs and (second := _next(first, parts)) is not None:
             group.append(second)
-        owners = {e for e, _ in group} & wanted
+        owners = ({group[-1][0]} if reply else {e for e, k in group if not holders or (e, k) in at}) & wanted
         tf: dict = {}
         for line in group:
             for t, c in at.get(line, {}).items():
