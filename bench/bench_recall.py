@@ -60,7 +60,7 @@ from multillm_edge import formats  # noqa: E402
 from multillm_edge.core import paging, validation  # noqa: E402
 from multillm_edge.search import MIN_RELEVANCE, page_texts, rank  # noqa: E402
 from multillm_edge.search import ranker  # noqa: E402
-from multillm_edge.search.ranker import BASELINE, PLAIN, Scoring  # noqa: E402
+from multillm_edge.search.ranker import ASK_COPY, BASELINE, PLAIN, Scoring  # noqa: E402
 
 WINDOW, MAX_OUTPUT, SAFETY = 32_768, 1_024, 256
 BUDGET = WINDOW - MAX_OUTPUT - SAFETY
@@ -182,6 +182,10 @@ ABLATIONS = {
     "search": SEARCH,
     "− window": SEARCH._replace(window=0.0),
     "− passage": SEARCH._replace(passage=0.0),
+    "− asked (question → its answer)": SEARCH._replace(asked=0),
+    "asked copied, not moved": SEARCH._replace(asked=ASK_COPY),
+    "passage idf over exchanges": SEARCH._replace(lidf=False),
+    "− asked, passage idf over exchanges (issue 25)": SEARCH._replace(asked=0, lidf=False),
     "passage = one line": SEARCH._replace(pairs=False),
     "− irregular verbs": SEARCH._replace(irregular=False),
     "− stemming": SEARCH._replace(stem=False, irregular=False),
@@ -190,7 +194,6 @@ ABLATIONS = {
     "+ RM3 (10 docs, 10 terms, 0.5)": SEARCH._replace(prf=10),
     "+ best line (idf over lines)": SEARCH._replace(line=1.0),
     "− passage + best line (idf over lines)": SEARCH._replace(passage=0.0, line=1.0),
-    "passage idf over lines": SEARCH._replace(lidf=True),
     "window idf over lines": SEARCH._replace(wlidf=True),
     "pair → its reply's exchange only": SEARCH._replace(reply=True),
     "pair → its matching lines' exchanges only": SEARCH._replace(holders=True),

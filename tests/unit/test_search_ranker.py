@@ -166,14 +166,23 @@ def test_fold_is_nfkc_casefold():
 
 def test_measured_options_left_off_by_default_still_rank():
     # bench/bench_recall.py ablates them; the default Scoring uses none of them
-    assert (Scoring().line, Scoring().lidf, Scoring().wlidf, Scoring().reply, Scoring().holders) == \
-        (0.0, False, False, False, False)
+    assert (Scoring().line, Scoring().wlidf, Scoring().reply, Scoring().holders) == (0.0, False, False, False)
+    assert (Scoring().asked, Scoring().lidf) == (ranker.ASK_MOVE, True)
     docs = [doc(FILLER), doc("Ana: where is the crown?", "Bo: the crown lies under the oak."), doc(FILLER),
             doc("Ana: nothing here", "Bo: the river runs.")]
-    for s in (Scoring(line=1.0), Scoring(lidf=True), Scoring(wlidf=True), Scoring(reply=True),
-              Scoring(holders=True)):
+    for s in (Scoring(line=1.0), Scoring(lidf=False), Scoring(wlidf=True), Scoring(reply=True),
+              Scoring(holders=True), Scoring(asked=0), Scoring(asked=ranker.ASK_COPY)):
         assert rank("crown oak", docs, 1, scoring=s)[0].doc == 1
         assert [h.doc for h in rank("river", docs, 5, scoring=s)] == [3]
+
+
+def test_a_question_ending_an_exchange_counts_for_the_answer_after_it():
+    docs = [doc(FILLER), doc("Ana: the weather turned.", "Bo: What did you bury under the old oak?"),
+            doc("Ana: I buried the crown there, long ago.", "Bo: I see."), doc(FILLER)]
+    assert rank("what did Ana bury under the old oak", docs, 1)[0].doc == 2
+    assert rank("what did Ana bury under the old oak", docs, 1, scoring=Scoring(asked=0))[0].doc == 1
+    # the asking exchange still holds its words: queried alone, they find it
+    assert 1 in [h.doc for h in rank("oak", docs, 5)]
 
 
 def test_line_idf_weighs_a_word_in_every_exchange_but_few_lines():

@@ -13,11 +13,23 @@ conversations and on the synthetic corpus; weights are 1, none is tuned):
 - window: plus the BM25 of the exchange's window (it and the exchange on each side,
   as one document among all such windows): a conversation asks in one turn and
   answers in the next, so the words of a moment are spread over neighbours;
+- asked: an exchange whose last line asks (ends with "?") and holds a query term is
+  answered by the next exchange: that line's terms and length count for the next
+  exchange, not its own (in the exchange BM25 and the window; they stay in its own
+  when they are all it holds of the query, so it is still found). Document expansion by
+  the question a text answers, as FAQ / community-QA retrieval matches a question to
+  return its answer; only the last line of the exchanges holding a term is looked at;
 - passage: plus the BM25 of its best passage — two consecutive lines (a turn and what
-  answers it) — for the best ``RERANK`` exchanges only (cost), terms at their
-  exchange idf, length against the mean line pair;
+  answers it) — for the best ``RERANK`` exchanges only (cost), terms at their idf
+  over lines (``lidf``: a line as the document, as in sentence retrieval; its line
+  frequency taken as ``min(tf, lines)`` per exchange), length against the mean line
+  pair. Over lines, a speaker's name (a ``Name:`` label on half the lines) still
+  weighs, where over exchanges it is in every one;
 - options measured and left off: neighbour smoothing (the window does it better),
-  one-line passages, RM3 pseudo-relevance feedback (both lower recall on real text).
+  one-line passages, RM3 pseudo-relevance feedback, a best line added or instead of
+  the passage, the window's idf over lines, a pair counted for its reply's exchange
+  only or for its matching lines' only, the asked line copied rather than moved (all
+  lower recall on real text or on the synthetic corpus).
 
 Relevance (``ExchangeHit.relevance``, for a recall threshold): the share of the query's
 idf weight (its kept terms, idf over these documents) that the exchange itself holds,
@@ -63,6 +75,9 @@ ELLIPSIS = "\u2026"
 MIN_RELEVANCE = 0.5
 
 
+ASK_COPY, ASK_MOVE = 1, 2
+
+
 class Scoring(NamedTuple):
     """What the score is made of (bench/bench_recall.py ablates each part)."""
     stem: bool = True           # Snowball stems (else folded words as they are)
@@ -74,16 +89,20 @@ class Scoring(NamedTuple):
     passage: float = PASSAGE    # + this × the BM25 of the best passage touching it
     prf: int = 0                # RM3 expansion terms (off: hurts the real set)
     pairs: bool = True          # a passage: two consecutive lines (a turn and its reply), else one line
+    asked: int = ASK_MOVE       # an exchange ending in a question: its last line counts for the next
+                                # exchange (the answer), moved (ASK_MOVE: copied when it is all the
+                                # asking exchange holds of the query) or copied (ASK_COPY)
+    lidf: bool = True           # passages weigh terms by their idf over lines, not exchanges
     # measured and left off (bench/bench_recall.py): none helps the real set
     line: float = 0.0           # + this × the BM25 of its best line, idf and length over lines
-    lidf: bool = False          # passages weigh terms by their idf over lines, not exchanges
     wlidf: bool = False         # the window weighs terms by their idf over lines
     reply: bool = False         # a pair counts for the exchange of its second line (the reply) only
     holders: bool = False       # a pair counts only for the exchanges whose line in it matches
 
 
-BASELINE = Scoring(irregular=False, window=0.0, passage=0.0)             # stemmed BM25 over exchanges
-PLAIN = Scoring(stem=False, irregular=False, window=0.0, passage=0.0)    # plain BM25 over exchanges
+# stemmed and plain BM25 over exchanges
+BASELINE = Scoring(irregular=False, window=0.0, passage=0.0, asked=0, lidf=False)
+PLAIN = Scoring(stem=False, irregular=False, window=0.0, passage=0.0, asked=0, lidf=False)
 
 
 class ExchangeHit(NamedTuple):
@@ -305,18 +324,42 @@ def _feedback(terms: list, scores: list, an: list, stems, n_terms: int) -> dict:
 def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict | None = None) -> tuple:
     """(each document's score, each found term's idf); ``qw``: the terms' weights."""
     n = len(an)
-    avg = sum(a.length for a in an) / n or 1.0
     base = [0.0] * n
     weights, per_doc = {}, {}
+    lengths = [a.length for a in an]
+    asked = _asked(terms, tfs, an, stems) if scoring.asked else {}
+    movers = set()      # answers whose question leaves its own exchange (moved, not copied)
+    if scoring.asked == ASK_MOVE and asked:
+        # an exchange holding nothing of the query but its question keeps it (copied):
+        # every exchange holding a query term stays ranked
+        held = Counter()
+        for t in terms:
+            for (d, _), c in tfs[t].items():
+                if d + 1 in asked:
+                    held[d] += c
+        movers = {d for d, (_, got) in asked.items() if held[d - 1] > sum(got.values())}
+    for d, (size, _) in asked.items():
+        lengths[d] += size
+        if d in movers:
+            lengths[d - 1] -= size
+    avg = sum(lengths) / n or 1.0
     for t in terms:
         tf = {d: c for (d, _), c in tfs[t].items()}
+        for d, (_, got) in asked.items():
+            if t in got:
+                tf[d] = tf.get(d, 0) + got[t]
+                if d in movers:
+                    if tf.get(d - 1, 0) > got[t]:
+                        tf[d - 1] -= got[t]
+                    else:
+                        tf.pop(d - 1, None)
         if not tf:
             continue
         weights[t] = math.log(1 + (n - len(tf) + 0.5) / (len(tf) + 0.5))
         per_doc[t] = tf
         idf = weights[t] * (qw[t] if qw else 1.0)
         for d, c in tf.items():
-            base[d] += idf * _bm25(c, K1 * (1 - B + B * an[d].length / avg))
+            base[d] += idf * _bm25(c, K1 * (1 - B + B * lengths[d] / avg))
     qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
     lidf = _line_idf(per_doc, an, qw) if (scoring.line or scoring.lidf or scoring.wlidf) else {}
@@ -341,6 +384,23 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
         for d, p in _best_lines(top, an, list(lidf), lidf, stems).items():
             scores[d] += scoring.line * p
     return scores, weights
+
+
+def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
+    """{exchange: (code points, {term: tf}) of the question it answers}: an exchange whose
+    last line asks (ends with "?") and holds a query term is answered by the next one,
+    which is expanded with that line — document expansion by the question a text
+    answers, as FAQ and community-QA retrieval match the question to return its answer.
+    Only exchanges holding a query term are looked at, and only their last line."""
+    held = sorted({d for t in terms for (d, _) in tfs[t]})
+    last = []
+    for d in held:
+        text = an[d].text.rstrip()
+        if d + 1 < len(an) and text.endswith("?"):
+            line = text[text.rfind("\n") + 1:]
+            last.append((d, Analysis(line, len(line), 1)))
+    got = _line_tfs(terms, range(len(last)), [a for _, a in last], stems)
+    return {last[i][0] + 1: (last[i][1].length, tf) for (i, _), tf in got.items()}
 
 
 def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
