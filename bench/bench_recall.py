@@ -197,6 +197,7 @@ ABLATIONS = {
     "window idf over lines": SEARCH._replace(wlidf=True),
     "pair → its reply's exchange only": SEARCH._replace(reply=True),
     "pair → its matching lines' exchanges only": SEARCH._replace(holders=True),
+    "+ BM25TP proximity (5 words)": SEARCH._replace(proximity=1.0),
 }
 
 

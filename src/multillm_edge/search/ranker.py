@@ -94,6 +94,7 @@ class Scoring(NamedTuple):
                                 # asking exchange holds of the query) or copied (ASK_COPY)
     lidf: bool = True           # passages weigh terms by their idf over lines, not exchanges
     # measured and left off (bench/bench_recall.py): none helps the real set
+    proximity: float = 0.0      # + this × BM25TP term-pair proximity (Rasolofo & Savoy), top exchanges
     line: float = 0.0           # + this × the BM25 of its best line, idf and length over lines
     wlidf: bool = False         # the window weighs terms by their idf over lines
     reply: bool = False         # a pair counts for the exchange of its second line (the reply) only
@@ -379,6 +380,10 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
         got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems, scoring.reply, scoring.holders)
         for d, p in got.items():
             scores[d] += scoring.passage * p
+    if scoring.proximity:
+        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
+        for d, p in _proximity(top, an, list(qidf), qidf, stems, lengths, avg).items():
+            scores[d] += scoring.proximity * p
     if scoring.line:
         top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
         for d, p in _best_lines(top, an, list(lidf), lidf, stems).items():
@@ -401,6 +406,33 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
             last.append((d, Analysis(line, len(line), 1)))
     got = _line_tfs(terms, range(len(last)), [a for _, a in last], stems)
     return {last[i][0] + 1: (last[i][1].length, tf) for (i, _), tf in got.items()}
+
+
+SPAN = 5   # BM25TP: term pairs at most this many words apart (Rasolofo & Savoy 2003)
+
+
+def _proximity(top: list, an: list, terms: list, qidf: dict, stems, lengths: list, avg: float) -> dict:
+    """BM25TP: for each pair of distinct query terms found at most SPAN words apart,
+    acc = Σ 1 / distance², scored (k1 + 1) acc / (K + acc) × the smaller idf."""
+    scan, term_of = _matcher(terms, stems)
+    out = {}
+    for e in top:
+        text = an[e].text
+        found = [(m.start(), m.end(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
+        found = [f for f in found if f[2] is not None]
+        acc: dict = {}
+        for i, (s1, e1, t1) in enumerate(found):
+            for s2, _, t2 in found[i + 1:]:
+                gap = len(analyzer.WORD_RE.findall(text, e1, s2)) + 1
+                if gap > SPAN:
+                    break
+                if t2 is not t1:
+                    key = (t1, t2) if id(t1) < id(t2) else (t2, t1)
+                    acc[key] = acc.get(key, 0.0) + 1.0 / gap ** 2
+        if acc:
+            norm = K1 * (1 - B + B * lengths[e] / avg)
+            out[e] = sum((K1 + 1) * a / (norm + a) * min(qidf[a_], qidf[b_]) for (a_, b_), a in acc.items())
+    return out
 
 
 def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
