@@ -7,8 +7,9 @@ ranked by the search's ranker (search.rank). A moment is recalled only when
 
 - the query has at least ``MIN_TERMS`` distinct content terms (stop words left out), so
   a turn like "*I nod.*" (one content word) recalls nothing;
-- its exchange holds at least ``MIN_RELEVANCE`` of the query's term weight (the rarer a
-  word, the more it weighs: search.ranker's relevance);
+- its exchange holds at least an average query term's share of the query's weight
+  (``1 / terms``; the rarer a word, the more it weighs: search.ranker's relevance), so
+  an exchange sharing only a word most exchanges hold is not one;
 - it fits the candidate's recall room: at most ``SHARE`` of its budget and
   ``MAX_BYTES`` (the plan pages that much more of the history to make it). A moment
   that does not fit is left out; recall never causes a 413.
@@ -24,13 +25,16 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 from .. import formats
-from ..search import analyzer, page_texts, rank
-from ..search.ranker import ELLIPSIS, EXCERPT_MAX, MIN_RELEVANCE
+from ..search import Scoring, analyzer, page_texts, rank
+from ..search.ranker import ELLIPSIS, EXCERPT_MAX
 
 SHARE = 0.15            # of the candidate's budget, at most
 MAX_BYTES = 8192        # and never more than this
 MAX_MOMENTS = 3
-RANKED = 4 * MAX_MOMENTS   # hits looked at (each is quoted): moments may not fit or pass
+RANKED = 2 * MAX_MOMENTS   # hits looked at (each is quoted): moments may not fit or pass
+#: The search's scoring, its passages scored for the best exchanges only: a steady turn
+#: ranks every paged exchange again, and only the few best are quoted.
+SCORING = Scoring(rerank=4 * MAX_MOMENTS)
 MIN_TERMS = 2           # distinct content terms a query needs to recall anything
 INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the exchange "
          "to read it whole):")
@@ -82,15 +86,17 @@ class _Texts(Sequence):
 
 def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], int]) -> list:
     """The moments to recall (best first), ``size_of(text(moments))`` ≤ ``room_bytes``."""
-    if not query or not paged or room_bytes <= 0 or not _worth_recalling(query):
+    terms = len(analyzer.query_terms(query, analyzer.Stems(True))) if query else 0
+    if terms < MIN_TERMS or not paged or room_bytes <= 0:
         return []
+    floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
-    hits = rank(query, texts, RANKED, keys=[p.key for p in paged])
+    hits = rank(query, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING)
     out: list = []
     for hit in hits:
         if len(out) == MAX_MOMENTS:
             break
-        if hit.relevance < MIN_RELEVANCE:
+        if hit.relevance < floor:
             continue
         moment = _moment(paged[hit.doc], hit, texts[hit.doc])
         if moment is None or any(m.lines == moment.lines for m in out):
@@ -98,10 +104,6 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
         if size_of(text(out + [moment])) <= room_bytes:
             out.append(moment)
     return out
-
-
-def _worth_recalling(query: str) -> bool:
-    return len(analyzer.query_terms(query, analyzer.Stems(True))) >= MIN_TERMS
 
 
 def _moment(p: Paged, hit, texts: list) -> Moment | None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, OrderedDict
+from functools import partial
 from typing import NamedTuple, Sequence
 
 from . import analyzer
@@ -74,6 +75,7 @@ class Scoring(NamedTuple):
     passage: float = PASSAGE    # + this × the BM25 of the best passage touching it
     prf: int = 0                # RM3 expansion terms (off: hurts the real set)
     pairs: bool = True          # a passage: two consecutive lines (a turn and its reply), else one line
+    rerank: int = 50            # the best exchanges whose passages are scored (bounds the cost)
 
 
 BASELINE = Scoring(irregular=False, window=0.0, passage=0.0)             # stemmed BM25 over exchanges
@@ -101,32 +103,58 @@ class Analysis(NamedTuple):
     text: str           # its messages' texts, NFKC + casefold, joined with "\n"
     length: int         # code points of ``text``
     lines: int          # lines of ``text``
+    stems: dict | None = None   # stem -> count of its words (``indexed`` ranking only)
+
+    @property
+    def weight(self) -> int:
+        """What it counts against the cache's bound: a code point of text, or
+        ``STEM_WEIGHT`` for each distinct stem indexed (a dict slot, ~50 bytes)."""
+        return self.length + STEM_WEIGHT * len(self.stems or ())
 
 
-def analyze(texts: Sequence) -> Analysis:
+def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
     text = "\n".join([analyzer.fold(t) for _, t in texts])
-    return Analysis(text, len(text), text.count("\n") + 1)
+    return Analysis(text, len(text), text.count("\n") + 1,
+                    _stem_counts(text, stems) if indexed else None)
 
 
+def _stem_counts(text: str, stems) -> dict:
+    """stem -> how many of the text's words have it: every word stemmed once per
+    isolate (analyzer.Stems), so a steady turn looks terms up instead of scanning."""
+    out: dict = {}
+    for w, c in Counter(analyzer.words(text)).items():
+        st = stems(w)
+        out[st] = out.get(st, 0) + c
+    return out
+
+
+#: The cache's bound, in code points of folded text (≤ 4 bytes each) plus
+#: ``STEM_WEIGHT`` per indexed stem: ~16 MiB at worst.
 CACHE_CODE_POINTS = 4 << 20
+STEM_WEIGHT = 16
 _cache: OrderedDict = OrderedDict()
 _cached = [0]
 
 
-def analysis(texts: Sequence, key=None) -> Analysis:
-    """``analyze(texts)``, kept under ``key`` (least recently used evicted first)."""
-    if key is None:
-        return analyze(texts)
-    got = _cache.get(key)
-    if got is not None:
+def analysis(texts: Sequence, key=None, indexed: bool = False, stems=None) -> Analysis:
+    """``analyze(texts)``, kept under ``key`` (least recently used evicted first);
+    ``texts`` may be a callable giving them, called only when not cached."""
+    got = _cache.get(key) if key is not None else None
+    if got is not None and (got.stems is not None or not indexed):
         _cache.move_to_end(key)
         return got
-    got = analyze(texts)
-    _cache[key] = got
-    _cached[0] += got.length
+    if got is not None:      # cached unindexed: index its text
+        fresh = got._replace(stems=_stem_counts(got.text, stems))
+    else:
+        fresh = analyze(texts() if callable(texts) else texts, indexed, stems)
+    if key is None:
+        return fresh
+    _cached[0] += fresh.weight - (got.weight if got is not None else 0)
+    _cache[key] = fresh
+    _cache.move_to_end(key)
     while _cached[0] > CACHE_CODE_POINTS and _cache:
-        _cached[0] -= _cache.popitem(last=False)[1].length
-    return got
+        _cached[0] -= _cache.popitem(last=False)[1].weight
+    return fresh
 
 
 def clear_cache() -> None:
@@ -238,19 +266,24 @@ def _bm25(tf: int, norm: float) -> float:
 
 
 def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
-         scoring: Scoring = Scoring()) -> list:
+         scoring: Scoring = Scoring(), indexed: bool = False) -> list:
     """The ``limit`` best exchanges of ``docs`` for ``query`` (best first, newest first
     on ties); exchanges holding no query term are left out. ``keys[i]`` (optional, e.g.
-    the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis."""
+    the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis
+    (``docs[i]`` is then read only when it is not cached). ``indexed``: each exchange's
+    words are stemmed once and counted (cached with its analysis), and a term's
+    frequencies are looked up, not scanned for: for callers that rank mostly the same
+    exchanges again and again (recall, docs/design.md §6.2); the counts are the same."""
     stems = analyzer.Stems(scoring.stem, scoring.irregular)
     terms = analyzer.query_terms(query, stems)
     if not terms or not docs or limit < 1:
         return []
-    an = [analysis(t, keys[i] if keys is not None else None) for i, t in enumerate(docs)]
+    an = [analysis(partial(docs.__getitem__, i), keys[i] if keys is not None else None,
+                   indexed, stems) for i in range(len(docs))]
     units = [((d, 0), a.text) for d, a in enumerate(an)]
     terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
         _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
-    tfs = _tfs(terms, units, stems)
+    tfs = _indexed_tfs(terms, an, units) if indexed else _tfs(terms, units, stems)
     scores, weights = _scores(terms, tfs, an, scoring, stems)
     relevance, total = dict(weights), sum(weights.values())
     if scoring.prf and total:
@@ -261,6 +294,15 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     finder = _finder([t for t in terms if relevance.get(t)])
     return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
+
+
+def _indexed_tfs(terms: list, an: list, units: list) -> dict:
+    """``_tfs`` from the exchanges' stem counts (words whose stem is the term's: what
+    the scan finds, without scanning); CJK terms are counted as ``_tfs`` counts them."""
+    out = {t: {(d, 0): c for d, a in enumerate(an) if (c := a.stems.get(t.value))}
+           for t in terms if t.kind == "w"}
+    out.update(_cjk_tfs(terms, units))
+    return out
 
 
 def _tfs(terms: list, units: list, stems) -> dict:
@@ -323,7 +365,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
             if base[d]:
                 scores[d] += scoring.neighbour * max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
     if scoring.passage:
-        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
+        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:scoring.rerank]
         for d, p in _passages(top, an, list(qidf), qidf, scoring.pairs, stems).items():
             scores[d] += scoring.passage * p
     return scores, weights
@@ -349,7 +391,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
     return out
 
 
-RERANK = 50        # exchanges whose passages are scored (bounds the cost)
+RERANK = Scoring().rerank    # exchanges whose passages are scored (bounds the cost)
 
 
 def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) -> dict:
