@@ -16,8 +16,8 @@ ranked by the search's ranker (search.rank). A moment is recalled only when
 
 At most ``MAX_MOMENTS``. Each shows its page_id and exchange (retrieval's
 ``exchange=N``) and its messages' texts, role-labelled, each cut to ``EXCERPT_MAX``
-code points with an ellipsis where cut (the search's excerpt rule: the best-matching
-message around its matches, the others from their start).
+code points with an ellipsis where cut (the search's excerpt length, from the start:
+a moment is read in order, as it was said).
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ class Moment(NamedTuple):
 
 
 class Paged(NamedTuple):
-    """An exchange the plan pages: its items; ``key`` caches its analysis (the SHA-256
-    of its bytes); ``where()`` → (the page holding it, its item offset in that page),
-    made only for an exchange that is quoted."""
+    """An exchange the plan pages: its items, ``key`` caching its analysis (its page's
+    SHA-256 and its offset there), the page holding it and its item offset there."""
     items: list
-    key: bytes
-    where: Callable[[], tuple]
+    key: tuple
+    page: object        # prepared.Page
+    offset: int
 
 
 def room(budget: int) -> int:
@@ -91,7 +91,8 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
         return []
     floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
-    hits = rank(query, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING)
+    hits = rank(query, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING,
+                excerpts=False)
     out: list = []
     for hit in hits:
         if len(out) == MAX_MOMENTS:
@@ -108,19 +109,13 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
 
 def _moment(p: Paged, hit, texts: list) -> Moment | None:
     """The moment of ``hit``; None when its exchange is not one retrieval can name."""
-    page, offset = p.where()
+    page, offset = p.page, p.offset
     starts = formats.exchange_starts(page.items)
     if offset not in starts:
         return None
-    lines = []
-    for j, (role, t) in enumerate(texts):
-        if j == hit.message_index:
-            cut = (ELLIPSIS if hit.start > 0 else "") + t[hit.start:hit.end] + \
-                (ELLIPSIS if hit.end < len(t) else "")
-        else:
-            cut = t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS
-        lines.append((role, cut))
-    return Moment(page.page_id, starts.index(offset) + 1, hit.score, tuple(lines))
+    lines = tuple((role, t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS)
+                  for role, t in texts)
+    return Moment(page.page_id, starts.index(offset) + 1, hit.score, lines)
 
 
 def text(moments: list) -> str:

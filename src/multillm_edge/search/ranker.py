@@ -104,23 +104,30 @@ class Analysis(NamedTuple):
     length: int         # code points of ``text``
     lines: int          # lines of ``text``
     stems: dict | None = None   # stem -> count of its words (``indexed`` ranking only)
+    # [the same per line of ``text``, or None]: made the first time the exchange is
+    # among those whose passages are scored (few), then kept with it
+    line_stems: list | None = None
 
     @property
     def weight(self) -> int:
         """What it counts against the cache's bound: a code point of text, or
-        ``STEM_WEIGHT`` for each distinct stem indexed (a dict slot, ~50 bytes)."""
-        return self.length + STEM_WEIGHT * len(self.stems or ())
+        ``STEM_WEIGHT`` for each stem indexed (a dict slot, ~50 bytes; its lines' too)."""
+        return self.length + 2 * STEM_WEIGHT * len(self.stems or ())
 
 
 def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
     text = "\n".join([analyzer.fold(t) for _, t in texts])
-    return Analysis(text, len(text), text.count("\n") + 1,
-                    _stem_counts(text, stems) if indexed else None)
+    a = Analysis(text, len(text), text.count("\n") + 1)
+    return _indexed(a, stems) if indexed else a
 
 
-def _stem_counts(text: str, stems) -> dict:
-    """stem -> how many of the text's words have it: every word stemmed once per
-    isolate (analyzer.Stems), so a steady turn looks terms up instead of scanning."""
+def _indexed(a: Analysis, stems) -> Analysis:
+    """``a`` with its stem counts: every word stemmed once per isolate (analyzer.Stems),
+    so a steady turn looks terms up instead of scanning."""
+    return a._replace(stems=_counts(a.text, stems), line_stems=[None])
+
+
+def _counts(text: str, stems) -> dict:
     out: dict = {}
     for w, c in Counter(analyzer.words(text)).items():
         st = stems(w)
@@ -144,7 +151,7 @@ def analysis(texts: Sequence, key=None, indexed: bool = False, stems=None) -> An
         _cache.move_to_end(key)
         return got
     if got is not None:      # cached unindexed: index its text
-        fresh = got._replace(stems=_stem_counts(got.text, stems))
+        fresh = _indexed(got, stems)
     else:
         fresh = analyze(texts() if callable(texts) else texts, indexed, stems)
     if key is None:
@@ -266,14 +273,16 @@ def _bm25(tf: int, norm: float) -> float:
 
 
 def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
-         scoring: Scoring = Scoring(), indexed: bool = False) -> list:
+         scoring: Scoring = Scoring(), indexed: bool = False, excerpts: bool = True) -> list:
     """The ``limit`` best exchanges of ``docs`` for ``query`` (best first, newest first
     on ties); exchanges holding no query term are left out. ``keys[i]`` (optional, e.g.
     the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis
     (``docs[i]`` is then read only when it is not cached). ``indexed``: each exchange's
     words are stemmed once and counted (cached with its analysis), and a term's
     frequencies are looked up, not scanned for: for callers that rank mostly the same
-    exchanges again and again (recall, docs/design.md §6.2); the counts are the same."""
+    exchanges again and again (recall, docs/design.md §6.2); the counts are the same.
+    ``excerpts=False``: hits without an excerpt (``message_index`` -1, empty texts),
+    for a caller that quotes them its own way; their documents are never read."""
     stems = analyzer.Stems(scoring.stem, scoring.irregular)
     terms = analyzer.query_terms(query, stems)
     if not terms or not docs or limit < 1:
@@ -291,6 +300,9 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
         tfs.update(_tfs([t for t in qw if t not in tfs], units, stems))
         scores, weights = _scores(list(qw), tfs, an, scoring, stems, qw)
     ranked = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))
+    if not excerpts:
+        return [ExchangeHit(d, round(scores[d], 4), _relevance(d, tfs, relevance, total),
+                            "", "", -1, 0, 0) for d in ranked[:limit]]
     finder = _finder([t for t in terms if relevance.get(t)])
     return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
@@ -449,7 +461,13 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     out: dict = {}
     for e in docs:
         text = an[e].text
-        found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
+        if an[e].line_stems is not None:      # indexed: words looked up, CJK counted below
+            if an[e].line_stems[0] is None:
+                an[e].line_stems[0] = tuple(_counts(line, stems) for line in text.split("\n"))
+            _indexed_line_tfs(e, an[e].line_stems[0], terms, out)
+            found = []
+        else:
+            found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
         for t in terms:
             if t.kind == "c":
                 i = text.find(t.value)
@@ -461,6 +479,15 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
                 d = out.setdefault((e, text.count("\n", 0, pos)), {})
                 d[t] = d.get(t, 0) + 1
     return out
+
+
+def _indexed_line_tfs(e: int, line_stems: tuple, terms: list, out: dict) -> None:
+    words = [t for t in terms if t.kind == "w"]
+    for k, counts in enumerate(line_stems):
+        for t in words:
+            c = counts.get(t.value)
+            if c:
+                out.setdefault((e, k), {})[t] = c
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
