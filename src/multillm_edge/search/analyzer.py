@@ -146,6 +146,16 @@ class Stems:
         self._en = snowballstemmer.stemmer("english") if stem else None
         self._ru = snowballstemmer.stemmer("russian") if stem else None
 
+    def known(self, words) -> dict:
+        """The word -> stem map, holding every one of ``words`` (stemmed now if new)."""
+        missing = set(words).difference(self._cache)
+        if len(self._cache) + len(missing) > STEM_CACHE_WORDS:
+            self._cache.clear()
+            missing = set(words)
+        for w in missing:
+            self._cache[w] = sys.intern(self._stem(w))
+        return self._cache
+
     def __call__(self, word: str) -> str:
         s = self._cache.get(word)
         if s is None:

@@ -128,11 +128,10 @@ def _indexed(a: Analysis, stems) -> Analysis:
 
 
 def _counts(text: str, stems) -> dict:
-    out: dict = {}
-    for w, c in Counter(analyzer.words(text)).items():
-        st = stems(w)
-        out[st] = out.get(st, 0) + c
-    return out
+    """stem -> count over the words of ``text``: the words not stemmed yet in this
+    isolate are stemmed, then every word is mapped and counted in C."""
+    ws = analyzer.words(text)
+    return Counter(map(stems.known(ws).__getitem__, ws))
 
 
 #: The cache's bound, in code points of folded text (≤ 4 bytes each) plus
