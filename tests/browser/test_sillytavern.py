@@ -737,7 +737,7 @@ def test_deleting_a_chat_ends_its_session(page, edge, player):
 # --- recall: relevant moments come back without a tool call (docs/design.md §6.2) ------
 
 RECALL = "multillm_context_recall"
-RECALLED = re.compile(r"^(\d+) moments? recalled$")
+RECALLED = re.compile(r"(\d+) moments? recalled$")   # the line leads with an icon and a space
 MOMENT_AT = re.compile(r"^exchange (\d+) of page (cp_[A-Za-z0-9_-]+)$")
 
 
@@ -799,6 +799,8 @@ def test_recalled_moments_are_counted_and_listed_as_the_wire_contract_says(page,
             route.fulfill(status=answer.status, headers=relayed(answer), body=json.dumps(doc))
             return
         head, _, rest = text.partition("\n")                  # the pages line, then the rest
+        # the edge's own recall line (it recalled nothing for these words) gives way to ours
+        rest = re.sub(r"(?m)^: multillm-context-recall.*\n\n?", "", rest)
         where["moment"] = moment_location(edge, head.split(" ")[-1].split(","))
         line = f": multillm-context-recall {where['moment'][0]}:{where['moment'][1]}"
         route.fulfill(status=answer.status, headers=relayed(answer), body=f"{head}\n{line}\n{rest}")

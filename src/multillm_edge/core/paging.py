@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
-from functools import partial
-from hashlib import sha256 as _sha256
 from zlib import crc32
 
 from .. import formats as _formats
@@ -311,27 +309,26 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
 
 def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     """The genuine exchanges ``fit`` pages, oldest first, as recall ranks them: each
-    keyed by the SHA-256 of its bytes (its analysis is cached under it), its page made
-    only if it is quoted (``where``: the page holding it, and where in it)."""
-    groups, items, raw, pageable = prep.groups, prep.items, prep.raw, prep.pageable
-    block_of = {}
+    with its page (its own or its block's: the pages this fit's plan is made of, so
+    no digest is computed twice) and its item offset there; its analysis is cached
+    under (the page's SHA-256, that offset)."""
+    groups, items, pageable = prep.groups, prep.items, prep.pageable
+    chosen = pageable[:fit.k]
+    first_of = {}
     for a, b in fit.blocks:
+        page = prep.block_page(pageable[a], pageable[b])
         for i in range(a, b + 1):
-            block_of[i] = (pageable[a], pageable[b])
+            first_of[i] = (pageable[a], page)
+    singles = [gi for i, gi in enumerate(chosen) if i not in first_of]
+    own = dict(zip(singles, prep.pages(singles)))
     out = []
-    for i, gi in enumerate(pageable[:fit.k]):
+    for i, gi in enumerate(chosen):
         g = groups[gi]
         if g.kind == _formats.EXCHANGE:
-            first, last = block_of.get(i, (gi, gi))
-            out.append(recall.Paged(items[g.start:g.end], _sha256(raw[gi]).digest(),
-                                    partial(_where, prep, gi, first, last)))
+            first, page = first_of.get(i) or (gi, own[gi])
+            offset = g.start - groups[first].start
+            out.append(recall.Paged(items[g.start:g.end], (page.sha256, offset), page, offset))
     return out
-
-
-def _where(prep: Prepared, gi: int, first: int, last: int) -> tuple:
-    """(the page holding group ``gi``: its own or its block's, ``gi``'s item offset in it)."""
-    page = prep.block_page(first, last) if first != last else prep.pages([gi])[0]
-    return page, prep.groups[gi].start - prep.groups[first].start
 
 
 def _quote(prep: Prepared, plan: Plan, extra: str) -> None:

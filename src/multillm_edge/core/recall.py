@@ -7,16 +7,17 @@ ranked by the search's ranker (search.rank). A moment is recalled only when
 
 - the query has at least ``MIN_TERMS`` distinct content terms (stop words left out), so
   a turn like "*I nod.*" (one content word) recalls nothing;
-- its exchange holds at least ``MIN_RELEVANCE`` of the query's term weight (the rarer a
-  word, the more it weighs: search.ranker's relevance);
+- its exchange holds at least an average query term's share of the query's weight
+  (``1 / terms``; the rarer a word, the more it weighs: search.ranker's relevance), so
+  an exchange sharing only a word most exchanges hold is not one;
 - it fits the candidate's recall room: at most ``SHARE`` of its budget and
   ``MAX_BYTES`` (the plan pages that much more of the history to make it). A moment
   that does not fit is left out; recall never causes a 413.
 
 At most ``MAX_MOMENTS``. Each shows its page_id and exchange (retrieval's
 ``exchange=N``) and its messages' texts, role-labelled, each cut to ``EXCERPT_MAX``
-code points with an ellipsis where cut (the search's excerpt rule: the best-matching
-message around its matches, the others from their start).
+code points with an ellipsis where cut (the search's excerpt length, from the start:
+a moment is read in order, as it was said).
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 from .. import formats
-from ..search import analyzer, page_texts, rank
-from ..search.ranker import ELLIPSIS, EXCERPT_MAX, MIN_RELEVANCE
+from ..search import Scoring, analyzer, page_texts, rank
+from ..search.ranker import ELLIPSIS, EXCERPT_MAX
 
 SHARE = 0.15            # of the candidate's budget, at most
 MAX_BYTES = 8192        # and never more than this
 MAX_MOMENTS = 3
-RANKED = 4 * MAX_MOMENTS   # hits looked at (each is quoted): moments may not fit or pass
+RANKED = 2 * MAX_MOMENTS   # hits looked at (each is quoted): moments may not fit or pass
+#: The search's scoring, its passages scored for the best exchanges only: a steady turn
+#: ranks every paged exchange again, and only the few best are quoted.
+SCORING = Scoring(rerank=4 * MAX_MOMENTS)
 MIN_TERMS = 2           # distinct content terms a query needs to recall anything
 INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the exchange "
          "to read it whole):")
@@ -44,12 +48,12 @@ class Moment(NamedTuple):
 
 
 class Paged(NamedTuple):
-    """An exchange the plan pages: its items; ``key`` caches its analysis (the SHA-256
-    of its bytes); ``where()`` → (the page holding it, its item offset in that page),
-    made only for an exchange that is quoted."""
+    """An exchange the plan pages: its items, ``key`` caching its analysis (its page's
+    SHA-256 and its offset there), the page holding it and its item offset there."""
     items: list
-    key: bytes
-    where: Callable[[], tuple]
+    key: tuple
+    page: object        # prepared.Page
+    offset: int
 
 
 def room(budget: int) -> int:
@@ -82,15 +86,18 @@ class _Texts(Sequence):
 
 def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], int]) -> list:
     """The moments to recall (best first), ``size_of(text(moments))`` ≤ ``room_bytes``."""
-    if not query or not paged or room_bytes <= 0 or not _worth_recalling(query):
+    terms = len(analyzer.query_terms(query, analyzer.Stems(True))) if query else 0
+    if terms < MIN_TERMS or not paged or room_bytes <= 0:
         return []
+    floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
-    hits = rank(query, texts, RANKED, keys=[p.key for p in paged])
+    hits = rank(query, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING,
+                excerpts=False)
     out: list = []
     for hit in hits:
         if len(out) == MAX_MOMENTS:
             break
-        if hit.relevance < MIN_RELEVANCE:
+        if hit.relevance < floor:
             continue
         moment = _moment(paged[hit.doc], hit, texts[hit.doc])
         if moment is None or any(m.lines == moment.lines for m in out):
@@ -100,25 +107,15 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
     return out
 
 
-def _worth_recalling(query: str) -> bool:
-    return len(analyzer.query_terms(query, analyzer.Stems(True))) >= MIN_TERMS
-
-
 def _moment(p: Paged, hit, texts: list) -> Moment | None:
     """The moment of ``hit``; None when its exchange is not one retrieval can name."""
-    page, offset = p.where()
+    page, offset = p.page, p.offset
     starts = formats.exchange_starts(page.items)
     if offset not in starts:
         return None
-    lines = []
-    for j, (role, t) in enumerate(texts):
-        if j == hit.message_index:
-            cut = (ELLIPSIS if hit.start > 0 else "") + t[hit.start:hit.end] + \
-                (ELLIPSIS if hit.end < len(t) else "")
-        else:
-            cut = t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS
-        lines.append((role, cut))
-    return Moment(page.page_id, starts.index(offset) + 1, hit.score, tuple(lines))
+    lines = tuple((role, t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS)
+                  for role, t in texts)
+    return Moment(page.page_id, starts.index(offset) + 1, hit.score, lines)
 
 
 def text(moments: list) -> str:

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 from typing import NamedTuple
 
@@ -128,20 +129,39 @@ def variants(stem: str, stems: "Stems") -> list:
     return _VARIANTS.get(stem, [])
 
 
+#: Distinct words whose stem an isolate keeps (per configuration): Snowball is pure
+#: Python here, and a steady turn meets the same words again. Emptied when full.
+STEM_CACHE_WORDS = 1 << 16
+_STEM_CACHES: dict = {}
+
+
 class Stems:
-    """word -> stem, each distinct word stemmed once (one instance per search)."""
+    """word -> stem, each distinct word stemmed once per isolate (up to
+    ``STEM_CACHE_WORDS`` words per configuration, then the cache starts again)."""
 
     def __init__(self, stem: bool = True, irregular: bool = True):
         self._on = stem
         self._irregular = stem and irregular
-        self._cache: dict = {}
+        self._cache: dict = _STEM_CACHES.setdefault((stem, self._irregular), {})
         self._en = snowballstemmer.stemmer("english") if stem else None
         self._ru = snowballstemmer.stemmer("russian") if stem else None
+
+    def known(self, words) -> dict:
+        """The word -> stem map, holding every one of ``words`` (stemmed now if new)."""
+        missing = set(words).difference(self._cache)
+        if len(self._cache) + len(missing) > STEM_CACHE_WORDS:
+            self._cache.clear()
+            missing = set(words)
+        for w in missing:
+            self._cache[w] = sys.intern(self._stem(w))
+        return self._cache
 
     def __call__(self, word: str) -> str:
         s = self._cache.get(word)
         if s is None:
-            s = self._cache[word] = self._stem(word)
+            if len(self._cache) >= STEM_CACHE_WORDS:
+                self._cache.clear()
+            s = self._cache[word] = sys.intern(self._stem(word))
         return s
 
     def _stem(self, word: str) -> str:

@@ -60,6 +60,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, OrderedDict
+from functools import partial
 from typing import NamedTuple, Sequence
 
 from . import analyzer
@@ -89,6 +90,7 @@ class Scoring(NamedTuple):
     passage: float = PASSAGE    # + this × the BM25 of the best passage touching it
     prf: int = 0                # RM3 expansion terms (off: hurts the real set)
     pairs: bool = True          # a passage: two consecutive lines (a turn and its reply), else one line
+    rerank: int = 50            # the best exchanges whose passages are scored (bounds the cost)
     asked: int = ASK_MOVE       # an exchange ending in a question: its last line counts for the next
                                 # exchange (the answer), moved (ASK_MOVE: copied when it is all the
                                 # asking exchange holds of the query) or copied (ASK_COPY)
@@ -127,32 +129,64 @@ class Analysis(NamedTuple):
     text: str           # its messages' texts, NFKC + casefold, joined with "\n"
     length: int         # code points of ``text``
     lines: int          # lines of ``text``
+    stems: dict | None = None   # stem -> count of its words (``indexed`` ranking only)
+    # [the same per line of ``text``, or None]: made the first time the exchange is
+    # among those whose passages are scored (few), then kept with it
+    line_stems: list | None = None
+
+    @property
+    def weight(self) -> int:
+        """What it counts against the cache's bound: a code point of text, or
+        ``STEM_WEIGHT`` for each stem indexed (a dict slot, ~50 bytes; its lines' too)."""
+        return self.length + 2 * STEM_WEIGHT * len(self.stems or ())
 
 
-def analyze(texts: Sequence) -> Analysis:
+def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
     text = "\n".join([analyzer.fold(t) for _, t in texts])
-    return Analysis(text, len(text), text.count("\n") + 1)
+    a = Analysis(text, len(text), text.count("\n") + 1)
+    return _indexed(a, stems) if indexed else a
 
 
+def _indexed(a: Analysis, stems) -> Analysis:
+    """``a`` with its stem counts: every word stemmed once per isolate (analyzer.Stems),
+    so a steady turn looks terms up instead of scanning."""
+    return a._replace(stems=_counts(a.text, stems), line_stems=[None])
+
+
+def _counts(text: str, stems) -> dict:
+    """stem -> count over the words of ``text``: the words not stemmed yet in this
+    isolate are stemmed, then every word is mapped and counted in C."""
+    ws = analyzer.words(text)
+    return Counter(map(stems.known(ws).__getitem__, ws))
+
+
+#: The cache's bound, in code points of folded text (≤ 4 bytes each) plus
+#: ``STEM_WEIGHT`` per indexed stem: ~16 MiB at worst.
 CACHE_CODE_POINTS = 4 << 20
+STEM_WEIGHT = 16
 _cache: OrderedDict = OrderedDict()
 _cached = [0]
 
 
-def analysis(texts: Sequence, key=None) -> Analysis:
-    """``analyze(texts)``, kept under ``key`` (least recently used evicted first)."""
-    if key is None:
-        return analyze(texts)
-    got = _cache.get(key)
-    if got is not None:
+def analysis(texts: Sequence, key=None, indexed: bool = False, stems=None) -> Analysis:
+    """``analyze(texts)``, kept under ``key`` (least recently used evicted first);
+    ``texts`` may be a callable giving them, called only when not cached."""
+    got = _cache.get(key) if key is not None else None
+    if got is not None and (got.stems is not None or not indexed):
         _cache.move_to_end(key)
         return got
-    got = analyze(texts)
-    _cache[key] = got
-    _cached[0] += got.length
+    if got is not None:      # cached unindexed: index its text
+        fresh = _indexed(got, stems)
+    else:
+        fresh = analyze(texts() if callable(texts) else texts, indexed, stems)
+    if key is None:
+        return fresh
+    _cached[0] += fresh.weight - (got.weight if got is not None else 0)
+    _cache[key] = fresh
+    _cache.move_to_end(key)
     while _cached[0] > CACHE_CODE_POINTS and _cache:
-        _cached[0] -= _cache.popitem(last=False)[1].length
-    return got
+        _cached[0] -= _cache.popitem(last=False)[1].weight
+    return fresh
 
 
 def clear_cache() -> None:
@@ -264,19 +298,26 @@ def _bm25(tf: int, norm: float) -> float:
 
 
 def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
-         scoring: Scoring = Scoring()) -> list:
+         scoring: Scoring = Scoring(), indexed: bool = False, excerpts: bool = True) -> list:
     """The ``limit`` best exchanges of ``docs`` for ``query`` (best first, newest first
     on ties); exchanges holding no query term are left out. ``keys[i]`` (optional, e.g.
-    the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis."""
+    the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis
+    (``docs[i]`` is then read only when it is not cached). ``indexed``: each exchange's
+    words are stemmed once and counted (cached with its analysis), and a term's
+    frequencies are looked up, not scanned for: for callers that rank mostly the same
+    exchanges again and again (recall, docs/design.md §6.2); the counts are the same.
+    ``excerpts=False``: hits without an excerpt (``message_index`` -1, empty texts),
+    for a caller that quotes them its own way; their documents are never read."""
     stems = analyzer.Stems(scoring.stem, scoring.irregular)
     terms = analyzer.query_terms(query, stems)
     if not terms or not docs or limit < 1:
         return []
-    an = [analysis(t, keys[i] if keys is not None else None) for i, t in enumerate(docs)]
+    an = [analysis(partial(docs.__getitem__, i), keys[i] if keys is not None else None,
+                   indexed, stems) for i in range(len(docs))]
     units = [((d, 0), a.text) for d, a in enumerate(an)]
     terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
         _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
-    tfs = _tfs(terms, units, stems)
+    tfs = _indexed_tfs(terms, an, units) if indexed else _tfs(terms, units, stems)
     scores, weights = _scores(terms, tfs, an, scoring, stems)
     relevance, total = dict(weights), sum(weights.values())
     if scoring.prf and total:
@@ -284,9 +325,21 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
         tfs.update(_tfs([t for t in qw if t not in tfs], units, stems))
         scores, weights = _scores(list(qw), tfs, an, scoring, stems, qw)
     ranked = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))
+    if not excerpts:
+        return [ExchangeHit(d, round(scores[d], 4), _relevance(d, tfs, relevance, total),
+                            "", "", -1, 0, 0) for d in ranked[:limit]]
     finder = _finder([t for t in terms if relevance.get(t)])
     return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
+
+
+def _indexed_tfs(terms: list, an: list, units: list) -> dict:
+    """``_tfs`` from the exchanges' stem counts (words whose stem is the term's: what
+    the scan finds, without scanning); CJK terms are counted as ``_tfs`` counts them."""
+    out = {t: {(d, 0): c for d, a in enumerate(an) if (c := a.stems.get(t.value))}
+           for t in terms if t.kind == "w"}
+    out.update(_cjk_tfs(terms, units))
+    return out
 
 
 def _tfs(terms: list, units: list, stems) -> dict:
@@ -375,7 +428,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
             if base[d]:
                 scores[d] += scoring.neighbour * max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
     if scoring.passage:
-        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
+        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:scoring.rerank]
         pidf = lidf if scoring.lidf else qidf
         got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems, scoring.reply, scoring.holders)
         for d, p in got.items():
@@ -467,7 +520,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf
     return out
 
 
-RERANK = 50        # exchanges whose passages are scored (bounds the cost)
+RERANK = Scoring().rerank    # exchanges whose passages are scored (bounds the cost)
 
 
 def _best_lines(top: list, an: list, terms: list, lidf: dict, stems) -> dict:
@@ -542,7 +595,13 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     out: dict = {}
     for e in docs:
         text = an[e].text
-        found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
+        if an[e].line_stems is not None:      # indexed: words looked up, CJK counted below
+            if an[e].line_stems[0] is None:
+                an[e].line_stems[0] = tuple(_counts(line, stems) for line in text.split("\n"))
+            _indexed_line_tfs(e, an[e].line_stems[0], terms, out)
+            found = []
+        else:
+            found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
         for t in terms:
             if t.kind == "c":
                 i = text.find(t.value)
@@ -554,6 +613,15 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
                 d = out.setdefault((e, text.count("\n", 0, pos)), {})
                 d[t] = d.get(t, 0) + 1
     return out
+
+
+def _indexed_line_tfs(e: int, line_stems: tuple, terms: list, out: dict) -> None:
+    words = [t for t in terms if t.kind == "w"]
+    for k, counts in enumerate(line_stems):
+        for t in words:
+            c = counts.get(t.value)
+            if c:
+                out.setdefault((e, k), {})[t] = c
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
