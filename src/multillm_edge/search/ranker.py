@@ -508,7 +508,9 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf
     lens = [a.length for a in an]
     wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
     avg = sum(wl) / n or 1.0
+    norms = [K1 * (1 - B + B * w / avg) for w in wl]      # each window's, once
     out = [0.0] * n
+    k1 = K1 + 1
     for t, tf in per_doc.items():
         win: dict = {}
         for d, c in tf.items():
@@ -516,7 +518,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf
                 win[e] = win.get(e, 0) + c
         idf = lidf[t] if lidf else math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
         for e, c in win.items():
-            out[e] += idf * _bm25(c, K1 * (1 - B + B * wl[e] / avg))
+            out[e] += idf * (c * k1 / (c + norms[e]))     # _bm25, inlined: the hot loop
     return out
 
 
@@ -549,7 +551,7 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems,
     n = len(an)
     near = sorted({e for d in top for e in (d - 1, d, d + 1) if 0 <= e < n})
     at = _line_tfs(terms, near, an, stems)
-    parts = {e: an[e].text.split("\n") for e in near}
+    parts = {e: _line_lengths(an[e]) for e in near}     # each line's length, by index
     avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1) * (2 if pairs else 1)
     wanted, best = set(top), {}
     starts = set(at)
@@ -566,12 +568,21 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems,
                 tf[t] = tf.get(t, 0) + c
         if not owners or not tf:
             continue
-        norm = K1 * (1 - B + B * sum(len(parts[e][k]) for e, k in group) / avg)
+        norm = K1 * (1 - B + B * sum(parts[e][k] for e, k in group) / avg)
         score = sum(qidf[t] * _bm25(c, norm) for t, c in tf.items())
         for d in owners:
             if score > best.get(d, 0.0):
                 best[d] = score
     return best
+
+
+def _line_lengths(a: Analysis) -> tuple:
+    """The code points of each line of ``a`` (kept with an indexed analysis)."""
+    if a.line_stems is not None:
+        if len(a.line_stems) < 2:
+            a.line_stems.append(tuple(map(len, a.text.split("\n"))))
+        return a.line_stems[1]
+    return tuple(map(len, a.text.split("\n")))
 
 
 def _previous(line: tuple, parts: dict):
