@@ -104,8 +104,9 @@ def _servable(record: LogRecord, rows: list, reader: Reader) -> list:
 
 def _exchange_docs(rows: list, pages: list) -> tuple[list, list, list]:
     """Every exchange of the pages (retrieval's `exchange=N`, formats.exchange_starts) as
-    a document, in conversation order (pages oldest first): (docs, cache keys, (row,
-    exchange number)). An exchange stored twice (the same bytes in a single page and
+    a document, in conversation order (pages oldest first): (docs, cache keys — the
+    page's SHA-256 and the exchange's first item, as recall keys the same exchange
+    (core/recall.py), so both share its analysis —, (row, exchange number)). An exchange stored twice (the same bytes in a single page and
     inside a block page: its texts are equal, compared as a tuple rather than by
     re-encoding every item) is one document, named by the newest page holding it."""
     docs, keys, where, at = [], [], [], {}
@@ -119,7 +120,7 @@ def _exchange_docs(rows: list, pages: list) -> tuple[list, list, list]:
                 continue
             at[same] = len(docs)
             docs.append(texts)
-            keys.append((row["sha256"], n))
+            keys.append((row["sha256"], a))     # as recall keys it: (page, item offset)
             where.append((row, n))
     return docs, keys, where
 
