@@ -51,9 +51,7 @@ class ScriptedModel:
             last_user = max(i for i, m in enumerate(body["messages"]) if m.get("role") == "user")
             tools = [m for m in body["messages"][last_user:] if m.get("role") == "tool"]   # this turn's
             if self.query and not tools:
-                # two hits: each is a whole exchange's excerpt now, and this turn (the question,
-                # the hits, the exchange read back) must fit the 6,000-token model with its handles
-                return tool_call(SEARCH, {"query": self.query, "limit": 2})
+                return tool_call(SEARCH, {"query": self.query, "limit": 3})
             if self.query and len(tools) == 1:
                 page_id, exchange = tools[0]["content"].split("\n")[1].split(" ")[:2]
                 return tool_call(RETRIEVE, {"page_id": page_id, "exchange": int(exchange.removeprefix("exchange="))})
@@ -69,7 +67,8 @@ def provider():
 @pytest.fixture(scope="module")
 def edge(provider, tmp_path_factory):
     with Edge(tmp_path_factory.mktemp("context_tools"), vars=rp.edge_vars(provider.url)) as edge:
-        rp.set_model(edge, MODEL, 6000, 1000)
+        # room for the protected turn, both tools' schemas and every handle of 30 exchanges
+        rp.set_model(edge, MODEL, 6500, 1000)
         yield edge
 
 
