@@ -558,15 +558,19 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems,
     if pairs:
         starts |= {p for p in map(lambda ek: _previous(ek, parts), at) if p is not None}
     for first in starts:
+        if first[0] not in wanted and first[0] + 1 not in wanted:
+            continue        # neither line of its pair is in an exchange being scored
         group = [first]
         if pairs and (second := _next(first, parts)) is not None:
             group.append(second)
         owners = ({group[-1][0]} if reply else {e for e, k in group if not holders or (e, k) in at}) & wanted
+        if not owners:
+            continue
         tf: dict = {}
         for line in group:
             for t, c in at.get(line, {}).items():
                 tf[t] = tf.get(t, 0) + c
-        if not owners or not tf:
+        if not tf:
             continue
         norm = K1 * (1 - B + B * sum(parts[e][k] for e, k in group) / avg)
         score = sum(qidf[t] * _bm25(c, norm) for t, c in tf.items())
