@@ -312,8 +312,7 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     terms = analyzer.query_terms(query, stems)
     if not terms or not docs or limit < 1:
         return []
-    an = [analysis(partial(docs.__getitem__, i), keys[i] if keys is not None else None,
-                   indexed, stems) for i in range(len(docs))]
+    an = _analyses(docs, keys, indexed, stems)
     units = [((d, 0), a.text) for d, a in enumerate(an)]
     terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
         _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
@@ -331,6 +330,22 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     finder = _finder([t for t in terms if relevance.get(t)])
     return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
+
+
+def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems) -> list:
+    """Each document's analysis: from the cache when it holds what is needed (a steady
+    turn: one lookup each, no call), else made (``analysis``)."""
+    if keys is None:
+        return [analyze(docs[i], indexed, stems) for i in range(len(docs))]
+    out, get, touch = [], _cache.get, _cache.move_to_end
+    for i, key in enumerate(keys):
+        got = get(key)
+        if got is not None and (got.stems is not None or not indexed):
+            touch(key)
+        else:
+            got = analysis(partial(docs.__getitem__, i), key, indexed, stems)
+        out.append(got)
+    return out
 
 
 def _indexed_tfs(terms: list, an: list, units: list) -> dict:
@@ -511,6 +526,16 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf
     norms = [K1 * (1 - B + B * w / avg) for w in wl]      # each window's, once
     out = [0.0] * n
     k1 = K1 + 1
+    if before == after == 1 and n > 1:     # the default window: sums of shifted lists
+        for t, tf in per_doc.items():
+            at = [0] * n
+            for d, c in tf.items():
+                at[d] = c
+            win = [a + b + c for a, b, c in zip([0] + at[:-1], at, at[1:] + [0])]
+            held = n - win.count(0)
+            idf = lidf[t] if lidf else math.log(1 + (n - held + 0.5) / (held + 0.5)) * scale[t]
+            out = [o + (idf * (c * k1 / (c + m)) if c else 0.0) for o, c, m in zip(out, win, norms)]
+        return out
     for t, tf in per_doc.items():
         win: dict = {}
         for d, c in tf.items():
