@@ -31,7 +31,7 @@ from ..search.ranker import ELLIPSIS, EXCERPT_MAX
 SHARE = 0.15            # of the candidate's budget, at most
 MAX_BYTES = 8192        # and never more than this
 MAX_MOMENTS = 3
-RANKED = 2 * MAX_MOMENTS   # hits looked at (each is quoted): moments may not fit or pass
+RANKED = 2 * MAX_MOMENTS   # hits looked at: a moment may not pass the floor or fit the room
 #: The search's scoring, its passages scored for the best exchanges only: a steady turn
 #: ranks every paged exchange again, and only the few best are quoted.
 SCORING = Scoring(rerank=4 * MAX_MOMENTS)
