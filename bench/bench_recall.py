@@ -193,12 +193,6 @@ ABLATIONS = {
     "window before only": SEARCH._replace(after=0),
     "− window + neighbour × 0.5": SEARCH._replace(window=0.0, neighbour=0.5),
     "+ RM3 (10 docs, 10 terms, 0.5)": SEARCH._replace(prf=10),
-    "+ best line (idf over lines)": SEARCH._replace(line=1.0),
-    "− passage + best line (idf over lines)": SEARCH._replace(passage=0.0, line=1.0),
-    "window idf over lines": SEARCH._replace(wlidf=True),
-    "pair → its reply's exchange only": SEARCH._replace(reply=True),
-    "pair → its matching lines' exchanges only": SEARCH._replace(holders=True),
-    "+ BM25TP proximity (5 words)": SEARCH._replace(proximity=1.0),
 }
 
 

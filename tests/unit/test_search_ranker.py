@@ -166,13 +166,11 @@ def test_fold_is_nfkc_casefold():
 
 def test_measured_options_left_off_by_default_still_rank():
     # bench/bench_recall.py ablates them; the default Scoring uses none of them
-    assert (Scoring().line, Scoring().wlidf, Scoring().reply, Scoring().holders, Scoring().proximity) == \
-        (0.0, False, False, False, 0.0)
     assert (Scoring().asked, Scoring().lidf) == (ranker.ASK_MOVE, True)
     docs = [doc(FILLER), doc("Ana: where is the crown?", "Bo: the crown lies under the oak."), doc(FILLER),
             doc("Ana: nothing here", "Bo: the river runs.")]
-    for s in (Scoring(line=1.0), Scoring(lidf=False), Scoring(wlidf=True), Scoring(reply=True),
-              Scoring(holders=True), Scoring(asked=0), Scoring(asked=ranker.ASK_COPY), Scoring(proximity=1.0)):
+    for s in (Scoring(lidf=False), Scoring(asked=0), Scoring(asked=ranker.ASK_COPY), Scoring(pairs=False),
+              Scoring(window=0.0, neighbour=0.5)):
         assert rank("crown oak", docs, 1, scoring=s)[0].doc == 1
         assert [h.doc for h in rank("river", docs, 5, scoring=s)] == [3]
 

@@ -28,8 +28,9 @@ conversations and on the synthetic corpus; weights are 1, none is tuned):
 - options measured and left off: neighbour smoothing (the window does it better),
   one-line passages, RM3 pseudo-relevance feedback, a best line added or instead of
   the passage, the window's idf over lines, a pair counted for its reply's exchange
-  only or for its matching lines' only, the asked line copied rather than moved (all
-  lower recall on real text or on the synthetic corpus).
+  only or for its matching lines' only, BM25TP proximity, the asked line copied rather
+  than moved (all lower recall on real text or on the synthetic corpus; their figures
+  are in bench/README.md, their code is not kept in the Worker).
 
 Relevance (``ExchangeHit.relevance``, for a recall threshold): the share of the query's
 idf weight (its kept terms, idf over these documents) that the exchange itself holds,
@@ -95,12 +96,6 @@ class Scoring(NamedTuple):
                                 # exchange (the answer), moved (ASK_MOVE: copied when it is all the
                                 # asking exchange holds of the query) or copied (ASK_COPY)
     lidf: bool = True           # passages weigh terms by their idf over lines, not exchanges
-    # measured and left off (bench/bench_recall.py): none helps the real set
-    proximity: float = 0.0      # + this × BM25TP term-pair proximity (Rasolofo & Savoy), top exchanges
-    line: float = 0.0           # + this × the BM25 of its best line, idf and length over lines
-    wlidf: bool = False         # the window weighs terms by their idf over lines
-    reply: bool = False         # a pair counts for the exchange of its second line (the reply) only
-    holders: bool = False       # a pair counts only for the exchanges whose line in it matches
 
 
 # stemmed and plain BM25 over exchanges
@@ -431,10 +426,10 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
             base[d] += idf * _bm25(c, K1 * (1 - B + B * lengths[d] / avg))
     qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
-    lidf = _line_idf(per_doc, an, qw) if (scoring.line or scoring.lidf or scoring.wlidf) else {}
+    lidf = _line_idf(per_doc, an, qw) if scoring.lidf else {}
     if scoring.window:
         scale = {t: qw[t] if qw else 1.0 for t in per_doc}
-        wins = _windows(per_doc, an, scoring.before, scoring.after, scale, lidf if scoring.wlidf else None)
+        wins = _windows(per_doc, an, scoring.before, scoring.after, scale)
         for d, w in enumerate(wins):
             if base[d]:
                 scores[d] += scoring.window * w
@@ -445,17 +440,9 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
     if scoring.passage:
         top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:scoring.rerank]
         pidf = lidf if scoring.lidf else qidf
-        got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems, scoring.reply, scoring.holders)
+        got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems)
         for d, p in got.items():
             scores[d] += scoring.passage * p
-    if scoring.proximity:
-        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
-        for d, p in _proximity(top, an, list(qidf), qidf, stems, lengths, avg).items():
-            scores[d] += scoring.proximity * p
-    if scoring.line:
-        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:RERANK]
-        for d, p in _best_lines(top, an, list(lidf), lidf, stems).items():
-            scores[d] += scoring.line * p
     return scores, weights
 
 
@@ -476,33 +463,6 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
     return {last[i][0] + 1: (last[i][1].length, tf) for (i, _), tf in got.items()}
 
 
-SPAN = 5   # BM25TP: term pairs at most this many words apart (Rasolofo & Savoy 2003)
-
-
-def _proximity(top: list, an: list, terms: list, qidf: dict, stems, lengths: list, avg: float) -> dict:
-    """BM25TP: for each pair of distinct query terms found at most SPAN words apart,
-    acc = Σ 1 / distance², scored (k1 + 1) acc / (K + acc) × the smaller idf."""
-    scan, term_of = _matcher(terms, stems)
-    out = {}
-    for e in top:
-        text = an[e].text
-        found = [(m.start(), m.end(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
-        found = [f for f in found if f[2] is not None]
-        acc: dict = {}
-        for i, (s1, e1, t1) in enumerate(found):
-            for s2, _, t2 in found[i + 1:]:
-                gap = len(analyzer.WORD_RE.findall(text, e1, s2)) + 1
-                if gap > SPAN:
-                    break
-                if t2 is not t1:
-                    key = (t1, t2) if id(t1) < id(t2) else (t2, t1)
-                    acc[key] = acc.get(key, 0.0) + 1.0 / gap ** 2
-        if acc:
-            norm = K1 * (1 - B + B * lengths[e] / avg)
-            out[e] = sum((K1 + 1) * a / (norm + a) * min(qidf[a_], qidf[b_]) for (a_, b_), a in acc.items())
-    return out
-
-
 def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
     """Each term's idf with the line as the document (sentence retrieval): its line
     frequency is taken as ``min(tf, lines)`` per exchange (a line seldom says a word
@@ -515,10 +475,10 @@ def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
     return out
 
 
-def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf=None) -> list:
+def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> list:
     """BM25 of each exchange's window (it, ``before`` exchanges before and ``after``
     after it, cut at the ends) among all windows: terms said across turns of one moment
-    count together. ``lidf``: the terms' idf over lines instead of over windows."""
+    count together."""
     n = len(an)
     lens = [a.length for a in an]
     wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
@@ -533,7 +493,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf
                 at[d] = c
             win = [a + b + c for a, b, c in zip([0] + at[:-1], at, at[1:] + [0])]
             held = n - win.count(0)
-            idf = lidf[t] if lidf else math.log(1 + (n - held + 0.5) / (held + 0.5)) * scale[t]
+            idf = math.log(1 + (n - held + 0.5) / (held + 0.5)) * scale[t]
             out = [o + (idf * (c * k1 / (c + m)) if c else 0.0) for o, c, m in zip(out, win, norms)]
         return out
     for t, tf in per_doc.items():
@@ -541,7 +501,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf
         for d, c in tf.items():
             for e in range(max(0, d - after), min(n, d + before + 1)):
                 win[e] = win.get(e, 0) + c
-        idf = lidf[t] if lidf else math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
+        idf = math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
         for e, c in win.items():
             out[e] += idf * (c * k1 / (c + norms[e]))     # _bm25, inlined: the hot loop
     return out
@@ -550,29 +510,13 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict, lidf
 RERANK = Scoring().rerank    # exchanges whose passages are scored (bounds the cost)
 
 
-def _best_lines(top: list, an: list, terms: list, lidf: dict, stems) -> dict:
-    """{exchange: BM25 of its best line} for the ``top`` exchanges: terms at their line
-    idf, length against the mean line (a line as a sentence)."""
-    at = _line_tfs(terms, top, an, stems)
-    avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1)
-    parts = {e: an[e].text.split("\n") for e in top}
-    best = {}
-    for (e, k), tf in at.items():
-        norm = K1 * (1 - B + B * len(parts[e][k]) / avg)
-        sc = sum(lidf[t] * _bm25(c, norm) for t, c in tf.items())
-        if sc > best.get(e, 0.0):
-            best[e] = sc
-    return best
-
-
-def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems,
-              reply: bool = False, holders: bool = False) -> dict:
+def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) -> dict:
     """{exchange: BM25 of its best passage} for the ``top`` exchanges. A passage is two
     consecutive lines of the conversation (a turn and what answers it: the pair may
     start in the exchange before) or one line; the terms weigh their exchange idf, the
     length is normalized by the mean line (pair) length of all the documents. A pair
-    counts for both its exchanges (``reply``: the second's only; ``holders``: those whose
-    line in it matches). Only the lines holding a term and their partners are looked at."""
+    counts for both its exchanges. Only the lines holding a term and their partners are
+    looked at."""
     n = len(an)
     near = sorted({e for d in top for e in (d - 1, d, d + 1) if 0 <= e < n})
     at = _line_tfs(terms, near, an, stems)
@@ -588,7 +532,7 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems,
         group = [first]
         if pairs and (second := _next(first, parts)) is not None:
             group.append(second)
-        owners = ({group[-1][0]} if reply else {e for e, k in group if not holders or (e, k) in at}) & wanted
+        owners = {e for e, _ in group} & wanted
         if not owners:
             continue
         tf: dict = {}
