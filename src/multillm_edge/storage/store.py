@@ -19,7 +19,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from ..base.jsonbytes import compact_text
 from ..base.platform import Database as Executor
 from ..core.pages import ROLEPLAY
-from ..core.rows import COLUMNS as PAGE_COLUMNS, INT_COLUMNS, STR_COLUMNS, ActivePage, PageRow, decoded, read_integer as _int
+from ..core.rows import COLUMNS as PAGE_COLUMNS, INT_COLUMNS, STR_COLUMNS, ActivePage, PageRow, active, decoded, read_integer as _int
 
 TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
 RETENTIONS = ("standard", "zero")
@@ -197,7 +197,7 @@ def _active_pages(text: Optional[str]) -> dict:
         if type(exp) is int and type(written) is int and type(offset) is int and type(length) is int:
             out[pid] = _tuple_new(ActivePage, (exp, written, key, offset, length))   # no Python frame
         else:
-            out[pid] = ActivePage(_int(exp), _int(written), key, _int(offset), _int(length))
+            out[pid] = active(exp, written, key, offset, length)
     return out
 
 
@@ -468,9 +468,8 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
     out = await db.all(SQL_UPSERT_PAGES, [payload, principal, session_id, now, int(allowance), keys,
                                           first["authority"], first["policy_revision"], young,
                                           _json_list(uncounted)])
-    return Upserted(bool(out), {r["page_id"]: ActivePage(_int(r["expires_at"]), _int(r["body_written_at"]),
-                                                         r["r2_key"], _int(r["r2_offset"]),
-                                                         _int(r["byte_length"]))
+    return Upserted(bool(out), {r["page_id"]: active(r["expires_at"], r["body_written_at"], r["r2_key"],
+                                                     r["r2_offset"], r["byte_length"])
                                 for r in out})
 
 
