@@ -48,10 +48,36 @@ def check_search(case: Case, seen: Observed) -> None:
     if seen.status == 200:
         doc = json.loads(seen.body)
         assert doc["object"] == "list" and isinstance(doc["pages_searched"], int), where
-        assert len(doc["data"]) <= 10, where
+        assert isinstance(doc["exchanges_searched"], int), where
+        assert len(doc["data"]) <= min(10, doc["exchanges_searched"]), where
         for hit in doc["data"]:
             assert set(hit) == {"page_id", "sha256", "expires_at", "score", "exchange", "excerpt"}, where   # §6.1
             assert len(hit["excerpt"]["text"]) <= 400, where
+            assert type(hit["exchange"]) is int and hit["exchange"] >= 1, where
+        hits = [(h["page_id"], h["exchange"]) for h in doc["data"]]
+        assert len(set(hits)) == len(hits), f"an exchange answered twice\n{where}"   # §6.1
+
+
+def check_recall(case: Case, seen: Observed) -> None:
+    """A paged JSON answer that names recalled moments (docs/design.md §6.2): at most 3,
+    each an exchange of a page the answer lists, their count in the header."""
+    where = case.describe()
+    try:
+        doc = json.loads(seen.body)
+    except ValueError:
+        return
+    if not isinstance(doc, dict) or "context_recall" not in doc:
+        return
+    recalled = doc["context_recall"]
+    pages = {p["page_id"] for p in doc["context_pages"]}
+    assert isinstance(recalled, list) and len(recalled) <= 3, where
+    for m in recalled:
+        assert set(m) == {"page_id", "exchange", "score"} and m["page_id"] in pages, where
+        assert type(m["exchange"]) is int and m["exchange"] >= 1, where
+    if seen.headers is not None:
+        assert dict(seen.headers).get("x-multillm-context-recall-count") == str(len(recalled)), where
+    quoted = b"Earlier moments that may be relevant" in seen.provider_requests[-1][1]
+    assert quoted == bool(recalled), f"recalled moments and the marker disagree\n{where}"
 
 
 def check_cors(case: Case, seen: Observed) -> None:
@@ -93,6 +119,8 @@ def check(case: Case, seen: Observed) -> None:
         assert (doc.get("type") == "error") == case.anthropic, f"wrong envelope\n{where}"
     if case.notes.get("search"):
         check_search(case, seen)
+    if seen.status == 200 and seen.provider_requests:
+        check_recall(case, seen)
     if "cors" in case.notes and seen.headers is not None:
         check_cors(case, seen)
     if seen.status >= 400 and not relayed:

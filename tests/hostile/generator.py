@@ -24,6 +24,7 @@ OTHER_KEY = "rpk_hostile_other_91ab"
 SESSION = "rps_hostile_session"
 MODEL = "fake:rp-small"
 WINDOW = 1500          # small: most valid bodies page
+RECALL_MODEL, RECALL_WINDOW = "fake:rp-wide", 9000   # recall's room (15 %) holds a moment
 GENERATION = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 MAX_DEPTH = 256
 MAX_MODEL_NAME = 256
@@ -75,7 +76,9 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
             ["multillm_context_search", "multillm_context_retrieve", "multillm_context_search"],
             "multillm_context_search", ["multillm_context_search\u0000"], [["multillm_context_search"]],
             {"multillm_context_search": True}, ["MULTILLM_CONTEXT_SEARCH", "multillm_context_retrieve"]])
-    elif rng.random() < 0.4:   # recall (§6.2), in odd shapes as well, asking about the past
+    elif rng.random() < 0.4:   # recall (§6.2), in odd shapes as well, asking about the past:
+        # a history long enough to page on a model whose room holds a moment
+        body = make(30, model=RECALL_MODEL, size=80, tag="H")
         body["capabilities"] = rng.choice(RECALL_SHAPES)
         key = "input" if fmt == "responses" else "messages"
         body[key][-1] = {"role": "user", "content": rng.choice(RECALL_ASKS)}

@@ -32,6 +32,7 @@ def hostile_edge() -> tuple[LocalEdge, dict]:
     edge.seed_player("p_hostile", gen.KEY, gen.SESSION)
     edge.seed_player("p_other", gen.OTHER_KEY, "rps_other")
     edge.set_model(gen.MODEL, gen.WINDOW, 1000)
+    edge.set_model(gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
     edge.set_model("fake:tiny", 300, 100)
     return edge, script
 

@@ -49,6 +49,7 @@ def edge(servers, tmp_path_factory):
             edge.sql("INSERT INTO roleplay_sessions (session_id, principal, created_at) VALUES (?1, ?2, 0)",
                      session, principal)
         rp.set_model(edge, gen.MODEL, gen.WINDOW, 1000)
+        rp.set_model(edge, gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
         rp.set_model(edge, "fake:tiny", 300, 100)
         yield edge
 
