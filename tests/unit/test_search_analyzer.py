@@ -79,3 +79,36 @@ def test_irregular_forms_stem_with_their_verb():
     assert "found" in variants(st("find"), st)
     assert st("rose") != st("rise")            # as often a flower: left out
     assert Stems(stem=False)("found") == "found" and variants("find", Stems(stem=False)) == []
+
+
+# Letters of several scripts, digits and the separators of numbers, ASCII and non-ASCII
+# punctuation and whitespace, CJK, a combining mark, a lone surrogate, newlines.
+from collections import Counter  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+bag_text = st.lists(st.sampled_from(list(
+    "ab Z9_.,:;'’—–“”…é\u0301\u00a0\u3000\u2028\x1c\t港口の歌чёрный١٢ \ud800-!?\n") + ["3.5", "10:30", "don’t"]),
+    max_size=120).map("".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=bag_text)
+def test_word_bag_holds_the_words_each_as_often(text):
+    assert Counter(analyzer.word_bag(text)) == Counter(analyzer.words(text))
+    assert [Counter(b) for b in analyzer.line_bags(text)] == [
+        Counter(analyzer.words(line)) for line in text.split("\n")]
+
+
+def test_word_bag_cuts_many_cjk_characters_and_numbers_as_words_does():
+    cjk = "".join(chr(0x4E00 + i) for i in range(40)) + " tea and 夜cake"
+    assert sorted(analyzer.word_bag(cjk)) == sorted(analyzer.words(cjk)) == ["and", "cake", "tea"]
+    assert sorted(analyzer.word_bag("pi is 3.14, or ٣.١")) == sorted(["pi", "is", "3.14", "or", "٣.١"])
+
+
+def test_forms_lead_from_a_stem_back_to_its_words():
+    s = analyzer.Stems()
+    s.known(["whales", "whale", "whaling", "sing"])
+    assert {"whales", "whale"} <= s.forms("whale") and "sing" in s.forms("sing")
+    s.pin({"whale": frozenset({"whale"})})
+    assert s.forms("whale") == {"whale"} and s.forms("sing") == frozenset()

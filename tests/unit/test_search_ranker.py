@@ -188,3 +188,24 @@ def test_line_idf_weighs_a_word_in_every_exchange_but_few_lines():
     an = [ranker.analyze(doc("Ana: a\nBo: b\nBo: c\nBo: d")) for _ in range(4)]
     per_doc = {"ana": {d: 1 for d in range(4)}}
     assert ranker._line_idf(per_doc, an, None)["ana"] > 0.5
+
+
+def test_an_indexed_ranking_is_the_same_after_the_vocabulary_is_emptied(monkeypatch):
+    docs = [doc(f"The whales sang at port {i}.", f"Whale songs, number {i}, drift.") for i in range(12)]
+    docs += [doc("Crying gulls over the port; a whale sings below."), doc("Nothing to see.")]
+    keys = [("vocabulary", i) for i in range(len(docs))]
+    query = "whales singing at the port, crying"
+
+    def ranked():
+        return rank(query, docs, 5, keys=keys, indexed=True, excerpts=False)
+
+    ranker.clear_cache()
+    expected = ranked()
+    assert [h.doc for h in expected][:1] == [12]
+    analyzer._VOCABULARIES[(True, True)].clear()     # the analyses' words are forgotten
+    assert ranked() == expected                       # registered again
+    monkeypatch.setattr(analyzer, "STEM_CACHE_WORDS", 8)
+    analyzer._VOCABULARIES[(True, True)].clear()
+    assert ranked() == expected                       # this call's words overflow: its own forms
+    assert rank(query, docs, 5, indexed=True, excerpts=False) == expected    # nothing cached
+    ranker.clear_cache()

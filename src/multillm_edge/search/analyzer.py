@@ -99,6 +99,80 @@ def words(folded: str) -> list:
     return WORD_RE.findall(folded)
 
 
+# ASCII bytes that are not letters or digits -> space; the rest (and every byte of a
+# non-ASCII character's UTF-8) as they are
+_ASCII_SPACE = bytes(c if (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c > 127) else 32
+                     for c in range(256))
+_ASCII_SPACE_LINES = _ASCII_SPACE[:10] + b"\n" + _ASCII_SPACE[11:]     # newlines kept
+_ASCII_BYTES = bytes(range(128))
+# ASCII digits -> "0", the separators of WORD_RE's numbers (".,:") -> ".", the rest -> " "
+_NUMBER_SHAPE = bytes(48 if 48 <= c <= 57 else 46 if c in b".,:" else 32 for c in range(256))
+_WORD_CHAR_RE = re.compile(f"[^\\W_{_CJK}]")
+WORD, CUT, DIGIT = 0, 1, 2     # what a non-ASCII character is to WORD_RE
+CUT_CHARACTERS = 24      # distinct non-ASCII non-word characters past which WORD_RE cuts
+_CUTS: dict = {}         # frozenset of a text's non-ASCII characters -> _cuts
+CUT_SETS = 1024          # sets _CUTS keeps (then it starts again),
+CUT_SET_SIZE = 128       # each of at most this many characters
+
+
+def _kind(c: str) -> int:
+    return DIGIT if c.isdigit() else WORD if _WORD_CHAR_RE.match(c) else CUT
+
+
+def _cuts(others: frozenset):
+    """The non-word characters among the non-ASCII ``others`` of a text, or None when
+    WORD_RE must cut it (CJK text: many of them; a digit like ٣: its numbers). Kept per
+    set of characters (the texts of one chat hold the same few): ``_CUTS``."""
+    got = _CUTS.get(others, _CUTS)
+    if got is _CUTS:
+        kinds = [(c, _kind(c)) for c in others]
+        cuts = tuple(sorted(c for c, k in kinds if k == CUT))
+        many = len(cuts) > CUT_CHARACTERS or any(k == DIGIT for _, k in kinds)
+        got = None if many else cuts
+        if len(others) <= CUT_SET_SIZE:
+            if len(_CUTS) >= CUT_SETS:
+                _CUTS.clear()
+            _CUTS[others] = got
+    return got
+
+
+def word_bag(folded: str) -> list:
+    """``words(folded)`` in another order (the same words, each as often): what counting
+    needs, several times cheaper. ``WORD_RE``'s words are the runs of word characters
+    unless a number like ``3.5`` is there (then ``words``); so every ASCII character
+    that is not a letter or digit becomes a space (a bytes translation, in C), every
+    other non-word character (``—``, ``’``, CJK: the few distinct ones the text holds)
+    too, and the rest is split on whitespace."""
+    spaced = _spaced(folded, _ASCII_SPACE)
+    return WORD_RE.findall(folded) if spaced is None else spaced.split()
+
+
+def line_bags(folded: str) -> list:
+    """``[word_bag(line) for line in folded.split("\\n")]``, cut in one pass."""
+    spaced = _spaced(folded, _ASCII_SPACE_LINES)
+    if spaced is None:
+        return [WORD_RE.findall(line) for line in folded.split("\n")]
+    return [line.split() for line in spaced.split("\n")]
+
+
+def _spaced(folded: str, table: bytes) -> str | None:
+    """``folded`` with every non-word character a space (``table``: which ASCII ones),
+    or None where that does not cut it as WORD_RE does (a number, many distinct
+    non-word characters, a non-ASCII digit)."""
+    raw = folded.encode("utf-8", "surrogatepass")
+    if b"0.0" in raw.translate(_NUMBER_SHAPE):      # a digit, [.,:], a digit
+        return None
+    spaced = raw.translate(table).decode("utf-8", "surrogatepass")
+    if len(raw) == len(folded):       # ASCII
+        return spaced
+    cuts = _cuts(frozenset(raw.translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")))
+    if cuts is None:
+        return None
+    for c in cuts:
+        spaced = spaced.replace(c, " ")
+    return spaced
+
+
 def cjk_terms(folded: str) -> list:
     """Character bigrams of each CJK run (a lone character as itself), in order."""
     out = []
@@ -132,36 +206,89 @@ def variants(stem: str, stems: "Stems") -> list:
 #: Distinct words whose stem an isolate keeps (per configuration): Snowball is pure
 #: Python here, and a steady turn meets the same words again. Emptied when full.
 STEM_CACHE_WORDS = 1 << 16
-_STEM_CACHES: dict = {}
+_EMPTY: frozenset = frozenset()
+
+
+class Vocabulary:
+    """One configuration's words in this isolate: word -> stem, stem -> its words
+    (``forms``), and how many times it was emptied (``generation``): what an index
+    of words registered before an emptying must register again."""
+    __slots__ = ("stem_of", "forms", "generation")
+
+    def __init__(self):
+        self.stem_of: dict = {}
+        self.forms: dict = {}
+        self.generation = 0
+
+    def clear(self) -> None:
+        self.stem_of.clear()
+        self.forms.clear()
+        self.generation += 1
+
+
+_VOCABULARIES: dict = {}
 
 
 class Stems:
     """word -> stem, each distinct word stemmed once per isolate (up to
-    ``STEM_CACHE_WORDS`` words per configuration, then the cache starts again)."""
+    ``STEM_CACHE_WORDS`` words per configuration, then the vocabulary starts again);
+    and back: ``forms(stem)``, the words met so far that have it."""
 
     def __init__(self, stem: bool = True, irregular: bool = True):
         self._on = stem
         self._irregular = stem and irregular
-        self._cache: dict = _STEM_CACHES.setdefault((stem, self._irregular), {})
+        self._vocabulary = _VOCABULARIES.setdefault((stem, self._irregular), Vocabulary())
+        self._cache: dict = self._vocabulary.stem_of
+        self._pinned: dict | None = None
         self._en = snowballstemmer.stemmer("english") if stem else None
         self._ru = snowballstemmer.stemmer("russian") if stem else None
 
+    @property
+    def generation(self) -> int:
+        return self._vocabulary.generation
+
+    def forms(self, stem: str):
+        """The words met in this isolate (since the vocabulary's last emptying) whose
+        stem is ``stem``; once ``pin``-ned, the pinned ones."""
+        if self._pinned is not None:
+            return self._pinned.get(stem, _EMPTY)
+        return self._vocabulary.forms.get(stem, _EMPTY)
+
+    def pin(self, forms: dict) -> None:
+        """Answer ``forms`` from ``forms`` (stem -> words) from now on: a ranking fixes
+        its terms' forms once, whatever later stemming empties."""
+        self._pinned = forms
+
     def known(self, words) -> dict:
-        """The word -> stem map, holding every one of ``words`` (stemmed now if new)."""
-        missing = set(words).difference(self._cache)
-        if len(self._cache) + len(missing) > STEM_CACHE_WORDS:
-            self._cache.clear()
+        """The word -> stem map, holding every one of ``words`` (stemmed now if new; a
+        Counter or dict of words is read by its keys, in C)."""
+        cache = self._cache
+        if isinstance(words, dict) and words.keys() <= cache.keys():    # in C, no set made
+            return cache
+        missing = (words.keys() if isinstance(words, dict) else set(words)) - cache.keys()
+        if missing and len(cache) + len(missing) > STEM_CACHE_WORDS:
+            self._vocabulary.clear()
             missing = set(words)
         for w in missing:
-            self._cache[w] = sys.intern(self._stem(w))
-        return self._cache
+            self._add(w)
+        return cache
 
     def __call__(self, word: str) -> str:
         s = self._cache.get(word)
         if s is None:
             if len(self._cache) >= STEM_CACHE_WORDS:
-                self._cache.clear()
-            s = self._cache[word] = sys.intern(self._stem(word))
+                self._vocabulary.clear()
+            s = self._add(word)
+        return s
+
+    def _add(self, word: str) -> str:
+        s = self._cache[word] = sys.intern(self._stem(word))
+        forms = self._vocabulary.forms
+        got = forms.get(s)
+        if got is None:
+            forms[s] = {word}
+        else:
+            got.add(word)
         return s
 
     def _stem(self, word: str) -> str:

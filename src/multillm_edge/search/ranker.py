@@ -119,44 +119,61 @@ class ExchangeHit(NamedTuple):
 
 # -- per-document analysis, cached ---------------------------------------------------
 
+class Index:
+    """An exchange's words, counted once, for ranking it again and again (``indexed``):
+    a term's frequency is the count of its forms (the words of this isolate having its
+    stem: analyzer.Stems.forms), looked up, not scanned for."""
+    __slots__ = ("words", "generation", "lines", "line_lengths")
+
+    def __init__(self, words: Counter, generation: int):
+        self.words = words              # word -> count
+        self.generation = generation    # of the vocabulary its words are registered in
+        self.lines: tuple | None = None         # a Counter of words per line, made the
+        self.line_lengths: tuple | None = None  # first time its passages are scored
+
+
 class Analysis(NamedTuple):
     """What a document's scoring needs that does not depend on the query."""
     text: str           # its messages' texts, NFKC + casefold, joined with "\n"
     length: int         # code points of ``text``
     lines: int          # lines of ``text``
-    stems: dict | None = None   # stem -> count of its words (``indexed`` ranking only)
-    # [the same per line of ``text``, or None]: made the first time the exchange is
-    # among those whose passages are scored (few), then kept with it
-    line_stems: list | None = None
+    index: Index | None = None      # ``indexed`` ranking only
 
     @property
     def weight(self) -> int:
         """What it counts against the cache's bound: a code point of text, or
-        ``STEM_WEIGHT`` for each stem indexed (a dict slot, ~50 bytes; its lines' too)."""
-        return self.length + 2 * STEM_WEIGHT * len(self.stems or ())
+        ``STEM_WEIGHT`` for each distinct word indexed (a dict slot, ~50 bytes; its
+        lines' too)."""
+        return self.length + (2 * STEM_WEIGHT * len(self.index.words) if self.index else 0)
 
 
 def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
     text = "\n".join([analyzer.fold(t) for _, t in texts])
-    a = Analysis(text, len(text), text.count("\n") + 1)
-    return _indexed(a, stems) if indexed else a
+    return Analysis(text, len(text), text.count("\n") + 1, _index(text, stems) if indexed else None)
 
 
 def _indexed(a: Analysis, stems) -> Analysis:
-    """``a`` with its stem counts: every word stemmed once per isolate (analyzer.Stems),
-    so a steady turn looks terms up instead of scanning."""
-    return a._replace(stems=_counts(a.text, stems), line_stems=[None])
+    return a._replace(index=_index(a.text, stems))
 
 
-def _counts(text: str, stems) -> dict:
-    """stem -> count over the words of ``text``: the words not stemmed yet in this
-    isolate are stemmed, then every word is mapped and counted in C."""
-    ws = analyzer.words(text)
-    return Counter(map(stems.known(ws).__getitem__, ws))
+def _index(text: str, stems) -> Index:
+    """The words of ``text`` counted (in C: ``word_bag``, ``Counter``), each registered
+    in the isolate's vocabulary (stemmed once per isolate: analyzer.Stems)."""
+    words = Counter(analyzer.word_bag(text))
+    stems.known(words)
+    return Index(words, stems.generation)
+
+
+def _line_words(a: Analysis, stems) -> tuple:
+    """Each line's Counter of words (made once, kept with the index)."""
+    index = a.index
+    if index.lines is None:
+        index.lines = tuple(map(Counter, analyzer.line_bags(a.text)))
+    return index.lines
 
 
 #: The cache's bound, in code points of folded text (≤ 4 bytes each) plus
-#: ``STEM_WEIGHT`` per indexed stem: ~16 MiB at worst.
+#: ``STEM_WEIGHT`` per indexed word: ~16 MiB at worst.
 CACHE_CODE_POINTS = 4 << 20
 STEM_WEIGHT = 16
 _cache: OrderedDict = OrderedDict()
@@ -167,7 +184,7 @@ def analysis(texts: Sequence, key=None, indexed: bool = False, stems=None) -> An
     """``analyze(texts)``, kept under ``key`` (least recently used evicted first);
     ``texts`` may be a callable giving them, called only when not cached."""
     got = _cache.get(key) if key is not None else None
-    if got is not None and (got.stems is not None or not indexed):
+    if got is not None and (got.index is not None or not indexed):
         _cache.move_to_end(key)
         return got
     if got is not None:      # cached unindexed: index its text
@@ -298,9 +315,13 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     on ties); exchanges holding no query term are left out. ``keys[i]`` (optional, e.g.
     the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis
     (``docs[i]`` is then read only when it is not cached). ``indexed``: each exchange's
-    words are stemmed once and counted (cached with its analysis), and a term's
-    frequencies are looked up, not scanned for: for callers that rank mostly the same
-    exchanges again and again (recall, docs/design.md §6.2); the counts are the same.
+    words are counted once (cached with its analysis) and a term's frequency is the
+    count of its forms, looked up, not scanned for: for callers that rank mostly the
+    same exchanges again and again (recall, docs/design.md §6.2). The index counts
+    every word with the term's stem; the scan, those sharing the stem's first 3-4
+    characters or written as in the query — the same words but where a stem rewrites
+    its word's start (``cry`` → ``cri``) or a word is glued to CJK. Each way is
+    deterministic; recall always ranks indexed, the search route by the scan.
     ``excerpts=False``: hits without an excerpt (``message_index`` -1, empty texts),
     for a caller that quotes them its own way; their documents are never read."""
     stems = analyzer.Stems(scoring.stem, scoring.irregular)
@@ -311,11 +332,15 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     units = [((d, 0), a.text) for d, a in enumerate(an)]
     terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
         _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
-    tfs = _indexed_tfs(terms, an, units) if indexed else _tfs(terms, units, stems)
+    if indexed:
+        _pin_forms(terms, an, stems)
+    tfs = _indexed_tfs(terms, an, units, stems.forms) if indexed else _tfs(terms, units, stems)
     scores, weights = _scores(terms, tfs, an, scoring, stems)
     relevance, total = dict(weights), sum(weights.values())
     if scoring.prf and total:
         qw = _feedback(terms, scores, an, stems, scoring.prf)
+        if indexed:
+            _pin_forms(list(qw), an, stems)
         tfs.update(_tfs([t for t in qw if t not in tfs], units, stems))
         scores, weights = _scores(list(qw), tfs, an, scoring, stems, qw)
     ranked = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))
@@ -335,7 +360,7 @@ def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems) -> li
     out, get, touch = [], _cache.get, _cache.move_to_end
     for i, key in enumerate(keys):
         got = get(key)
-        if got is not None and (got.stems is not None or not indexed):
+        if got is not None and (got.index is not None or not indexed):
             touch(key)
         else:
             got = analysis(partial(docs.__getitem__, i), key, indexed, stems)
@@ -343,11 +368,46 @@ def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems) -> li
     return out
 
 
-def _indexed_tfs(terms: list, an: list, units: list) -> dict:
-    """``_tfs`` from the exchanges' stem counts (words whose stem is the term's: what
-    the scan finds, without scanning); CJK terms are counted as ``_tfs`` counts them."""
-    out = {t: {(d, 0): c for d, a in enumerate(an) if (c := a.stems.get(t.value))}
-           for t in terms if t.kind == "w"}
+def _pin_forms(terms: list, an: list, stems) -> None:
+    """Fix, for the rest of this ranking, each word term's forms: the words having its
+    stem, among them every word of the indexes ``an`` that has it. They come from the
+    isolate's vocabulary once each index is registered there (one registered before the
+    vocabulary was last emptied registers again); when the words of this call alone
+    overflow the vocabulary, from the indexes' own words."""
+    values = [t.value for t in terms if t.kind == "w"]
+    stems.pin(None)
+    for _ in range(2):
+        generation = stems.generation
+        for a in an:
+            if a.index.generation != generation:
+                stems.known(a.index.words)
+                a.index.generation = stems.generation
+        if stems.generation == generation:
+            stems.pin({v: frozenset(stems.forms(v)) for v in values})
+            return
+    wanted = set(values)
+    own: dict = {v: set() for v in values}
+    for a in an:
+        for w in a.index.words:
+            if (v := stems(w)) in wanted:
+                own[v].add(w)
+    stems.pin({v: frozenset(ws) for v, ws in own.items()})
+
+
+def _indexed_tfs(terms: list, an: list, units: list, forms) -> dict:
+    """``_tfs`` from the exchanges' word counts: a term's frequency is the count of its
+    forms (the words whose stem is the term's: what the scan finds, without scanning);
+    CJK terms are counted as ``_tfs`` counts them."""
+    words = [a.index.words for a in an]
+    out = {}
+    for t in terms:
+        if t.kind != "w":
+            continue
+        first, *others = forms(t.value) or ("",)
+        col = [w.get(first, 0) for w in words]
+        for f in others:
+            col = [c + w.get(f, 0) for c, w in zip(col, words)]
+        out[t] = {(d, 0): c for d, c in enumerate(col) if c}
     out.update(_cjk_tfs(terms, units))
     return out
 
@@ -467,10 +527,11 @@ def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
     """Each term's idf with the line as the document (sentence retrieval): its line
     frequency is taken as ``min(tf, lines)`` per exchange (a line seldom says a word
     twice), so no line is cut out for it."""
-    lines = sum(a.lines for a in an)
+    per_line = [a.lines for a in an]
+    lines = sum(per_line)
     out = {}
     for t, tf in per_doc.items():
-        df = min(lines, sum(min(c, an[d].lines) for d, c in tf.items()))
+        df = min(lines, sum(map(min, tf.values(), map(per_line.__getitem__, tf))))
         out[t] = math.log(1 + (lines - df + 0.5) / (df + 0.5)) * (qw[t] if qw else 1.0)
     return out
 
@@ -520,69 +581,70 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
     n = len(an)
     near = sorted({e for d in top for e in (d - 1, d, d + 1) if 0 <= e < n})
     at = _line_tfs(terms, near, an, stems)
-    parts = {e: _line_lengths(an[e]) for e in near}     # each line's length, by index
     avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1) * (2 if pairs else 1)
-    wanted, best = set(top), {}
-    starts = set(at)
-    if pairs:
-        starts |= {p for p in map(lambda ek: _previous(ek, parts), at) if p is not None}
-    for first in starts:
-        if first[0] not in wanted and first[0] + 1 not in wanted:
-            continue        # neither line of its pair is in an exchange being scored
-        group = [first]
-        if pairs and (second := _next(first, parts)) is not None:
-            group.append(second)
-        owners = {e for e, _ in group} & wanted
-        if not owners:
-            continue
-        tf: dict = {}
-        for line in group:
-            for t, c in at.get(line, {}).items():
-                tf[t] = tf.get(t, 0) + c
-        if not tf:
-            continue
-        norm = K1 * (1 - B + B * sum(parts[e][k] for e, k in group) / avg)
-        score = sum(qidf[t] * _bm25(c, norm) for t, c in tf.items())
-        for d in owners:
-            if score > best.get(d, 0.0):
-                best[d] = score
+    k1, best = K1 + 1, {}
+    lengths = {e: _line_lengths(an[e]) for e in near}
+
+    def value(tf: dict, length: int) -> float:
+        norm = K1 * (1 - B + B * length / avg)
+        return sum(qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items())    # _bm25
+
+    empty: dict = {}
+    for d in top:
+        own = lengths[d]
+        lines = [at.get((d, k), empty) for k in range(len(own))]
+        got = 0.0
+        if not pairs:
+            got = max([value(tf, own[k]) for k, tf in enumerate(lines) if tf], default=0.0)
+        else:
+            # a pair is two consecutive lines, across neighbouring exchanges too, scored
+            # when one holds a term; a line holding one with no line after it, alone
+            if d - 1 in lengths:
+                lines.insert(0, at.get((d - 1, len(lengths[d - 1]) - 1), empty))
+                own = (lengths[d - 1][-1],) + own
+            if d + 1 in lengths:
+                lines.append(at.get((d + 1, 0), empty))
+                own = own + (lengths[d + 1][0],)
+            elif lines[-1]:
+                got = value(lines[-1], own[-1])
+            for k in range(1, len(lines)):
+                a, b = lines[k - 1], lines[k]
+                if a or b:
+                    tf = dict(a)
+                    for t, c in b.items():
+                        tf[t] = tf.get(t, 0) + c
+                    v = value(tf, own[k - 1] + own[k])
+                    if v > got:
+                        got = v
+        if got > 0.0:
+            best[d] = got
     return best
 
 
 def _line_lengths(a: Analysis) -> tuple:
     """The code points of each line of ``a`` (kept with an indexed analysis)."""
-    if a.line_stems is not None:
-        if len(a.line_stems) < 2:
-            a.line_stems.append(tuple(map(len, a.text.split("\n"))))
-        return a.line_stems[1]
+    if a.index is not None:
+        if a.index.line_lengths is None:
+            a.index.line_lengths = tuple(map(len, a.text.split("\n")))
+        return a.index.line_lengths
     return tuple(map(len, a.text.split("\n")))
-
-
-def _previous(line: tuple, parts: dict):
-    e, k = line
-    if k:
-        return e, k - 1
-    return (e - 1, len(parts[e - 1]) - 1) if e - 1 in parts else None
-
-
-def _next(line: tuple, parts: dict):
-    e, k = line
-    if k + 1 < len(parts[e]):
-        return e, k + 1
-    return (e + 1, 0) if e + 1 in parts else None
 
 
 def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     """{(doc, line): {term: tf}} of the ``docs``: each match's line is the count of
     newlines before it (in C), so lines are never cut out."""
-    scan, term_of = _matcher(terms, stems)
+    matcher = forms = None      # made for the first analysis that needs them
     out: dict = {}
     for e in docs:
         text = an[e].text
-        if an[e].line_stems is not None:      # indexed: words looked up, CJK counted below
-            if an[e].line_stems[0] is None:
-                an[e].line_stems[0] = tuple(_counts(line, stems) for line in text.split("\n"))
-            _indexed_line_tfs(e, an[e].line_stems[0], terms, out)
+        if an[e].index is None and matcher is None:
+            matcher = _matcher(terms, stems)
+            scan, term_of = matcher
+        if an[e].index is not None:      # indexed: words looked up, CJK counted below
+            if forms is None:
+                forms = [(t, stems.forms(t.value)) for t in terms if t.kind == "w"]
+                every = set().union(*(f for _, f in forms))
+            _indexed_line_tfs(e, _line_words(an[e], stems), forms, every, out)
             found = []
         else:
             found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
@@ -599,19 +661,23 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     return out
 
 
-def _indexed_line_tfs(e: int, line_stems: tuple, terms: list, out: dict) -> None:
-    words = [t for t in terms if t.kind == "w"]
-    for k, counts in enumerate(line_stems):
-        for t in words:
-            c = counts.get(t.value)
-            if c:
-                out.setdefault((e, k), {})[t] = c
+def _indexed_line_tfs(e: int, lines: tuple, forms: list, every: set, out: dict) -> None:
+    """Each line's term frequencies from its word counts (``forms``: each word term
+    with its forms; ``every``: all of them)."""
+    for k, counts in enumerate(lines):
+        if not counts.keys().isdisjoint(every):    # in C: most lines hold no term
+            got = {}
+            for t, fs in forms:
+                c = sum([counts.get(f, 0) for f in fs])
+                if c:
+                    got[t] = c
+            out[(e, k)] = got
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
     if not total:
         return 0.0
-    held = sum(w for t, w in weights.items() if any(k[0] == d for k in tfs[t]))
+    held = sum(w for t, w in weights.items() if (d, 0) in tfs[t])     # an exchange is unit 0
     return round(held / total, 4)
 
 
