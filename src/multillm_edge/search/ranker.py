@@ -58,6 +58,7 @@ a module-level LRU keyed by a caller-supplied key (a SHA-256), bounded by
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections import Counter, OrderedDict
@@ -123,13 +124,16 @@ class Index:
     """An exchange's words, counted once, for ranking it again and again (``indexed``):
     a term's frequency is the count of its forms (the words of this isolate having its
     stem: analyzer.Stems.forms), looked up, not scanned for."""
-    __slots__ = ("words", "generation", "lines", "line_lengths")
+    __slots__ = ("words", "generation", "lines", "line_lengths", "edges", "question")
 
     def __init__(self, words: Counter, generation: int):
         self.words = words              # word -> count
         self.generation = generation    # of the vocabulary its words are registered in
         self.lines: tuple | None = None         # a Counter of words per line, made the
         self.line_lengths: tuple | None = None  # first time its passages are scored
+        self.edges: dict = {}   # first line (True), last (False) -> its Counter, made the
+                                # first time it pairs with a scored neighbour
+        self.question: str | None = None    # _question, once asked
 
 
 class Analysis(NamedTuple):
@@ -343,7 +347,8 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
             _pin_forms(list(qw), an, stems)
         tfs.update(_tfs([t for t in qw if t not in tfs], units, stems))
         scores, weights = _scores(list(qw), tfs, an, scoring, stems, qw)
-    ranked = sorted((d for d, s in enumerate(scores) if s > 0), key=lambda d: (-scores[d], -d))
+    ranked = heapq.nsmallest(limit, (d for d, s in enumerate(scores) if s > 0),
+                             key=lambda d: (-scores[d], -d))
     if not excerpts:
         return [ExchangeHit(d, round(scores[d], 4), _relevance(d, tfs, relevance, total),
                             "", "", -1, 0, 0) for d in ranked[:limit]]
@@ -467,6 +472,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
         if d in movers:
             lengths[d - 1] -= size
     avg = sum(lengths) / n or 1.0
+    k1, norms = K1 + 1, [K1 * (1 - B + B * length / avg) for length in lengths]
     for t in terms:
         tf = {d: c for (d, _), c in tfs[t].items()}
         for d, (_, got) in asked.items():
@@ -483,7 +489,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
         per_doc[t] = tf
         idf = weights[t] * (qw[t] if qw else 1.0)
         for d, c in tf.items():
-            base[d] += idf * _bm25(c, K1 * (1 - B + B * lengths[d] / avg))
+            base[d] += idf * (c * k1 / (c + norms[d]))      # _bm25, inlined: the hot loop
     qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
     lidf = _line_idf(per_doc, an, qw) if scoring.lidf else {}
@@ -498,7 +504,8 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
             if base[d]:
                 scores[d] += scoring.neighbour * max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
     if scoring.passage:
-        top = sorted((d for d in range(n) if base[d]), key=lambda d: (-scores[d], -d))[:scoring.rerank]
+        top = heapq.nsmallest(scoring.rerank, (d for d in range(n) if base[d]),
+                              key=lambda d: (-scores[d], -d))
         pidf = lidf if scoring.lidf else qidf
         got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems)
         for d, p in got.items():
@@ -514,13 +521,24 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
     Only exchanges holding a query term are looked at, and only their last line."""
     held = sorted({d for t in terms for (d, _) in tfs[t]})
     last = []
-    for d in held:
-        text = an[d].text.rstrip()
-        if d + 1 < len(an) and text.endswith("?"):
-            line = text[text.rfind("\n") + 1:]
+    for d in held[:-1] if held and held[-1] == len(an) - 1 else held:
+        line = _question(an[d])
+        if line:
             last.append((d, Analysis(line, len(line), 1)))
     got = _line_tfs(terms, range(len(last)), [a for _, a in last], stems)
     return {last[i][0] + 1: (last[i][1].length, tf) for (i, _), tf in got.items()}
+
+
+def _question(a: Analysis) -> str:
+    """The last line of ``a`` when it asks (ends with "?", trailing space aside), else
+    '' (kept with an index: it does not depend on the query)."""
+    if a.index is not None and a.index.question is not None:
+        return a.index.question
+    text = a.text.rstrip()
+    line = text[text.rfind("\n") + 1:] if text.endswith("?") else ""
+    if a.index is not None:
+        a.index.question = line
+    return line
 
 
 def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
@@ -578,20 +596,29 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
     length is normalized by the mean line (pair) length of all the documents. A pair
     counts for both its exchanges. Only the lines holding a term and their partners are
     looked at."""
-    n = len(an)
-    near = sorted({e for d in top for e in (d - 1, d, d + 1) if 0 <= e < n})
-    at = _line_tfs(terms, near, an, stems)
+    n, wanted = len(an), set(top)
+    at = _line_tfs(terms, sorted(wanted), an, stems)
     avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1) * (2 if pairs else 1)
-    k1, best = K1 + 1, {}
-    lengths = {e: _line_lengths(an[e]) for e in near}
+    k1, best, empty = K1 + 1, {}, {}
+    # the line of an exchange that is not scored next to one that is: that line alone
+    edges = sorted({(e, first) for d in (top if pairs else ())
+                    for e, first in ((d - 1, False), (d + 1, True)) if 0 <= e < n and e not in wanted})
+    edges = dict(zip(edges, _edge_lines(terms, [an[e] for e, _ in edges], [f for _, f in edges], stems)))
 
     def value(tf: dict, length: int) -> float:
         norm = K1 * (1 - B + B * length / avg)
         return sum(qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items())    # _bm25
 
-    empty: dict = {}
+    def line(e: int, first: bool) -> tuple | None:      # (tf, length) of e's first/last
+        if not 0 <= e < n:
+            return None
+        if e not in wanted:
+            return edges[(e, first)]
+        k = 0 if first else an[e].lines - 1
+        return at.get((e, k), empty), _line_lengths(an[e])[k]
+
     for d in top:
-        own = lengths[d]
+        own = _line_lengths(an[d])
         lines = [at.get((d, k), empty) for k in range(len(own))]
         got = 0.0
         if not pairs:
@@ -599,26 +626,58 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
         else:
             # a pair is two consecutive lines, across neighbouring exchanges too, scored
             # when one holds a term; a line holding one with no line after it, alone
-            if d - 1 in lengths:
-                lines.insert(0, at.get((d - 1, len(lengths[d - 1]) - 1), empty))
-                own = (lengths[d - 1][-1],) + own
-            if d + 1 in lengths:
-                lines.append(at.get((d + 1, 0), empty))
-                own = own + (lengths[d + 1][0],)
+            if (before := line(d - 1, False)) is not None:
+                lines.insert(0, before[0])
+                own = (before[1],) + own
+            if (after := line(d + 1, True)) is not None:
+                lines.append(after[0])
+                own = own + (after[1],)
             elif lines[-1]:
                 got = value(lines[-1], own[-1])
-            for k in range(1, len(lines)):
-                a, b = lines[k - 1], lines[k]
-                if a or b:
-                    tf = dict(a)
-                    for t, c in b.items():
-                        tf[t] = tf.get(t, 0) + c
-                    v = value(tf, own[k - 1] + own[k])
-                    if v > got:
-                        got = v
+            got = max(got, _best_pair(lines, own, qidf, avg))
         if got > 0.0:
             best[d] = got
     return best
+
+
+def _best_pair(lines: list, lengths: tuple, qidf: dict, avg: float) -> float:
+    """The best BM25 of two consecutive ``lines`` (term frequencies, with their
+    ``lengths``), computed term by term over all the pairs at once."""
+    if len(lines) < 2:
+        return 0.0
+    k1 = K1 + 1
+    norms = [K1 * (1 - B + B * (a + b) / avg) for a, b in zip(lengths, lengths[1:])]
+    totals = [0.0] * len(norms)
+    for t in {t: None for tf in lines for t in tf}:     # each term once, in order
+        at = [tf.get(t, 0) for tf in lines]
+        w = qidf[t]
+        totals = [s + w * (c * k1 / (c + m)) if (c := x + y) else s     # _bm25
+                  for s, x, y, m in zip(totals, at, at[1:], norms)]
+    return max(totals)
+
+
+def _edge_lines(terms: list, an: list, firsts: list, stems) -> list:
+    """[(term frequencies, length)] of the first (``firsts[i]``) or last line of each
+    ``an[i]``, counted as ``_line_tfs`` counts a line of it, alone (its other lines are
+    not needed); an indexed one keeps that line's words."""
+    ones = []
+    for a, first in zip(an, firsts):
+        text = a.text
+        if first:
+            i = text.find("\n")
+            one = text if i < 0 else text[:i]
+        else:
+            one = text[text.rfind("\n") + 1:]
+        index = None
+        if a.index is not None:
+            counts = a.index.edges.get(first)
+            if counts is None:
+                counts = a.index.edges[first] = Counter(analyzer.word_bag(one))
+            index = Index(counts, a.index.generation)
+            index.lines = (counts,)
+        ones.append(Analysis(one, len(one), 1, index))
+    got = _line_tfs(terms, range(len(ones)), ones, stems)
+    return [(got.get((i, 0), {}), a.length) for i, a in enumerate(ones)]
 
 
 def _line_lengths(a: Analysis) -> tuple:
