@@ -240,9 +240,12 @@ def compact(body: dict) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def cpu_session(edge: Edge, n: int, args, profile: int = 0) -> dict:
-    """First paging of n exchanges, then args.turns steady turns: medians by phase."""
+def cpu_session(edge: Edge, n: int, args, profile: int = 0, recall: bool = False) -> dict:
+    """First paging of n exchanges, then args.turns steady turns: medians by phase.
+    ``recall``: the same session declaring multillm_context_recall (docs/design.md §6.2)."""
     body = rp.chat_body(n, size=args.size, tag=f"C{n}")
+    if recall:
+        body["capabilities"] = body["capabilities"] + ["multillm_context_recall"]
     h = rp.new_player(edge).headers()
     msgs, turns = body["messages"], []
     for i in range(args.turns + 1 + profile):
@@ -257,7 +260,8 @@ def cpu_session(edge: Edge, n: int, args, profile: int = 0) -> dict:
         if i > 0:
             row = {p: log.get(f"cpu_{p}_ms", 0.0) for p in PHASES}
             row.update(total=sum(row.values()), floor=floor, pages=log.get("pages", 0),
-                       new=log.get("new_pages", 0), mb=len(raw) / 1e6)
+                       new=log.get("new_pages", 0), mb=len(raw) / 1e6,
+                       recalled=log.get("recalled", 0))
             turns.append(row)
         msgs = grow(msgs, i, args.size)
     if profile:
@@ -287,7 +291,25 @@ def cpu_mode(edge: Edge, args) -> dict:
     if 200 in out and 800 in out:
         print(f"growth 800 vs 200 exchanges: {out[800]['total'] / out[200]['total']:.2f}× (target ≤ 4.5); "
               f"total/floor at 200: {out[200]['ratio']:.2f} (target ≤ 1.5)")
+    if args.recall:
+        recall_rows(edge, args, sizes, out)
     return out
+
+
+def recall_rows(edge: Edge, args, sizes: list, plain: dict) -> None:
+    """The same sessions declaring recall, in the same isolate after the plain ones (its
+    analyses made by each session's first turn: the steady turns are warm): the Worker's
+    plan and total CPU per turn with recall against without (target ≤ 1.5× at 200)."""
+    print("\n== the same steady turns declaring multillm_context_recall (ms, medians)")
+    print("| exchanges | moments recalled | plan | total | total without recall | with / without |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        rp.set_model(edge, "fake:rp-small", max(args.window, 100 * n), 1000)
+        m = cpu_session(edge, n, args, recall=True)
+        base = plain[n]
+        plain[n]["with_recall"] = m
+        print(f"| {n:,} | {m['recalled']:g} | {m['plan']:.2f} | {m['total']:.2f} | {base['total']:.2f} "
+              f"| {m['total'] / base['total']:.2f} |", flush=True)
 
 
 def storage_figures(edge: Edge, provider: FakeServer, args, out: dict):
@@ -312,6 +334,8 @@ def main() -> int:
     ap.add_argument("--cpu-sizes", default="50,200,800")
     ap.add_argument("--profile", type=int, default=0, help="with --cpu: profile K turns at 200 exchanges")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--recall", action="store_true",
+                    help="with --cpu: the same sessions declaring multillm_context_recall")
     args = ap.parse_args()
     out = {"exchanges": args.exchanges, "writers": args.writers}
     provider = FakeServer(Reply(chunks=[REPLY]))

@@ -206,7 +206,7 @@ def variants(stem: str, stems: "Stems") -> list:
 #: Distinct words whose stem an isolate keeps (per configuration): Snowball is pure
 #: Python here, and a steady turn meets the same words again. Emptied when full.
 STEM_CACHE_WORDS = 1 << 16
-_EMPTY: frozenset = frozenset()
+_EMPTY: tuple = ()
 
 
 class Vocabulary:
@@ -284,11 +284,7 @@ class Stems:
     def _add(self, word: str) -> str:
         s = self._cache[word] = sys.intern(self._stem(word))
         forms = self._vocabulary.forms
-        got = forms.get(s)
-        if got is None:
-            forms[s] = {word}
-        else:
-            got.add(word)
+        forms[s] = forms.get(s, ()) + (word,)      # a tuple: ~56 bytes for one form
         return s
 
     def _stem(self, word: str) -> str:

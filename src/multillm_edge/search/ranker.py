@@ -152,7 +152,7 @@ class Analysis(NamedTuple):
 
 
 def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
-    text = "\n".join([analyzer.fold(t) for _, t in texts])
+    text = analyzer.fold("\n".join([t for _, t in texts]))   # = the folds joined: "\n" is stable
     return Analysis(text, len(text), text.count("\n") + 1, _index(text, stems) if indexed else None)
 
 
@@ -597,8 +597,11 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
     counts for both its exchanges. Only the lines holding a term and their partners are
     looked at."""
     n, wanted = len(an), set(top)
-    at = _line_tfs(terms, sorted(wanted), an, stems)
     avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1) * (2 if pairs else 1)
+    if pairs and all(t.kind == "w" for t in terms) and all(
+            an[e].index is not None for d in top for e in (d - 1, d, d + 1) if 0 <= e < n):
+        return _indexed_passages(top, an, terms, qidf, avg, stems)
+    at = _line_tfs(terms, sorted(wanted), an, stems)
     k1, best, empty = K1 + 1, {}, {}
     # the line of an exchange that is not scored next to one that is: that line alone
     edges = sorted({(e, first) for d in (top if pairs else ())
@@ -640,6 +643,65 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
     return best
 
 
+def _indexed_passages(top: list, an: list, terms: list, qidf: dict, avg: float, stems) -> dict:
+    """``_passages`` of line pairs when every exchange involved is indexed and every
+    term is a word: each term's count per line read from the lines' word counts (its
+    forms), with no per-line dict; the same figures."""
+    n, wanted, best, empty = len(an), set(top), {}, {}
+    forms = [(t, tuple(stems.forms(t.value))) for t in terms]
+    every = frozenset(f for _, fs in forms for f in fs)
+    one = [(t, fs[0] if len(fs) == 1 else fs) for t, fs in forms]     # a word, or several
+
+    def line_tf(w: Counter) -> dict:    # in the terms' order, as _indexed_line_tfs
+        if w.keys().isdisjoint(every):  # in C: most lines hold no term
+            return empty
+        got = {}
+        for t, f in one:
+            c = w.get(f, 0) if type(f) is str else sum([w.get(x, 0) for x in f])
+            if c:
+                got[t] = c
+        return got
+    for d in top:
+        counts = list(_line_words(an[d], stems))
+        lengths = _line_lengths(an[d])
+        if d > 0:       # the line before: the previous exchange's last
+            prev = an[d - 1]
+            counts.insert(0, _line_words(prev, stems)[-1] if d - 1 in wanted else _edge_words(prev, False))
+            lengths = (_line_lengths(prev)[-1] if d - 1 in wanted else len(_edge_text(prev.text, False)),) + lengths
+        single = d + 1 >= n      # the last line of the conversation may stand alone
+        if not single:
+            nxt = an[d + 1]
+            counts.append(_line_words(nxt, stems)[0] if d + 1 in wanted else _edge_words(nxt, True))
+            lengths = lengths + (_line_lengths(nxt)[0] if d + 1 in wanted else len(_edge_text(nxt.text, True)),)
+        lines = list(map(line_tf, counts))
+        got = _best_pair(lines, lengths, qidf, avg)
+        if single and lines[-1]:
+            got = max(got, _pair_value(lines[-1], lengths[-1], qidf, avg))
+        if got > 0.0:
+            best[d] = got
+    return best
+
+
+def _edge_text(text: str, first: bool) -> str:
+    if first:
+        i = text.find("\n")
+        return text if i < 0 else text[:i]
+    return text[text.rfind("\n") + 1:]
+
+
+def _edge_words(a: Analysis, first: bool) -> Counter:
+    """The word counts of the first or last line of an indexed ``a`` (kept with it)."""
+    counts = a.index.edges.get(first)
+    if counts is None:
+        counts = a.index.edges[first] = Counter(analyzer.word_bag(_edge_text(a.text, first)))
+    return counts
+
+
+def _pair_value(tf: dict, length: int, qidf: dict, avg: float) -> float:
+    norm = K1 * (1 - B + B * length / avg)
+    return sum(qidf[t] * (c * (K1 + 1) / (c + norm)) for t, c in tf.items())    # _bm25
+
+
 def _best_pair(lines: list, lengths: tuple, qidf: dict, avg: float) -> float:
     """The best BM25 of two consecutive ``lines`` (term frequencies, with their
     ``lengths``), computed term by term over all the pairs at once."""
@@ -662,19 +724,11 @@ def _edge_lines(terms: list, an: list, firsts: list, stems) -> list:
     not needed); an indexed one keeps that line's words."""
     ones = []
     for a, first in zip(an, firsts):
-        text = a.text
-        if first:
-            i = text.find("\n")
-            one = text if i < 0 else text[:i]
-        else:
-            one = text[text.rfind("\n") + 1:]
+        one = _edge_text(a.text, first)
         index = None
         if a.index is not None:
-            counts = a.index.edges.get(first)
-            if counts is None:
-                counts = a.index.edges[first] = Counter(analyzer.word_bag(one))
-            index = Index(counts, a.index.generation)
-            index.lines = (counts,)
+            index = Index(_edge_words(a, first), a.index.generation)
+            index.lines = (index.words,)
         ones.append(Analysis(one, len(one), 1, index))
     got = _line_tfs(terms, range(len(ones)), ones, stems)
     return [(got.get((i, 0), {}), a.length) for i, a in enumerate(ones)]

@@ -32,6 +32,11 @@ def page_texts(items) -> list:
 
 
 def _item(it: dict, out: list) -> None:
+    content = it.get("content")
+    if type(content) is str and len(it) == 2 and type(it.get("role")) is str:
+        if content:      # the common chat message: {"role", "content": str}
+            out.append((it["role"], content))
+        return
     t = it.get("type")
     role = it.get("role")
     if type(t) is str and t != "message" and role is None:
