@@ -132,8 +132,58 @@ def main(runtime: str = "CPython") -> int:
     # recall's targets (issue 26): warm ≤ 1.5 × the turn, cold ≤ 4 ×
     row("recall warm / turn", lambda r: f"{r['turn + recall, warm'] / r['turn']:.2f}")
     row("recall cold / turn", lambda r: f"{r['turn + recall, cold'] / r['turn']:.2f}")
+    real_chats(runtime)
     sys.stdout.flush()
     return 0
+
+
+REAL_QUESTIONS = 8      # per conversation: its first questions, each the player's latest turn
+
+
+def real_chats(runtime: str) -> None:
+    """The same three turns on real conversations (bench_recall's LoCoMo set, read in
+    place; said and skipped when absent): each conversation as one chat whose latest user
+    message is one of its questions, on bench_recall's 32k window; ms summed over all."""
+    import bench_recall
+    conversations = bench_recall.locomo_conversations()
+    if not conversations:
+        print(f"\nreal chats: LoCoMo not found at {bench_recall.LOCOMO}: skipped")
+        return
+    bodies = []
+    for _, conv in conversations:
+        for q in [q for q in conv["qa"] if q.get("category") in bench_recall.CATEGORIES][:REAL_QUESTIONS]:
+            body, _ = bench_recall.locomo_body(conv, q["question"])
+            bodies.append((json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+                           json.dumps({**body, "capabilities": ["multillm_context_retrieve", "multillm_context_recall"]},
+                                      ensure_ascii=False, separators=(",", ":")).encode()))
+    ids = SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION)
+
+    def one(raw: bytes, recalling: bool, cold: bool = False):
+        if cold:
+            ranker.clear_cache()
+        b = validation.parse_request("chat", raw)
+        (p,) = paging.plan_candidates("chat", b, [bench_recall.BUDGET], ids, strip=paging.EDGE_FIELDS,
+                                      recalling=recalling)
+        p.encoded("provider-model")
+        generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages, recalled=p.recall if recalling else None),
+                            "chat", {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1})
+
+    times = {"turn": 0.0, "warm": 0.0, "cold": 0.0}
+    for plain, asked in bodies:
+        one(asked, True)                # its analyses made: the warm turn follows a turn
+        for _ in range(5):
+            for key, f in (("turn", lambda: one(plain, False)), ("warm", lambda: one(asked, True)),
+                           ("cold", lambda: one(asked, True, True))):
+                t0 = time.perf_counter()
+                f()
+                times[key] += time.perf_counter() - t0
+    n = len(bodies) * 5
+    print(f"\nreal chats — {runtime}: {len(conversations)} LoCoMo conversations, {len(bodies)} questions, "
+          f"each the latest user message (ms per turn, means of 5 interleaved rounds)")
+    print("| turn | turn + recall, warm | turn + recall, cold | warm / turn | cold / turn |")
+    print("|---:|---:|---:|---:|---:|")
+    print(f"| {times['turn'] / n * 1000:.2f} | {times['warm'] / n * 1000:.2f} | {times['cold'] / n * 1000:.2f} "
+          f"| {times['warm'] / times['turn']:.2f} | {times['cold'] / times['turn']:.2f} |")
 
 
 if __name__ == "__main__":

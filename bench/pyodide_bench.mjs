@@ -1,7 +1,7 @@
 // Runs a bench (bench/bench_paging.py by default) inside Pyodide (npm pyodide, the 0.28
 // line production uses). Copies src/multillm_edge and bench/*.py into Pyodide's FS and
 // prints the same table as the CPython run. Usage: node bench/pyodide_bench.mjs [bench_turn]
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadPyodide } from "pyodide";
@@ -28,6 +28,14 @@ copyTree(py, join(root, "src", "multillm_edge"), "/home/pyodide/src/multillm_edg
 py.FS.mkdirTree("/home/pyodide/bench");
 for (const name of readdirSync(join(root, "bench")).filter((n) => n.endsWith(".py"))) {
   py.FS.writeFile(`/home/pyodide/bench/${name}`, readFileSync(join(root, "bench", name)));
+}
+// The real conversations (bench_recall.py's LoCoMo set, docs: bench/README.md) are read
+// in place from the host, as in CPython: into Pyodide's in-memory FS, where the benches
+// look for them (../shared/data next to the repository), never into the repository.
+const locomo = process.env.LOCOMO_ZIP || join(root, "..", "shared", "data", "locomo-dev.zip");
+if (existsSync(locomo)) {
+  py.FS.mkdirTree("/home/shared/data");
+  py.FS.writeFile("/home/shared/data/locomo-dev.zip", readFileSync(locomo));
 }
 const bench = process.argv[2] || "bench_paging";
 if (!/^bench_[a-z_]+$/.test(bench)) throw new Error(`not a bench module: ${bench}`);

@@ -124,16 +124,15 @@ class Index:
     """An exchange's words, counted once, for ranking it again and again (``indexed``):
     a term's frequency is the count of its forms (the words of this isolate having its
     stem: analyzer.Stems.forms), looked up, not scanned for."""
-    __slots__ = ("words", "generation", "lines", "line_lengths", "edges", "question")
+    __slots__ = ("words", "generation", "lines", "line_lengths", "edges")
 
     def __init__(self, words: Counter, generation: int):
         self.words = words              # word -> count
         self.generation = generation    # of the vocabulary its words are registered in
         self.lines: tuple | None = None         # a Counter of words per line, made the
         self.line_lengths: tuple | None = None  # first time its passages are scored
-        self.edges: dict = {}   # first line (True), last (False) -> its Counter, made the
-                                # first time it pairs with a scored neighbour
-        self.question: str | None = None    # _question, once asked
+        self.edges: dict = {}   # first line (True), last (False), question ("?") -> its
+                                # Counter, made the first time it is needed
 
 
 class Analysis(NamedTuple):
@@ -141,6 +140,7 @@ class Analysis(NamedTuple):
     text: str           # its messages' texts, NFKC + casefold, joined with "\n"
     length: int         # code points of ``text``
     lines: int          # lines of ``text``
+    question: str       # its last line when it asks (ends with "?", trailing space aside)
     index: Index | None = None      # ``indexed`` ranking only
 
     @property
@@ -153,7 +153,14 @@ class Analysis(NamedTuple):
 
 def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
     text = analyzer.fold("\n".join([t for _, t in texts]))   # = the folds joined: "\n" is stable
-    return Analysis(text, len(text), text.count("\n") + 1, _index(text, stems) if indexed else None)
+    return Analysis(text, len(text), text.count("\n") + 1, _question(text),
+                    _index(text, stems) if indexed else None)
+
+
+def _question(text: str) -> str:
+    """The last line of ``text`` when it asks (ends with "?", trailing space aside)."""
+    end = len(text.rstrip())
+    return text[text.rfind("\n", 0, end) + 1:end] if end and text[end - 1] == "?" else ""
 
 
 def _indexed(a: Analysis, stems) -> Analysis:
@@ -519,26 +526,27 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
     which is expanded with that line — document expansion by the question a text
     answers, as FAQ and community-QA retrieval match the question to return its answer.
     Only exchanges holding a query term are looked at, and only their last line."""
-    held = sorted({d for t in terms for (d, _) in tfs[t]})
-    last = []
-    for d in held[:-1] if held and held[-1] == len(an) - 1 else held:
-        line = _question(an[d])
-        if line:
-            last.append((d, Analysis(line, len(line), 1)))
+    held = set().union(*(tfs[t] for t in terms))        # (exchange, 0) keys
+    asking = [d for d, a in enumerate(an[:-1]) if a.question and (d, 0) in held]
+    out, last = {}, []
+    counted = _counted(terms, stems) if all(t.kind == "w" for t in terms) else None
+    for d in asking:
+        line, index = an[d].question, an[d].index
+        if index is None:
+            last.append((d, Analysis(line, len(line), 1, "")))
+            continue
+        words = index.edges.get("?")      # indexed: the line's words counted once, kept
+        if words is None:
+            words = index.edges["?"] = Counter(analyzer.word_bag(line))
+        if counted is None:             # CJK terms too: counted in its text
+            one = Index(words, index.generation)
+            one.lines = (words,)
+            last.append((d, Analysis(line, len(line), 1, "", one)))
+        elif got := counted(words):
+            out[d + 1] = (len(line), got)
     got = _line_tfs(terms, range(len(last)), [a for _, a in last], stems)
-    return {last[i][0] + 1: (last[i][1].length, tf) for (i, _), tf in got.items()}
-
-
-def _question(a: Analysis) -> str:
-    """The last line of ``a`` when it asks (ends with "?", trailing space aside), else
-    '' (kept with an index: it does not depend on the query)."""
-    if a.index is not None and a.index.question is not None:
-        return a.index.question
-    text = a.text.rstrip()
-    line = text[text.rfind("\n") + 1:] if text.endswith("?") else ""
-    if a.index is not None:
-        a.index.question = line
-    return line
+    out.update({last[i][0] + 1: (last[i][1].length, tf) for (i, _), tf in got.items()})
+    return out
 
 
 def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
@@ -647,20 +655,8 @@ def _indexed_passages(top: list, an: list, terms: list, qidf: dict, avg: float, 
     """``_passages`` of line pairs when every exchange involved is indexed and every
     term is a word: each term's count per line read from the lines' word counts (its
     forms), with no per-line dict; the same figures."""
-    n, wanted, best, empty = len(an), set(top), {}, {}
-    forms = [(t, tuple(stems.forms(t.value))) for t in terms]
-    every = frozenset(f for _, fs in forms for f in fs)
-    one = [(t, fs[0] if len(fs) == 1 else fs) for t, fs in forms]     # a word, or several
-
-    def line_tf(w: Counter) -> dict:    # in the terms' order, as _indexed_line_tfs
-        if w.keys().isdisjoint(every):  # in C: most lines hold no term
-            return empty
-        got = {}
-        for t, f in one:
-            c = w.get(f, 0) if type(f) is str else sum([w.get(x, 0) for x in f])
-            if c:
-                got[t] = c
-        return got
+    n, wanted, best = len(an), set(top), {}
+    counted = _counted(terms, stems)
     for d in top:
         counts = list(_line_words(an[d], stems))
         lengths = _line_lengths(an[d])
@@ -673,7 +669,7 @@ def _indexed_passages(top: list, an: list, terms: list, qidf: dict, avg: float, 
             nxt = an[d + 1]
             counts.append(_line_words(nxt, stems)[0] if d + 1 in wanted else _edge_words(nxt, True))
             lengths = lengths + (_line_lengths(nxt)[0] if d + 1 in wanted else len(_edge_text(nxt.text, True)),)
-        lines = list(map(line_tf, counts))
+        lines = list(map(counted, counts))
         got = _best_pair(lines, lengths, qidf, avg)
         if single and lines[-1]:
             got = max(got, _pair_value(lines[-1], lengths[-1], qidf, avg))
@@ -729,7 +725,7 @@ def _edge_lines(terms: list, an: list, firsts: list, stems) -> list:
         if a.index is not None:
             index = Index(_edge_words(a, first), a.index.generation)
             index.lines = (index.words,)
-        ones.append(Analysis(one, len(one), 1, index))
+        ones.append(Analysis(one, len(one), 1, "", index))
     got = _line_tfs(terms, range(len(ones)), ones, stems)
     return [(got.get((i, 0), {}), a.length) for i, a in enumerate(ones)]
 
@@ -746,7 +742,7 @@ def _line_lengths(a: Analysis) -> tuple:
 def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     """{(doc, line): {term: tf}} of the ``docs``: each match's line is the count of
     newlines before it (in C), so lines are never cut out."""
-    matcher = forms = None      # made for the first analysis that needs them
+    matcher = counted = None      # made for the first analysis that needs them
     out: dict = {}
     for e in docs:
         text = an[e].text
@@ -754,10 +750,10 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
             matcher = _matcher(terms, stems)
             scan, term_of = matcher
         if an[e].index is not None:      # indexed: words looked up, CJK counted below
-            if forms is None:
-                forms = [(t, stems.forms(t.value)) for t in terms if t.kind == "w"]
-                every = set().union(*(f for _, f in forms))
-            _indexed_line_tfs(e, _line_words(an[e], stems), forms, every, out)
+            counted = counted or _counted(terms, stems)
+            for k, words in enumerate(_line_words(an[e], stems)):
+                if got := counted(words):
+                    out[(e, k)] = got
             found = []
         else:
             found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
@@ -774,17 +770,24 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     return out
 
 
-def _indexed_line_tfs(e: int, lines: tuple, forms: list, every: set, out: dict) -> None:
-    """Each line's term frequencies from its word counts (``forms``: each word term
-    with its forms; ``every``: all of them)."""
-    for k, counts in enumerate(lines):
-        if not counts.keys().isdisjoint(every):    # in C: most lines hold no term
-            got = {}
-            for t, fs in forms:
-                c = sum([counts.get(f, 0) for f in fs])
-                if c:
-                    got[t] = c
-            out[(e, k)] = got
+def _counted(terms: list, stems):
+    """word counts of a line -> its word terms' frequencies (the counts of their forms,
+    pinned by the ranking), in the terms' order; {} when it holds none."""
+    forms = [(t, tuple(stems.forms(t.value))) for t in terms if t.kind == "w"]
+    every = frozenset(f for _, fs in forms for f in fs)
+    one = [(t, fs[0] if len(fs) == 1 else fs) for t, fs in forms]     # a word, or several
+    empty: dict = {}
+
+    def tfs(words: Counter) -> dict:
+        if words.keys().isdisjoint(every):      # in C: most lines hold no term
+            return empty
+        got = {}
+        for t, f in one:
+            c = words.get(f, 0) if type(f) is str else sum([words.get(x, 0) for x in f])
+            if c:
+                got[t] = c
+        return got
+    return tfs
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
