@@ -3,7 +3,8 @@
 - Unicode NFKC, then ``str.casefold`` (fullwidth letters, ligatures, ß, Σ fold alike).
 - Words: one compiled regex, run once per text in C (``findall``). A word is a run of
   letters and digits (``_`` and punctuation split words; an apostrophe splits too, so
-  ``Ilsabeth's`` yields ``ilsabeth`` and ``s``).
+  ``Ilsabeth's`` yields ``ilsabeth`` and ``s``). Counting needs the words in no order:
+  ``word_bag`` cuts the same ones several times cheaper (property-tested).
 - Numbers stay whole with their inner separators: ``1,200``, ``3.5``, ``10:30`` are one
   term each (``1200`` does not match ``1,200``); a word holding a digit (``3d6``,
   ``d20``, ``2nd``) is one term and never stemmed.
@@ -204,7 +205,8 @@ def variants(stem: str, stems: "Stems") -> list:
 
 
 #: Distinct words whose stem an isolate keeps (per configuration): Snowball is pure
-#: Python here, and a steady turn meets the same words again. Emptied when full.
+#: Python here, and a steady turn meets the same words again. Emptied when full. With
+#: each stem's forms (a tuple), ~13 MB at worst (measured: 65,536 words of 4-10 letters).
 STEM_CACHE_WORDS = 1 << 16
 _EMPTY: tuple = ()
 

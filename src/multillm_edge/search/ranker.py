@@ -48,12 +48,24 @@ equal a query word as written (so ``dying`` finds ``dying`` though its stem is `
 only those distinct words are stemmed. A term found nowhere that way is looked up once
 more word by word in the exchanges holding its text (any word, queried alone, finds an
 exchange holding it). CJK terms are counted with ``str.count``. Passages place the
-matches of the top exchanges only, each by counting the newlines before it.
+matches of the top exchanges only, each by counting the newlines before it; an exchange
+next to one of them lends only its edge line.
 
-Caching (auto-recall on a steady turn ranks mostly the same exchanges): each
-document's analysis (its texts folded: NFKC + casefold, joined) can be kept across calls in
-a module-level LRU keyed by a caller-supplied key (a SHA-256), bounded by
-``CACHE_CODE_POINTS`` folded code points in all (≤ 4 bytes each, ~16 MiB at worst).
+Indexed ranking (``indexed=True``: auto-recall, which ranks mostly the same exchanges
+turn after turn): each exchange's words are counted once, in C (``analyzer.word_bag``:
+a bytes translation and a split, the same words as ``WORD_RE``; ``Counter``), each word
+registered in the isolate's vocabulary (``analyzer.Stems``: word -> stem, stem -> its
+forms); a term's frequency is the sum of its forms' counts, looked up. Its lines' word
+counts are made the first time its passages are scored; an edge or question line's,
+the first time it is needed. A ranking pins its terms' forms once its indexes are
+registered (one registered before the vocabulary was last emptied registers again), so
+later stemming cannot change them.
+
+Caching: each document's analysis (its texts joined and folded: NFKC + casefold; its
+index) can be kept across calls in a module-level LRU keyed by a caller-supplied key (a
+SHA-256), bounded by ``CACHE_CODE_POINTS`` units: a folded code point (≤ 4 bytes), or
+1/``STEM_WEIGHT`` of an indexed distinct word (its lines' and edges' counts are of the
+same words: counted twice) — ~16 MiB at worst.
 """
 
 from __future__ import annotations
@@ -258,8 +270,10 @@ def _scanner(literals) -> "re.Pattern | None":
     """Finds, in folded text, every whole word starting with one of ``literals``. Each
     alternative starts with its literal and checks the character before it with a
     fixed-width lookbehind, so the regex engine skips ahead in C between candidates."""
+    literals = set(literals)    # one starting with another finds no other word: left out
+    literals = {p for p in literals if not any(p.startswith(q) for q in literals if q != p)}
     alts = [f"{re.escape(p)}(?<!{_BEFORE}.{{{len(p)}}})"
-            for p in sorted(set(literals), key=lambda p: (-len(p), p))]
+            for p in sorted(literals, key=lambda p: (-len(p), p))]
     return re.compile(f"(?:{'|'.join(alts)}){_WORDCHAR}*", re.S) if alts else None
 
 
@@ -299,11 +313,16 @@ def _exact(term: Term, messages: list, tf: dict) -> None:
     """The term's query words, word by word, in the messages the scan found nothing of
     it in but that hold their text: the words a prefix scan cannot see (after a number
     like ``3.5``, right after CJK)."""
-    for at, f in messages:
-        if at not in tf and any(w in f for w in term.surfaces):
-            c = sum(n for w, n in Counter(analyzer.words(f)).items() if w in term.surfaces)
-            if c:
-                tf[at] = c
+    surfaces = term.surfaces
+    if len(surfaces) == 1:
+        (w,) = surfaces
+        holding = [(at, f) for at, f in messages if at not in tf and w in f]
+    else:
+        holding = [(at, f) for at, f in messages if at not in tf and any(w in f for w in surfaces)]
+    for at, f in holding:
+        words = Counter(analyzer.word_bag(f))
+        if c := sum([words[w] for w in surfaces]):
+            tf[at] = c
 
 
 def _cjk_tfs(terms: list, messages: list) -> dict:
@@ -700,18 +719,23 @@ def _pair_value(tf: dict, length: int, qidf: dict, avg: float) -> float:
 
 def _best_pair(lines: list, lengths: tuple, qidf: dict, avg: float) -> float:
     """The best BM25 of two consecutive ``lines`` (term frequencies, with their
-    ``lengths``), computed term by term over all the pairs at once."""
-    if len(lines) < 2:
-        return 0.0
-    k1 = K1 + 1
-    norms = [K1 * (1 - B + B * (a + b) / avg) for a, b in zip(lengths, lengths[1:])]
-    totals = [0.0] * len(norms)
-    for t in {t: None for tf in lines for t in tf}:     # each term once, in order
-        at = [tf.get(t, 0) for tf in lines]
-        w = qidf[t]
-        totals = [s + w * (c * k1 / (c + m)) if (c := x + y) else s     # _bm25
-                  for s, x, y, m in zip(totals, at, at[1:], norms)]
-    return max(totals)
+    ``lengths``); only the pairs where a line holds a term are scored."""
+    k1, best, prev = K1 + 1, 0.0, lines[0] if lines else None
+    for k in range(1, len(lines)):
+        cur = lines[k]
+        if prev or cur:
+            if prev and cur:
+                tf = dict(prev)
+                for t, c in cur.items():
+                    tf[t] = tf.get(t, 0) + c
+            else:
+                tf = prev or cur
+            norm = K1 * (1 - B + B * (lengths[k - 1] + lengths[k]) / avg)
+            value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items()])   # _bm25
+            if value > best:
+                best = value
+        prev = cur
+    return best
 
 
 def _edge_lines(terms: list, an: list, firsts: list, stems) -> list:
