@@ -40,6 +40,12 @@ INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the ex
          "to read it whole):")
 
 
+#: Where each exchange of a recalled moment's page starts, by the page's SHA-256 (the
+#: same pages are quoted turn after turn); at most this many pages, then emptied.
+STARTS_PAGES = 1024
+_STARTS: dict = {}
+
+
 class Moment(NamedTuple):
     page_id: str
     exchange: int       # 1-based: the page's exchange as retrieval's `exchange=N` reads it
@@ -110,7 +116,11 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
 def _moment(p: Paged, hit, texts: list) -> Moment | None:
     """The moment of ``hit``; None when its exchange is not one retrieval can name."""
     page, offset = p.page, p.offset
-    starts = formats.exchange_starts(page.items)
+    starts = _STARTS.get(page.sha256)
+    if starts is None:
+        if len(_STARTS) >= STARTS_PAGES:
+            _STARTS.clear()
+        starts = _STARTS[page.sha256] = formats.exchange_starts(page.items)
     if offset not in starts:
         return None
     lines = tuple((role, t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS)

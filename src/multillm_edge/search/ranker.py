@@ -73,7 +73,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from functools import partial
 from typing import NamedTuple, Sequence
 
@@ -171,7 +171,9 @@ def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
 
 def _question(text: str) -> str:
     """The last line of ``text`` when it asks (ends with "?", trailing space aside)."""
-    end = len(text.rstrip())
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
     return text[text.rfind("\n", 0, end) + 1:end] if end and text[end - 1] == "?" else ""
 
 
@@ -388,14 +390,13 @@ def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems) -> li
     turn: one lookup each, no call), else made (``analysis``)."""
     if keys is None:
         return [analyze(docs[i], indexed, stems) for i in range(len(docs))]
-    out, get, touch = [], _cache.get, _cache.move_to_end
-    for i, key in enumerate(keys):
-        got = get(key)
-        if got is not None and (got.index is not None or not indexed):
-            touch(key)
-        else:
-            got = analysis(partial(docs.__getitem__, i), key, indexed, stems)
-        out.append(got)
+    out = list(map(_cache.get, keys))       # in C: a steady turn finds them all
+    missing = [i for i, got in enumerate(out) if got is None or (indexed and got.index is None)]
+    if len(missing) < len(out):
+        skip = set(missing)
+        deque(map(_cache.move_to_end, [k for i, k in enumerate(keys) if i not in skip]), 0)
+    for i in missing:
+        out[i] = analysis(partial(docs.__getitem__, i), keys[i], indexed, stems)
     return out
 
 
