@@ -2,8 +2,9 @@
 (issue 25; docs/design.md §6.1, §6.2; bench/README.md).
 
 Usage: ``python bench/bench_recall.py [--no-cpu] [--recall-mode]`` or
-``node bench/pyodide_bench.mjs bench_recall`` (synthetic set and CPU only: the real
-conversations are not copied into Pyodide's file system).
+``node bench/pyodide_bench.mjs bench_recall`` (the baseline and the search only: the
+ablation is slow there; the real conversations reach Pyodide through its in-memory file
+system, written by pyodide_bench.mjs from the host's file, never from the repository).
 
 Real set: the LoCoMo conversations of ``$LOCOMO_ZIP`` (default
 ``../shared/data/locomo-dev.zip`` next to the repository; read in place, never copied;

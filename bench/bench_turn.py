@@ -16,7 +16,8 @@ the Python-level rest (field types, grouping, the plan's bookkeeping, upstream b
 annotation).
 
 Rounds are interleaved (every step once per round, 25 rounds, medians), so a noisy
-machine shifts all steps alike. Usage: ``python bench/bench_turn.py`` (CPython) or
+machine shifts all steps alike. Then the same turns on real conversations
+(``real_chats``: bench_recall.py's LoCoMo set, read in place; skipped when absent). Usage: ``python bench/bench_turn.py`` (CPython) or
 ``node bench/pyodide_bench.mjs bench_turn``; ``npm run bench`` runs both.
 """
 
