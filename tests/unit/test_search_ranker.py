@@ -209,3 +209,25 @@ def test_an_indexed_ranking_is_the_same_after_the_vocabulary_is_emptied(monkeypa
     assert ranked() == expected                       # this call's words overflow: its own forms
     assert rank(query, docs, 5, indexed=True, excerpts=False) == expected    # nothing cached
     ranker.clear_cache()
+
+
+def test_the_cache_counts_what_an_index_grows_and_stays_bounded(monkeypatch):
+    """Lines, edge and question lines counted after an exchange is cached count against
+    the bound as they are made; the count is always the cached analyses' weights."""
+    docs = [doc(f"Where is the lantern {i}?", "\n".join(["The lantern flickers."] * 20)) for i in range(30)]
+    keys = [("grow", i) for i in range(len(docs))]
+
+    def consistent():
+        return ranker._cached[0] == sum(a.weight for a in ranker._cache.values())
+
+    ranker.clear_cache()
+    rank("lantern flickers", docs, 5, keys=keys, indexed=True)
+    assert consistent()
+    grown = [a for a in ranker._cache.values() if a.index.extra]
+    assert grown and all(a.weight > a.length + ranker.STEM_WEIGHT * len(a.index.words) for a in grown)
+    total = ranker._cached[0]
+    monkeypatch.setattr(ranker, "CACHE_CODE_POINTS", total // 2)   # enforced as it grows:
+    rank("where is the lantern", docs, 5, keys=[("again", i) for i in range(len(docs))], indexed=True)
+    assert consistent() and ranker._cached[0] <= total // 2 and len(ranker._cache) < len(docs)
+    ranker.clear_cache()
+    assert ranker._cached[0] == 0 and not any(a.index.cached for a in grown)

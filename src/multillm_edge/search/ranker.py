@@ -64,8 +64,8 @@ later stemming cannot change them.
 Caching: each document's analysis (its texts joined and folded: NFKC + casefold; its
 index) can be kept across calls in a module-level LRU keyed by a caller-supplied key (a
 SHA-256), bounded by ``CACHE_CODE_POINTS`` units: a folded code point (≤ 4 bytes), or
-1/``STEM_WEIGHT`` of an indexed distinct word (its lines' and edges' counts are of the
-same words: counted twice) — ~16 MiB at worst.
+1/``STEM_WEIGHT`` of an entry of its word counts (the exchange's, then its lines' and
+edge lines' as they are made) — ~16 MiB at worst.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class Index:
     """An exchange's words, counted once, for ranking it again and again (``indexed``):
     a term's frequency is the count of its forms (the words of this isolate having its
     stem: analyzer.Stems.forms), looked up, not scanned for."""
-    __slots__ = ("words", "generation", "lines", "line_lengths", "edges")
+    __slots__ = ("words", "generation", "lines", "line_lengths", "edges", "extra", "cached")
 
     def __init__(self, words: Counter, generation: int):
         self.words = words              # word -> count
@@ -145,6 +145,8 @@ class Index:
         self.line_lengths: tuple | None = None  # first time its passages are scored
         self.edges: dict = {}   # first line (True), last (False), question ("?") -> its
                                 # Counter, made the first time it is needed
+        self.extra = 0          # cache units of those lines' counts (``_grow``)
+        self.cached = False     # in the cache (what it grows counts against the bound)
 
 
 class Analysis(NamedTuple):
@@ -158,9 +160,10 @@ class Analysis(NamedTuple):
     @property
     def weight(self) -> int:
         """What it counts against the cache's bound: a code point of text, or
-        ``STEM_WEIGHT`` for each distinct word indexed (a dict slot, ~50 bytes; its
-        lines' too)."""
-        return self.length + (2 * STEM_WEIGHT * len(self.index.words) if self.index else 0)
+        ``STEM_WEIGHT`` for each entry of its word counts (a dict slot, ~50 bytes; its
+        lines' as they are made, ``_grow``)."""
+        index = self.index
+        return self.length + (STEM_WEIGHT * len(index.words) + index.extra if index else 0)
 
 
 def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
@@ -194,11 +197,12 @@ def _line_words(a: Analysis, stems) -> tuple:
     index = a.index
     if index.lines is None:
         index.lines = tuple(map(Counter, analyzer.line_bags(a.text)))
+        _grow(index, index.lines)
     return index.lines
 
 
 #: The cache's bound, in code points of folded text (≤ 4 bytes each) plus
-#: ``STEM_WEIGHT`` per indexed word: ~16 MiB at worst.
+#: ``STEM_WEIGHT`` per entry of an index's word counts: ~16 MiB at worst.
 CACHE_CODE_POINTS = 4 << 20
 STEM_WEIGHT = 16
 _cache: OrderedDict = OrderedDict()
@@ -221,12 +225,34 @@ def analysis(texts: Sequence, key=None, indexed: bool = False, stems=None) -> An
     _cached[0] += fresh.weight - (got.weight if got is not None else 0)
     _cache[key] = fresh
     _cache.move_to_end(key)
-    while _cached[0] > CACHE_CODE_POINTS and _cache:
-        _cached[0] -= _cache.popitem(last=False)[1].weight
+    if fresh.index is not None:
+        fresh.index.cached = True
+    _evict()
     return fresh
 
 
+def _grow(index: Index, counts) -> None:
+    """Count the word counts just made for ``index`` (its lines', an edge's) against
+    the cache's bound, if it is cached."""
+    units = STEM_WEIGHT * sum(map(len, counts))
+    index.extra += units
+    if index.cached:
+        _cached[0] += units
+        _evict()
+
+
+def _evict() -> None:
+    while _cached[0] > CACHE_CODE_POINTS and _cache:
+        gone = _cache.popitem(last=False)[1]
+        _cached[0] -= gone.weight
+        if gone.index is not None:
+            gone.index.cached = False
+
+
 def clear_cache() -> None:
+    for a in _cache.values():
+        if a.index is not None:
+            a.index.cached = False
     _cache.clear()
     _cached[0] = 0
 
@@ -558,6 +584,7 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
         words = index.edges.get("?")      # indexed: the line's words counted once, kept
         if words is None:
             words = index.edges["?"] = Counter(analyzer.word_bag(line))
+            _grow(index, (words,))
         if counted is None:             # CJK terms too: counted in its text
             one = Index(words, index.generation)
             one.lines = (words,)
@@ -710,6 +737,7 @@ def _edge_words(a: Analysis, first: bool) -> Counter:
     counts = a.index.edges.get(first)
     if counts is None:
         counts = a.index.edges[first] = Counter(analyzer.word_bag(_edge_text(a.text, first)))
+        _grow(a.index, (counts,))
     return counts
 
 
