@@ -70,7 +70,6 @@ edge lines' as they are made) — ~16 MiB at worst.
 
 from __future__ import annotations
 
-import heapq
 import math
 import re
 from collections import Counter, OrderedDict, deque
@@ -401,14 +400,21 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
             _pin_forms(list(qw), an, stems)
         tfs.update(_tfs([t for t in qw if t not in tfs], units, stems))
         scores, weights = _scores(list(qw), tfs, an, scoring, stems, qw)
-    ranked = heapq.nsmallest(limit, (d for d, s in enumerate(scores) if s > 0),
-                             key=lambda d: (-scores[d], -d))
+    ranked = _best(scores, limit)
     if not excerpts:
         return [ExchangeHit(d, round(scores[d], 4), _relevance(d, tfs, relevance, total),
                             "", "", -1, 0, 0) for d in ranked[:limit]]
     finder = _finder([t for t in terms if relevance.get(t)])
     return [_hit(d, scores[d], _relevance(d, tfs, relevance, total), docs[d], finder, relevance)
             for d in ranked[:limit]]
+
+
+def _best(scores: list, k: int) -> list:
+    """The ``k`` best documents scoring above 0, best first, newest first on ties: sorted
+    in C (a stable sort of the documents newest first, by score, reversed)."""
+    n = len(scores)
+    order = sorted(range(n - 1, -1, -1), key=scores.__getitem__, reverse=True)
+    return order[:min(k, n - scores.count(0.0))]
 
 
 def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems) -> list:
@@ -557,8 +563,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
             if base[d]:
                 scores[d] += scoring.neighbour * max(base[d - 1] if d else 0.0, base[d + 1] if d + 1 < n else 0.0)
     if scoring.passage:
-        top = heapq.nsmallest(scoring.rerank, (d for d in range(n) if base[d]),
-                              key=lambda d: (-scores[d], -d))
+        top = _best(scores, scoring.rerank)     # an exchange scores iff its base does
         pidf = lidf if scoring.lidf else qidf
         got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems)
         for d, p in got.items():
