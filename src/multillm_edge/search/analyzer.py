@@ -126,10 +126,15 @@ def _cuts(others: frozenset):
     set of characters (the texts of one chat hold the same few): ``_CUTS``."""
     got = _CUTS.get(others, _CUTS)
     if got is _CUTS:
-        kinds = [(c, _kind(c)) for c in others]
-        cuts = tuple(sorted(c for c, k in kinds if k == CUT))
-        many = len(cuts) > CUT_CHARACTERS or any(k == DIGIT for _, k in kinds)
-        got = None if many else cuts
+        cuts = []
+        for c in others:        # stops at a digit or past CUT_CHARACTERS cuts (CJK text)
+            kind = _kind(c)
+            if kind == DIGIT or kind == CUT and len(cuts) == CUT_CHARACTERS:
+                cuts = None
+                break
+            if kind == CUT:
+                cuts.append(c)
+        got = None if cuts is None else tuple(sorted(cuts))
         if len(others) <= CUT_SET_SIZE:
             if len(_CUTS) >= CUT_SETS:
                 _CUTS.clear()
