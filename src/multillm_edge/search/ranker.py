@@ -662,15 +662,11 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
             an[e].index is not None for d in top for e in (d - 1, d, d + 1) if 0 <= e < n):
         return _indexed_passages(top, an, terms, qidf, avg, stems)
     at = _line_tfs(terms, sorted(wanted), an, stems)
-    k1, best, empty = K1 + 1, {}, {}
+    best, empty = {}, {}
     # the line of an exchange that is not scored next to one that is: that line alone
     edges = sorted({(e, first) for d in (top if pairs else ())
                     for e, first in ((d - 1, False), (d + 1, True)) if 0 <= e < n and e not in wanted})
     edges = dict(zip(edges, _edge_lines(terms, [an[e] for e, _ in edges], [f for _, f in edges], stems)))
-
-    def value(tf: dict, length: int) -> float:
-        norm = K1 * (1 - B + B * length / avg)
-        return sum(qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items())    # _bm25
 
     def line(e: int, first: bool) -> tuple | None:      # (tf, length) of e's first/last
         if not 0 <= e < n:
@@ -685,7 +681,7 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
         lines = [at.get((d, k), empty) for k in range(len(own))]
         got = 0.0
         if not pairs:
-            got = max([value(tf, own[k]) for k, tf in enumerate(lines) if tf], default=0.0)
+            got = max([_pair_value(tf, own[k], qidf, avg) for k, tf in enumerate(lines) if tf], default=0.0)
         else:
             # a pair is two consecutive lines, across neighbouring exchanges too, scored
             # when one holds a term; a line holding one with no line after it, alone
@@ -696,7 +692,7 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
                 lines.append(after[0])
                 own = own + (after[1],)
             elif lines[-1]:
-                got = value(lines[-1], own[-1])
+                got = _pair_value(lines[-1], own[-1], qidf, avg)
             got = max(got, _best_pair(lines, own, qidf, avg))
         if got > 0.0:
             best[d] = got
@@ -747,6 +743,7 @@ def _edge_words(a: Analysis, first: bool) -> Counter:
 
 
 def _pair_value(tf: dict, length: int, qidf: dict, avg: float) -> float:
+    """The BM25 of a passage (its terms' frequencies and length)."""
     norm = K1 * (1 - B + B * length / avg)
     return sum(qidf[t] * (c * (K1 + 1) / (c + norm)) for t, c in tf.items())    # _bm25
 
