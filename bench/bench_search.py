@@ -15,8 +15,9 @@ across an await), the runner's D1 statements and R2 gets, bytes read. The floor 
 verifying the same pages (SHA-256 + UTF-8 decode + json.loads of each), timed in the
 Worker's own Pyodide in the same run (`POST /__runner/floor?kind=pages`). Target:
 CPU ≤ 8× the floor, for the typical questions and for a 1,000-character query (a
-stop-words-only query is reported too: it answers no hits). Exit status non-zero when
-the target is missed.
+stop-words-only query is reported too: it answers no hits). Each round runs the
+questions, then each of those two queries 3 times (interleaved, so a noisy stretch
+shifts them alike); medians. Exit status non-zero when the target is missed.
 """
 
 from __future__ import annotations
@@ -113,9 +114,12 @@ def main() -> int:
         player = rp.new_player(edge)
         filled = fill(edge, player, exchanges, args.first, args.step)
         asked = [q for q in questions if q.exchange < filled["exchanges"]][:args.queries]
-        rows = [one_search(edge, player, q.text) for _ in range(args.rounds) for q in asked]
-        others = {label: [one_search(edge, player, q) for _ in range(max(args.rounds, 5))]
-                  for label, q in (("1,000 characters", long_query(exchanges)), ("stop words only", STOP_ONLY))}
+        odd = (("1,000 characters", long_query(exchanges)), ("stop words only", STOP_ONLY))
+        rows, others = [], {label: [] for label, _ in odd}
+        for _ in range(args.rounds):    # interleaved: a noisy stretch shifts every query alike
+            rows += [one_search(edge, player, q.text) for q in asked]
+            for label, q in odd:
+                others[label] += [one_search(edge, player, q) for _ in range(3)]
         floor, pages, size = floor_ms(edge, player.session, 7)
     finally:
         edge.stop()
