@@ -1,5 +1,6 @@
 """Ranking of exchanges and their excerpts (docs/design.md §6.1, §6.2)."""
 
+import re
 import unicodedata
 
 from hypothesis import assume, given, settings, strategies as st
@@ -231,3 +232,16 @@ def test_the_cache_counts_what_an_index_grows_and_stays_bounded(monkeypatch):
     assert consistent() and ranker._cached[0] <= total // 2 and len(ranker._cache) < len(docs)
     ranker.clear_cache()
     assert ranker._cached[0] == 0 and not any(a.index.cached for a in grown)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(st.sampled_from(["gold", "golden", "goldenrod", "3", "3.5", "35", "3,500",
+                                      " ", ".", "夜", "_", "x", "\n"]), max_size=30).map("".join),
+       literals=st.lists(st.sampled_from(["gold", "golden", "3", "3.5", "35", "go"]), min_size=1, max_size=4))
+def test_the_scanner_leaving_out_a_longer_literal_finds_the_same_words(text, literals):
+    """A literal that is another one followed by word characters is left out of the
+    scan; one like "3.5" after "3" is not (its "." is no word character)."""
+    alts = "|".join(f"{re.escape(p)}(?<!{ranker._BEFORE}.{{{len(p)}}})"
+                    for p in sorted(set(literals), key=lambda p: (-len(p), p)))
+    every = re.compile(f"(?:{alts}){ranker._WORDCHAR}*", re.S)
+    assert ranker._scanner(literals).findall(text) == every.findall(text)

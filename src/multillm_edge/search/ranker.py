@@ -286,6 +286,7 @@ _WORDCHAR = f"[^\\W_{analyzer._CJK}]"      # what WORD_RE's words are made of
 # The character before a scanned word: any letter or digit (CJK too: a word right after
 # CJK is found by the exact pass, ``_exact``) — a class compiled fast, once per literal.
 _BEFORE = "[^\\W_]"
+_WORDCHARS = re.compile(f"{_WORDCHAR}+")
 
 
 def _prefix(stem: str) -> str:
@@ -297,8 +298,11 @@ def _scanner(literals) -> "re.Pattern | None":
     """Finds, in folded text, every whole word starting with one of ``literals``. Each
     alternative starts with its literal and checks the character before it with a
     fixed-width lookbehind, so the regex engine skips ahead in C between candidates."""
-    literals = set(literals)    # one starting with another finds no other word: left out
-    literals = {p for p in literals if not any(p.startswith(q) for q in literals if q != p)}
+    # a literal that is another one followed by word characters finds no other word (the
+    # other's match runs on over them): left out; not one like "3.5" after "3"
+    literals = set(literals)
+    literals = {p for p in literals if not any(
+        p != q and p.startswith(q) and _WORDCHARS.fullmatch(p, len(q)) for q in literals)}
     alts = [f"{re.escape(p)}(?<!{_BEFORE}.{{{len(p)}}})"
             for p in sorted(literals, key=lambda p: (-len(p), p))]
     return re.compile(f"(?:{'|'.join(alts)}){_WORDCHAR}*", re.S) if alts else None
