@@ -245,3 +245,28 @@ def test_the_scanner_leaving_out_a_longer_literal_finds_the_same_words(text, lit
                     for p in sorted(set(literals), key=lambda p: (-len(p), p)))
     every = re.compile(f"(?:{alts}){ranker._WORDCHAR}*", re.S)
     assert ranker._scanner(literals).findall(text) == every.findall(text)
+
+
+def test_a_number_is_a_whole_word_for_the_search_as_for_recall():
+    """``3`` is not the 3 of ``3.5`` nor ``1`` the 1 of ``1,200`` (one word each), in the
+    scan as in the index."""
+    docs = [doc("It costs 3.5 gold, or 1,200 copper."), doc("Three: 3 coins, and 1 ring.")]
+    for indexed in (False, True):
+        assert [h.doc for h in rank("3", docs, 5, indexed=indexed)] == [1]
+        assert [h.doc for h in rank("1", docs, 5, indexed=indexed)] == [1]
+        assert [h.doc for h in rank("3.5", docs, 5, indexed=indexed)] == [0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.lists(st.sampled_from(["3", "3.5", "35", "1,200", "1", "d20", "20", " ", ".",
+                                                 ",", "\n", "x", "夜"]), max_size=25).map("".join),
+                      min_size=1, max_size=4),
+       query=st.sampled_from(["3", "3.5", "1", "20", "d20", "1,200"]))
+def test_numeric_terms_count_whole_words(texts, query):
+    units = [((d, 0), analyzer.fold(t)) for d, t in enumerate(texts)]
+    stems = analyzer.Stems()
+    terms = analyzer.query_terms(query, stems)
+    got = ranker._word_tfs(terms, units, stems)
+    for t in terms:
+        want = {at: c for at, f in units if (c := analyzer.words(f).count(t.value))}
+        assert got[t] == want

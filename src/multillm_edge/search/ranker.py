@@ -47,7 +47,9 @@ that share a query stem's first 3-4 characters (Snowball only rewrites endings) 
 equal a query word as written (so ``dying`` finds ``dying`` though its stem is ``die``);
 only those distinct words are stemmed. A term found nowhere that way is looked up once
 more word by word in the exchanges holding its text (any word, queried alone, finds an
-exchange holding it). CJK terms are counted with ``str.count``. Passages place the
+exchange holding it). A term holding a digit (``3``, ``3.5``, ``d20``: never stemmed) is
+not scanned for but counted as a whole word in the exchanges holding its text: ``3`` is
+not the 3 of ``3.5``. CJK terms are counted with ``str.count``. Passages place the
 matches of the top exchanges only, each by counting the newlines before it; an exchange
 next to one of them lends only its edge line.
 
@@ -308,22 +310,30 @@ def _scanner(literals) -> "re.Pattern | None":
     return re.compile(f"(?:{'|'.join(alts)}){_WORDCHAR}*", re.S) if alts else None
 
 
+def _numeric(t: Term) -> bool:
+    """A word term holding a digit (``3``, ``3.5``, ``d20``): never stemmed, so counted
+    as whole words (``_numbers``), not scanned — a scan for ``3`` would stop inside
+    ``3.5``, one word."""
+    return t.kind == "w" and analyzer._DIGIT_RE.search(t.value) is not None
+
+
 def _matcher(terms: list, stems):
-    """(scanner, word -> its term or None) for the word terms; (None, None) without."""
-    words = [t for t in terms if t.kind == "w"]
+    """(scanner, word -> its term or None) for the word terms but numeric ones; (None,
+    None) without."""
+    words = [t for t in terms if t.kind == "w" and not _numeric(t)]
     if not words:
         return None, None
     by_surface = {w: t for t in words for w in t.surfaces}
     by_stem = {t.value: t for t in words}
     literals = [w for t in words for w in t.surfaces] + [
-        _prefix(p) for t in words if not analyzer._DIGIT_RE.search(t.value)
-        for p in (t.value, *analyzer.variants(t.value, stems))]
+        _prefix(p) for t in words for p in (t.value, *analyzer.variants(t.value, stems))]
     return _scanner(literals), (lambda w: by_surface.get(w) or by_stem.get(stems(w)))
 
 
 def _word_tfs(terms: list, units: list, stems) -> dict:
     """{term: {(doc, unit): tf}} for the word terms."""
     out = {t: {} for t in terms if t.kind == "w"}
+    _numbers([t for t in out if _numeric(t)], units, out)
     scan, term_of = _matcher(terms, stems)
     if scan is None:
         return out
@@ -336,8 +346,23 @@ def _word_tfs(terms: list, units: list, stems) -> dict:
                     d = out[t]
                     d[at] = d.get(at, 0) + c
     for t, tf in out.items():
-        _exact(t, units, tf)
+        if not _numeric(t):
+            _exact(t, units, tf)
     return out
+
+
+def _numbers(terms: list, units: list, out: dict) -> None:
+    """The numeric ``terms``' frequencies: in the units holding one's text, its words
+    counted whole (each such unit cut into words once)."""
+    if not terms:
+        return
+    surfaces = {w for t in terms for w in t.surfaces}
+    for at, f in units:
+        if any(w in f for w in surfaces):
+            words = Counter(analyzer.word_bag(f))
+            for t in terms:
+                if c := sum([words[w] for w in t.surfaces]):
+                    out[t][at] = c
 
 
 def _exact(term: Term, messages: list, tf: dict) -> None:
@@ -801,7 +826,7 @@ def _line_lengths(a: Analysis) -> tuple:
 def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     """{(doc, line): {term: tf}} of the ``docs``: each match's line is the count of
     newlines before it (in C), so lines are never cut out."""
-    matcher = counted = None      # made for the first analysis that needs them
+    matcher = counted = numbers = None      # made for the first analysis that needs them
     out: dict = {}
     for e in docs:
         text = an[e].text
@@ -816,6 +841,13 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
             found = []
         else:
             found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
+            numbers = numbers if numbers is not None else [t for t in terms if _numeric(t)]
+            if numbers:         # counted whole, line by line (``_numbers``)
+                per_line: dict = {t: {} for t in numbers}
+                _numbers(numbers, list(enumerate(text.split("\n"))), per_line)
+                for t, tf in per_line.items():
+                    for k, c in tf.items():
+                        out.setdefault((e, k), {})[t] = c
         for t in terms:
             if t.kind == "c":
                 i = text.find(t.value)
