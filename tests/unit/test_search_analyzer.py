@@ -108,7 +108,7 @@ def test_word_bag_cuts_many_cjk_characters_and_numbers_as_words_does():
 
 def test_forms_lead_from_a_stem_back_to_its_words():
     s = analyzer.Stems()
-    s.known(["whales", "whale", "whaling", "sing"])
+    s.known(Counter(["whales", "whale", "whaling", "sing"]))
     assert {"whales", "whale"} <= set(s.forms("whale")) and "sing" in s.forms("sing")
     s.pin({"whale": frozenset({"whale"})})
     assert set(s.forms("whale")) == {"whale"} and not s.forms("sing")

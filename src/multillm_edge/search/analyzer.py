@@ -190,11 +190,6 @@ def cjk_terms(folded: str) -> list:
     return out
 
 
-def cjk_length(folded: str) -> int:
-    """How many CJK terms ``folded`` holds (its CJK characters: bigrams ≈ characters)."""
-    return len("".join(CJK_RE.findall(folded)))
-
-
 _VARIANTS: dict = {}     # stem of a verb -> its irregular forms; built on first use
 
 
@@ -266,14 +261,14 @@ class Stems:
         its terms' forms once, whatever later stemming empties."""
         self._pinned = forms
 
-    def known(self, words) -> dict:
-        """The word -> stem map, holding every one of ``words`` (stemmed now if new; a
-        Counter or dict of words is read by its keys, in C)."""
+    def known(self, words: dict) -> dict:
+        """The word -> stem map, holding every key of ``words`` (a Counter of words;
+        stemmed now if new)."""
         cache = self._cache
-        if isinstance(words, dict) and words.keys() <= cache.keys():    # in C, no set made
+        if words.keys() <= cache.keys():        # in C, no set made: a steady isolate
             return cache
-        missing = (words.keys() if isinstance(words, dict) else set(words)) - cache.keys()
-        if missing and len(cache) + len(missing) > STEM_CACHE_WORDS:
+        missing = words.keys() - cache.keys()
+        if len(cache) + len(missing) > STEM_CACHE_WORDS:
             self._vocabulary.clear()
             missing = set(words)
         for w in missing:

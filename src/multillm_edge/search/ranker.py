@@ -391,10 +391,6 @@ def _cjk_tfs(terms: list, messages: list) -> dict:
 
 # -- scoring -------------------------------------------------------------------------
 
-def _bm25(tf: int, norm: float) -> float:
-    return tf * (K1 + 1) / (tf + norm)
-
-
 def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
          scoring: Scoring = Scoring(), indexed: bool = False, excerpts: bool = True) -> list:
     """The ``limit`` best exchanges of ``docs`` for ``query`` (best first, newest first
@@ -577,7 +573,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
         per_doc[t] = tf
         idf = weights[t] * (qw[t] if qw else 1.0)
         for d, c in tf.items():
-            base[d] += idf * (c * k1 / (c + norms[d]))      # _bm25, inlined: the hot loop
+            base[d] += idf * (c * k1 / (c + norms[d]))      # BM25's tf part, k1 = K1 + 1
     qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
     lidf = _line_idf(per_doc, an, qw) if scoring.lidf else {}
@@ -671,7 +667,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
                 win[e] = win.get(e, 0) + c
         idf = math.log(1 + (n - len(win) + 0.5) / (len(win) + 0.5)) * scale[t]
         for e, c in win.items():
-            out[e] += idf * (c * k1 / (c + norms[e]))     # _bm25, inlined: the hot loop
+            out[e] += idf * (c * k1 / (c + norms[e]))     # BM25's tf part, k1 = K1 + 1
     return out
 
 
@@ -774,13 +770,13 @@ def _edge_words(a: Analysis, first: bool) -> Counter:
 def _pair_value(tf: dict, length: int, qidf: dict, avg: float) -> float:
     """The BM25 of a passage (its terms' frequencies and length)."""
     norm = K1 * (1 - B + B * length / avg)
-    return sum(qidf[t] * (c * (K1 + 1) / (c + norm)) for t, c in tf.items())    # _bm25
+    return sum([qidf[t] * (c * (K1 + 1) / (c + norm)) for t, c in tf.items()])
 
 
 def _best_pair(lines: list, lengths: tuple, qidf: dict, avg: float) -> float:
     """The best BM25 of two consecutive ``lines`` (term frequencies, with their
     ``lengths``); only the pairs where a line holds a term are scored."""
-    k1, best, prev = K1 + 1, 0.0, lines[0] if lines else None
+    best, prev = 0.0, lines[0] if lines else None
     for k in range(1, len(lines)):
         cur = lines[k]
         if prev or cur:
@@ -790,8 +786,7 @@ def _best_pair(lines: list, lengths: tuple, qidf: dict, avg: float) -> float:
                     tf[t] = tf.get(t, 0) + c
             else:
                 tf = prev or cur
-            norm = K1 * (1 - B + B * (lengths[k - 1] + lengths[k]) / avg)
-            value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items()])   # _bm25
+            value = _pair_value(tf, lengths[k - 1] + lengths[k], qidf, avg)
             if value > best:
                 best = value
         prev = cur
