@@ -47,6 +47,20 @@ REQUIRED = ("depth check", "decode + parse", "group bytes", "page SHA-256", "pag
 ROUNDS = 25
 
 
+def one_turn(raw: bytes, budget: int, figures: dict, recalling: bool = False, cold: bool = False):
+    """A steady chat turn's pure-CPU part: the request boundary, the plan (declaring
+    recall or not; ``cold``: no exchange analysed yet, as in a new isolate), the
+    upstream bytes and the response annotation."""
+    if cold:
+        ranker.clear_cache()
+    b = validation.parse_request("chat", raw)
+    (p,) = paging.plan_candidates("chat", b, [budget], SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION),
+                                  strip=paging.EDGE_FIELDS, recalling=recalling)
+    p.encoded("provider-model")
+    generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages, recalled=p.recall if recalling else None),
+                        "chat", figures)
+
+
 def steps(n: int) -> tuple[dict, int]:
     """name -> zero-argument callable, for an n-exchange body; and its page count."""
     raw = json.dumps(roleplay_body(n), ensure_ascii=False, separators=(",", ":")).encode()
@@ -67,14 +81,7 @@ def steps(n: int) -> tuple[dict, int]:
                "active_pages": len(plan.pages)}
 
     def whole_turn(data=raw, recalling=False, cold=False):
-        if cold:
-            ranker.clear_cache()        # a new isolate: no exchange analysed yet
-        b = validation.parse_request("chat", data)
-        (p,) = paging.plan_candidates("chat", b, [budget], ids(), strip=paging.EDGE_FIELDS,
-                                      recalling=recalling)
-        p.encoded("provider-model")
-        t = generation.Turn(pages=p.pages, recalled=p.recall if recalling else None)
-        generation.annotate(b'{"id":"x"}', t, "chat", figures)
+        one_turn(data, budget, figures, recalling, cold)
 
     # the same turn declaring recall (docs/design.md §6.2), its player asking about an
     # early port: the turn ranks every paged exchange and quotes the best
@@ -157,17 +164,10 @@ def real_chats(runtime: str) -> None:
             bodies.append((json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
                            json.dumps({**body, "capabilities": ["multillm_context_retrieve", "multillm_context_recall"]},
                                       ensure_ascii=False, separators=(",", ":")).encode()))
-    ids = SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION)
+    figures = {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1}
 
     def one(raw: bytes, recalling: bool, cold: bool = False):
-        if cold:
-            ranker.clear_cache()
-        b = validation.parse_request("chat", raw)
-        (p,) = paging.plan_candidates("chat", b, [bench_recall.BUDGET], ids, strip=paging.EDGE_FIELDS,
-                                      recalling=recalling)
-        p.encoded("provider-model")
-        generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages, recalled=p.recall if recalling else None),
-                            "chat", {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1})
+        one_turn(raw, bench_recall.BUDGET, figures, recalling, cold)
 
     times = {"turn": 0.0, "warm": 0.0, "cold": 0.0}
     for plain, asked in bodies:
