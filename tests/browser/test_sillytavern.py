@@ -42,6 +42,21 @@ def open_drawer(pg, button: str, content: str):
     pg.locator(content).wait_for(state="visible")
 
 
+def open_stored_context(pg):
+    """The extension's Stored context panel, opened (its search box showing)."""
+    open_drawer(pg, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    panel = pg.locator("#multillm_stored_context")
+    if not panel.locator("#multillm_search_query").is_visible():
+        panel.locator(".inline-drawer-toggle").click()
+    return panel
+
+
+def search_for(pg, query: str):
+    """A search from the Stored context panel's box, as a player types it."""
+    pg.fill("#multillm_search_query", query)
+    pg.press("#multillm_search_query", "Enter")
+
+
 def close_drawers(pg):
     """Close every open panel by its own toggle (a click on the chat lands on a panel
     that covers it, which keeps it open)."""
@@ -423,12 +438,8 @@ def test_the_model_searches_stored_context_and_reads_back_the_exchange_it_found(
 
 
 def test_the_player_searches_the_stored_context_panel_and_opens_an_exchange(page, edge):
-    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
-    panel = page.locator("#multillm_stored_context")
-    if not panel.locator("#multillm_search_query").is_visible():
-        panel.locator(".inline-drawer-toggle").click()
-    page.fill("#multillm_search_query", "0007")
-    page.press("#multillm_search_query", "Enter")
+    panel = open_stored_context(page)
+    search_for(page, "0007")
     hit = panel.locator(".multillm-search-hit").first
     hit.wait_for(timeout=30_000)
     # Exchange hits: "N of X stored exchanges in M pages" (an edge before exchanges_searched: pages).
@@ -456,8 +467,7 @@ def test_the_player_searches_the_stored_context_panel_and_opens_an_exchange(page
     assert any("u-0007" in t or "a-0007" in t for t in view.all_inner_texts())
     panel.screenshot(path=str(DOCS / "sillytavern-stored-context.png"))
     # A query nothing matches says so.
-    page.fill("#multillm_search_query", "qwzxv")
-    page.press("#multillm_search_query", "Enter")
+    search_for(page, "qwzxv")
     panel.locator("#multillm_search_results > small").filter(has_text="No stored exchange matches").wait_for()
     close_drawers(page)
 
@@ -491,12 +501,8 @@ def test_the_extension_calls_the_edge_directly_once_the_edge_lists_sillytavern(p
     page.on("request", lambda r: edge_calls.append((r.method, r.url)) if "/v1/" in r.url else None)
     set_proxy(page, False)
     try:
-        open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
-        panel = page.locator("#multillm_stored_context")
-        if not panel.locator("#multillm_search_query").is_visible():
-            panel.locator(".inline-drawer-toggle").click()
-        page.fill("#multillm_search_query", "0009")
-        page.press("#multillm_search_query", "Enter")
+        panel = open_stored_context(page)
+        search_for(page, "0009")
         hit = panel.locator(".multillm-search-hit").first
         hit.wait_for(timeout=30_000)
         assert "0009" in hit.locator(".multillm-search-excerpt").inner_text()
@@ -816,10 +822,7 @@ def test_recalled_moments_are_counted_and_listed_as_the_wire_contract_says(page,
             page_id, exchange = where["moment"]
             recalled = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.recall")
             assert [(m["page_id"], m["exchange"]) for m in recalled] == [(page_id, exchange)]
-            open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
-            panel = page.locator("#multillm_stored_context")
-            if not panel.locator("#multillm_search_query").is_visible():
-                panel.locator(".inline-drawer-toggle").click()
+            panel = open_stored_context(page)
             [moment] = panel.locator("#multillm_recall_list .multillm-recall-moment").all()
             assert panel.locator("#multillm_recall_list > small").inner_text() == \
                 "1 moment brought back for the latest message, most relevant first:"
@@ -909,10 +912,7 @@ def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
     marker = next(m["content"] for m in upstream["messages"] if marker_ids(m.get("content")))
     assert "silver compass" in (marker if isinstance(marker, str) else json.dumps(marker, ensure_ascii=False))
     # The Stored context panel lists the moments; Open shows the compass exchange.
-    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
-    panel = page.locator("#multillm_stored_context")
-    if not panel.locator("#multillm_search_query").is_visible():
-        panel.locator(".inline-drawer-toggle").click()
+    panel = open_stored_context(page)
     moments = panel.locator("#multillm_recall_list .multillm-recall-moment")
     assert moments.count() == count
     assert panel.locator("#multillm_recall_list > small").inner_text().startswith(
