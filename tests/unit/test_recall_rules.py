@@ -1,0 +1,46 @@
+"""Recall's rules that the plan-level tests do not single out (docs/design.md §6.2):
+the query is the latest genuine user text, a trailing tool result being none; a moment
+quoting the same words as one already chosen is left out."""
+
+import json
+
+from multillm_edge.core import paging, prepared
+from multillm_edge.core.pages import PageSigner
+
+SIGNER = PageSigner(b"recall-rules-signing-secret-0123456789")
+IDS = SIGNER.page_ids("roleplay", "p", "s", 1)
+NEEDLE = "We buried the silver compass beneath the third stone of the old mill."
+
+
+def chat(n: int, needles: tuple = (4,), ask: str = "") -> dict:
+    msgs = [{"role": "system", "content": "You are Mira."}]
+    for i in range(n):
+        said = NEEDLE if i in needles else f"Exchange {i}: the caravan moves on through dust and rain."
+        reply = "Then it stays there." if i in needles else f"Reply {i}: " + "The road is long and grey. " * 12
+        msgs += [{"role": "user", "content": said}, {"role": "assistant", "content": reply}]
+    msgs.append({"role": "user", "content": ask})
+    return {"model": "m", "messages": msgs}
+
+
+def plan(body: dict, budget: int = 6000):
+    return paging.plan_candidates("chat", body, [budget], IDS, recalling=True)[0]
+
+
+def test_the_query_is_the_user_turn_before_a_trailing_tool_result():
+    """Anthropic Messages: a user message holding only a tool_result is no new turn."""
+    ask = "Where did we bury the silver compass, by the old mill?"
+    msgs = chat(30, ask=ask)["messages"][1:]
+    tail = [{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "roll", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "17"}]}]
+    body = {"model": "m", "max_tokens": 100, "system": "You are Mira.", "messages": msgs + tail}
+    assert paging.latest_user_text(prepared.Prepared("messages", body, IDS)) == ask
+    p = paging.plan_candidates("messages", body, [6000], IDS, recalling=True)[0]
+    assert p.recall and any(NEEDLE in json.dumps(m.lines) for m in p.recall)
+
+
+def test_a_moment_with_the_same_words_as_one_chosen_is_left_out():
+    once = plan(chat(30, needles=(4,), ask="Where did we bury the silver compass, by the old mill?"))
+    twice = plan(chat(30, needles=(4, 9), ask="Where did we bury the silver compass, by the old mill?"))
+    # the two needle exchanges say the same words: quoted once, as when said once
+    assert [m.lines for m in twice.recall] == [m.lines for m in once.recall]
+    assert sum(NEEDLE in json.dumps(m.lines) for m in twice.recall) == 1
