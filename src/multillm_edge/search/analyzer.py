@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
+from collections import _count_elements   # Counter's counting loop (C in CPython, Pyodide)
 from typing import NamedTuple
 
 import snowballstemmer
@@ -153,6 +154,15 @@ def word_bag(folded: str) -> list:
     return WORD_RE.findall(folded) if spaced is None else spaced.split()
 
 
+def counts(words) -> dict:
+    """word -> how often ``words`` holds it: ``Counter(words)`` as a plain dict, counted
+    by Counter's own C loop without its Python-level constructor (a steady cost per
+    exchange and per line; ``collections`` falls back to Python where C is absent)."""
+    out: dict = {}
+    _count_elements(out, words)
+    return out
+
+
 def line_bags(folded: str) -> list:
     """``[word_bag(line) for line in folded.split("\\n")]``, cut in one pass."""
     spaced = _spaced(folded, _ASCII_SPACE_LINES)
@@ -262,7 +272,7 @@ class Stems:
         self._pinned = forms
 
     def known(self, words: dict) -> dict:
-        """The word -> stem map, holding every key of ``words`` (a Counter of words;
+        """The word -> stem map, holding every key of ``words`` (word counts;
         stemmed now if new)."""
         cache = self._cache
         if words.keys() <= cache.keys():        # in C, no set made: a steady isolate

@@ -55,7 +55,7 @@ next to one of them lends only its edge line.
 
 Indexed ranking (``indexed=True``: auto-recall, which ranks mostly the same exchanges
 turn after turn): each exchange's words are counted once, in C (``analyzer.word_bag``:
-a bytes translation and a split, the same words as ``WORD_RE``; ``Counter``), each word
+a bytes translation and a split, the same words as ``WORD_RE``; ``analyzer.counts``), each word
 registered in the isolate's vocabulary (``analyzer.Stems``: word -> stem, stem -> its
 forms); a term's frequency is the sum of its forms' counts, looked up. Its lines' word
 counts are made the first time its passages are scored; an edge or question line's,
@@ -76,6 +76,8 @@ import math
 import re
 from collections import Counter, OrderedDict, deque
 from functools import partial
+from itertools import compress
+from operator import not_
 from typing import NamedTuple, Sequence
 
 from . import analyzer
@@ -139,13 +141,13 @@ class Index:
     stem: analyzer.Stems.forms), looked up, not scanned for."""
     __slots__ = ("words", "generation", "lines", "line_lengths", "edges", "extra", "cached")
 
-    def __init__(self, words: Counter, generation: int):
+    def __init__(self, words: dict, generation: int):
         self.words = words              # word -> count
         self.generation = generation    # of the vocabulary its words are registered in
-        self.lines: tuple | None = None         # a Counter of words per line, made the
+        self.lines: tuple | None = None         # word counts per line, made the
         self.line_lengths: tuple | None = None  # first time its passages are scored
         self.edges: dict = {}   # first line (True), last (False), question ("?") -> its
-                                # Counter, made the first time it is needed
+                                # word counts, made the first time it is needed
         self.extra = 0          # cache units of those lines' counts (``_grow``)
         self.cached = False     # in the cache (what it grows counts against the bound)
 
@@ -186,20 +188,26 @@ def _indexed(a: Analysis, stems) -> Analysis:
 
 
 def _index(text: str, stems) -> Index:
-    """The words of ``text`` counted (in C: ``word_bag``, ``Counter``), each registered
+    """The words of ``text`` counted (in C: ``word_bag``, ``analyzer.counts``), each registered
     in the isolate's vocabulary (stemmed once per isolate: analyzer.Stems)."""
-    words = Counter(analyzer.word_bag(text))
+    words = analyzer.counts(analyzer.word_bag(text))
     stems.known(words)
     return Index(words, stems.generation)
 
 
-def _line_words(a: Analysis, stems) -> tuple:
-    """Each line's Counter of words (made once, kept with the index)."""
+def _line_words(a: Analysis) -> tuple:
+    """Each line's word counts (made once, in C, kept with the index)."""
     index = a.index
     if index.lines is None:
-        index.lines = tuple(map(Counter, analyzer.line_bags(a.text)))
+        index.lines = tuple(map(analyzer.counts, analyzer.line_bags(a.text)))
         _grow(index, index.lines)
     return index.lines
+
+
+def _line_terms(lines: tuple, counted) -> dict:
+    """{line: {term: tf}} of the ``lines`` (word counts) holding a term: those
+    found in C (``counted.every``: the terms' forms), then ``counted``."""
+    return {k: counted(lines[k]) for k in compress(range(len(lines)), map(not_, map(counted.every.isdisjoint, lines)))}
 
 
 #: The cache's bound, in code points of folded text (≤ 4 bytes each) plus
@@ -331,7 +339,7 @@ def _matcher(terms: list, stems):
 
 
 def _word_tfs(terms: list, units: list, stems) -> dict:
-    """{term: {(doc, unit): tf}} for the word terms."""
+    """{term: {doc: tf}} for the word terms (``units``: (doc, its text))."""
     out = {t: {} for t in terms if t.kind == "w"}
     _numbers([t for t in out if _numeric(t)], units, out)
     scan, term_of = _matcher(terms, stems)
@@ -411,7 +419,7 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     if not terms or not docs or limit < 1:
         return []
     an = _analyses(docs, keys, indexed, stems)
-    units = [((d, 0), a.text) for d, a in enumerate(an)]
+    units = [(d, a.text) for d, a in enumerate(an)]
     terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
         _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
     if indexed:
@@ -496,13 +504,13 @@ def _indexed_tfs(terms: list, an: list, units: list, forms) -> dict:
         col = [w.get(first, 0) for w in words]
         for f in others:
             col = [c + w.get(f, 0) for c, w in zip(col, words)]
-        out[t] = {(d, 0): c for d, c in enumerate(col) if c}
+        out[t] = {d: c for d, c in enumerate(col) if c}
     out.update(_cjk_tfs(terms, units))
     return out
 
 
 def _tfs(terms: list, units: list, stems) -> dict:
-    """{term: {(doc, unit): tf}}."""
+    """{term: {doc: tf}}."""
     return {**_word_tfs(terms, units, stems), **_cjk_tfs(terms, units)}
 
 
@@ -547,7 +555,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
         # every exchange holding a query term stays ranked
         held = Counter()
         for t in terms:
-            for (d, _), c in tfs[t].items():
+            for d, c in tfs[t].items():
                 if d + 1 in asked:
                     held[d] += c
         movers = {d for d, (_, got) in asked.items() if held[d - 1] > sum(got.values())}
@@ -558,7 +566,7 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
     avg = sum(lengths) / n or 1.0
     k1, norms = K1 + 1, [K1 * (1 - B + B * length / avg) for length in lengths]
     for t in terms:
-        tf = {d: c for (d, _), c in tfs[t].items()}
+        tf = dict(tfs[t])
         for d, (_, got) in asked.items():
             if t in got:
                 tf[d] = tf.get(d, 0) + got[t]
@@ -602,8 +610,8 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
     which is expanded with that line — document expansion by the question a text
     answers, as FAQ and community-QA retrieval match the question to return its answer.
     Only exchanges holding a query term are looked at, and only their last line."""
-    held = set().union(*(tfs[t] for t in terms))        # (exchange, 0) keys
-    asking = [d for d, a in enumerate(an[:-1]) if a.question and (d, 0) in held]
+    held = set().union(*(tfs[t] for t in terms))
+    asking = [d for d, a in enumerate(an[:-1]) if a.question and d in held]
     out, last = {}, []
     counted = _counted(terms, stems) if all(t.kind == "w" for t in terms) else None
     for d in asking:
@@ -613,7 +621,7 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
             continue
         words = index.edges.get("?")      # indexed: the line's words counted once, kept
         if words is None:
-            words = index.edges["?"] = Counter(analyzer.word_bag(line))
+            words = index.edges["?"] = analyzer.counts(analyzer.word_bag(line))
             _grow(index, (words,))
         if counted is None:             # CJK terms too: counted in its text
             one = Index(words, index.generation)
@@ -645,13 +653,17 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
     count together."""
     n = len(an)
     lens = [a.length for a in an]
-    wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
+    shifted = before == after == 1 and n > 1      # the default window: shifted lists, in C
+    if shifted:
+        wl = [a + b + c for a, b, c in zip([0] + lens[:-1], lens, lens[1:] + [0])]
+    else:
+        wl = [sum(lens[max(0, d - before):d + after + 1]) for d in range(n)]
     avg = sum(wl) / n or 1.0
     norms = [K1 * (1 - B + B * w / avg) for w in wl]      # each window's, once
     out = [0.0] * n
     k1 = K1 + 1
-    if before == after == 1 and n > 1:     # the default window: sums of shifted lists
-        for t, tf in per_doc.items():
+    for t, tf in per_doc.items():
+        if shifted and 3 * len(tf) > n:     # a term in most windows: every window, as lists
             at = [0] * n
             for d, c in tf.items():
                 at[d] = c
@@ -659,9 +671,8 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
             held = n - win.count(0)
             idf = math.log(1 + (n - held + 0.5) / (held + 0.5)) * scale[t]
             out = [o + (idf * (c * k1 / (c + m)) if c else 0.0) for o, c, m in zip(out, win, norms)]
-        return out
-    for t, tf in per_doc.items():
-        win: dict = {}
+            continue
+        win: dict = {}      # else the windows holding it, the same figures
         for d, c in tf.items():
             for e in range(max(0, d - after), min(n, d + before + 1)):
                 win[e] = win.get(e, 0) + c
@@ -718,7 +729,7 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
                 own = own + (after[1],)
             elif lines[-1]:
                 got = _pair_value(lines[-1], own[-1], qidf, avg)
-            got = max(got, _best_pair(lines, own, qidf, avg))
+            got = max(got, _best_pair({k: tf for k, tf in enumerate(lines) if tf}, own, qidf, avg))
         if got > 0.0:
             best[d] = got
     return best
@@ -726,26 +737,43 @@ def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) 
 
 def _indexed_passages(top: list, an: list, terms: list, qidf: dict, avg: float, stems) -> dict:
     """``_passages`` of line pairs when every exchange involved is indexed and every
-    term is a word: each term's count per line read from the lines' word counts (its
-    forms), with no per-line dict; the same figures."""
-    n, wanted, best = len(an), set(top), {}
+    term is a word: the lines holding a term found in C in their word counts (a scored
+    neighbour's too; an edge line's alone), their terms looked up; the same figures."""
+    n, best = len(an), {}
     counted = _counted(terms, stems)
+    lines_of: dict = {d: None for d in top}     # a scored exchange's {line: tf}, once
+
+    def own(e: int) -> dict:
+        got = lines_of[e]
+        if got is None:
+            got = lines_of[e] = _line_terms(_line_words(an[e]), counted)
+        return got
+
     for d in top:
-        counts = list(_line_words(an[d], stems))
-        lengths = _line_lengths(an[d])
-        if d > 0:       # the line before: the previous exchange's last
+        lines, lengths = own(d), _line_lengths(an[d])
+        if d > 0:       # the line before, at -1: the previous exchange's last
             prev = an[d - 1]
-            counts.insert(0, _line_words(prev, stems)[-1] if d - 1 in wanted else _edge_words(prev, False))
-            lengths = (_line_lengths(prev)[-1] if d - 1 in wanted else len(_edge_text(prev.text, False)),) + lengths
+            if d - 1 in lines_of:
+                tf, length = own(d - 1).get(prev.lines - 1), _line_lengths(prev)[-1]
+            else:
+                tf, length = counted(_edge_words(prev, False)), len(_edge_text(prev.text, False))
+            lines = {k + 1: v for k, v in lines.items()}
+            if tf:
+                lines[0] = tf
+            lengths = (length,) + lengths
         single = d + 1 >= n      # the last line of the conversation may stand alone
         if not single:
             nxt = an[d + 1]
-            counts.append(_line_words(nxt, stems)[0] if d + 1 in wanted else _edge_words(nxt, True))
-            lengths = lengths + (_line_lengths(nxt)[0] if d + 1 in wanted else len(_edge_text(nxt.text, True)),)
-        lines = list(map(counted, counts))
+            if d + 1 in lines_of:
+                tf, length = own(d + 1).get(0), _line_lengths(nxt)[0]
+            else:
+                tf, length = counted(_edge_words(nxt, True)), len(_edge_text(nxt.text, True))
+            if tf:
+                lines[len(lengths)] = tf
+            lengths = lengths + (length,)
         got = _best_pair(lines, lengths, qidf, avg)
-        if single and lines[-1]:
-            got = max(got, _pair_value(lines[-1], lengths[-1], qidf, avg))
+        if single and (last := lines.get(len(lengths) - 1)):
+            got = max(got, _pair_value(last, lengths[-1], qidf, avg))
         if got > 0.0:
             best[d] = got
     return best
@@ -758,11 +786,11 @@ def _edge_text(text: str, first: bool) -> str:
     return text[text.rfind("\n") + 1:]
 
 
-def _edge_words(a: Analysis, first: bool) -> Counter:
+def _edge_words(a: Analysis, first: bool) -> dict:
     """The word counts of the first or last line of an indexed ``a`` (kept with it)."""
     counts = a.index.edges.get(first)
     if counts is None:
-        counts = a.index.edges[first] = Counter(analyzer.word_bag(_edge_text(a.text, first)))
+        counts = a.index.edges[first] = analyzer.counts(analyzer.word_bag(_edge_text(a.text, first)))
         _grow(a.index, (counts,))
     return counts
 
@@ -773,23 +801,29 @@ def _pair_value(tf: dict, length: int, qidf: dict, avg: float) -> float:
     return sum([qidf[t] * (c * (K1 + 1) / (c + norm)) for t, c in tf.items()])
 
 
-def _best_pair(lines: list, lengths: tuple, qidf: dict, avg: float) -> float:
-    """The best BM25 of two consecutive ``lines`` (term frequencies, with their
-    ``lengths``); only the pairs where a line holds a term are scored."""
-    best, prev = 0.0, lines[0] if lines else None
-    for k in range(1, len(lines)):
-        cur = lines[k]
-        if prev or cur:
-            if prev and cur:
-                tf = dict(prev)
-                for t, c in cur.items():
-                    tf[t] = tf.get(t, 0) + c
-            else:
-                tf = prev or cur
-            value = _pair_value(tf, lengths[k - 1] + lengths[k], qidf, avg)
+def _best_pair(lines: dict, lengths: tuple, qidf: dict, avg: float) -> float:
+    """The best BM25 of two consecutive lines (``lines``: {line: term frequencies} of
+    those holding a term, ``lengths``: every line's): two holding lines together, or one
+    with the shorter of its neighbours holding none (the longer scores less: BM25 falls
+    with length); ``_pair_value``, inlined."""
+    best, last, get = 0.0, len(lengths) - 1, lines.get
+    k1 = K1 + 1
+    for h in sorted(lines):
+        tf = lines[h]
+        if (nxt := get(h + 1)) is not None:         # h and h + 1 together
+            merged = dict(tf)
+            for t, c in nxt.items():
+                merged[t] = merged.get(t, 0) + c
+            norm = K1 * (1 - B + B * (lengths[h] + lengths[h + 1]) / avg)
+            value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in merged.items()])
             if value > best:
                 best = value
-        prev = cur
+        partner = min([lengths[e] for e in (h - 1, h + 1) if 0 <= e <= last and e not in lines], default=None)
+        if partner is not None:                     # h with a neighbour holding none
+            norm = K1 * (1 - B + B * (lengths[h] + partner) / avg)
+            value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items()])
+            if value > best:
+                best = value
     return best
 
 
@@ -830,9 +864,8 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
             scan, term_of = matcher
         if an[e].index is not None:      # indexed: words looked up, CJK counted below
             counted = counted or _counted(terms, stems)
-            for k, words in enumerate(_line_words(an[e], stems)):
-                if got := counted(words):
-                    out[(e, k)] = got
+            for k, got in _line_terms(_line_words(an[e]), counted).items():
+                out[(e, k)] = got
             found = []
         else:
             found = [(m.start(), term_of(m.group())) for m in scan.finditer(text)] if scan else []
@@ -856,15 +889,20 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     return out
 
 
+def _forms(terms: list, stems) -> list:
+    """[(word term, its forms)]: the words counted as it (pinned by the ranking)."""
+    return [(t, tuple(stems.forms(t.value))) for t in terms if t.kind == "w"]
+
+
 def _counted(terms: list, stems):
     """word counts of a line -> its word terms' frequencies (the counts of their forms,
     pinned by the ranking), in the terms' order; {} when it holds none."""
-    forms = [(t, tuple(stems.forms(t.value))) for t in terms if t.kind == "w"]
+    forms = _forms(terms, stems)
     every = frozenset(f for _, fs in forms for f in fs)
     one = [(t, fs[0] if len(fs) == 1 else fs) for t, fs in forms]     # a word, or several
     empty: dict = {}
 
-    def tfs(words: Counter) -> dict:
+    def tfs(words: dict) -> dict:
         if words.keys().isdisjoint(every):      # in C: most lines hold no term
             return empty
         got = {}
@@ -873,13 +911,14 @@ def _counted(terms: list, stems):
             if c:
                 got[t] = c
         return got
+    tfs.every = every
     return tfs
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
     if not total:
         return 0.0
-    held = sum(w for t, w in weights.items() if (d, 0) in tfs[t])     # an exchange is unit 0
+    held = sum(w for t, w in weights.items() if d in tfs[t])
     return round(held / total, 4)
 
 
