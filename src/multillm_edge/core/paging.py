@@ -311,23 +311,26 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     """The genuine exchanges ``fit`` pages, oldest first, as recall ranks them: each
     with its page (its own or its block's: the pages this fit's plan is made of, so
     no digest is computed twice) and its item offset there; its analysis is cached
-    under (the page's SHA-256, that offset)."""
+    under (the page's SHA-256, that offset). Made page by page, each ``Paged`` with
+    no Python frame (a steady turn makes one per paged exchange)."""
     groups, items, pageable = prep.groups, prep.items, prep.pageable
-    chosen = pageable[:fit.k]
-    first_of = {}
+    spans, at = [], 0       # (first, last) positions in ``pageable``: blocks, singles between
     for a, b in fit.blocks:
-        page = prep.block_page(pageable[a], pageable[b])
-        for i in range(a, b + 1):
-            first_of[i] = (pageable[a], page)
-    singles = [gi for i, gi in enumerate(chosen) if i not in first_of]
+        spans.extend([(i, i) for i in range(at, a)])
+        spans.append((a, b))
+        at = b + 1
+    spans.extend([(i, i) for i in range(at, fit.k)])
+    singles = [pageable[a] for a, b in spans if a == b]
     own = dict(zip(singles, prep.pages(singles)))
-    out = []
-    for i, gi in enumerate(chosen):
-        g = groups[gi]
-        if g.kind == _formats.EXCHANGE:
-            first, page = first_of.get(i) or (gi, own[gi])
-            offset = g.start - groups[first].start
-            out.append(recall.Paged(items[g.start:g.end], (page.sha256, offset), page, offset))
+    out, paged, exchange = [], tuple.__new__, _formats.EXCHANGE
+    for a, b in spans:
+        page = own[pageable[a]] if a == b else prep.block_page(pageable[a], pageable[b])
+        sha, base = page.sha256, groups[pageable[a]].start
+        for gi in pageable[a:b + 1]:
+            g = groups[gi]
+            if g.kind == exchange:
+                offset = g.start - base
+                out.append(paged(recall.Paged, (items[g.start:g.end], (sha, offset), page, offset)))
     return out
 
 

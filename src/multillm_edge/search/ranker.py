@@ -177,10 +177,8 @@ def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
 
 def _question(text: str) -> str:
     """The last line of ``text`` when it asks (ends with "?", trailing space aside)."""
-    end = len(text)
-    while end and text[end - 1].isspace():
-        end -= 1
-    return text[text.rfind("\n", 0, end) + 1:end] if end and text[end - 1] == "?" else ""
+    text = text.rstrip()
+    return text[text.rfind("\n") + 1:] if text.endswith("?") else ""
 
 
 def _indexed(a: Analysis, stems) -> Analysis:
