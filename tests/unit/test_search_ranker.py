@@ -188,7 +188,10 @@ def test_a_question_ending_an_exchange_counts_for_the_answer_after_it():
 def test_line_idf_weighs_a_word_in_every_exchange_but_few_lines():
     an = [ranker.analyze(doc("Ana: a\nBo: b\nBo: c\nBo: d")) for _ in range(4)]
     per_doc = {"ana": {d: 1 for d in range(4)}}
-    assert ranker._line_idf(per_doc, an, None)["ana"] > 0.5
+    per_line = [a.lines for a in an]
+    assert ranker._line_idf(per_doc, per_line, None, {})["ana"] > 0.5
+    # a dense term's column counts the same
+    assert ranker._line_idf(per_doc, per_line, None, {"ana": [1] * 4}) == ranker._line_idf(per_doc, per_line, None, {})
 
 
 def test_an_indexed_ranking_is_the_same_after_the_vocabulary_is_emptied(monkeypatch):

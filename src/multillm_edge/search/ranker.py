@@ -76,8 +76,6 @@ import math
 import re
 from collections import Counter, OrderedDict, deque
 from functools import partial
-from itertools import compress
-from operator import not_
 from typing import NamedTuple, Sequence
 
 from . import analyzer
@@ -203,9 +201,10 @@ def _line_words(a: Analysis) -> tuple:
 
 
 def _line_terms(lines: tuple, counted) -> dict:
-    """{line: {term: tf}} of the ``lines`` (word counts) holding a term: those
-    found in C (``counted.every``: the terms' forms), then ``counted``."""
-    return {k: counted(lines[k]) for k in compress(range(len(lines)), map(not_, map(counted.every.isdisjoint, lines)))}
+    """{line: {term: tf}} of the ``lines`` (word counts) holding a term (one of
+    ``counted.every``, the terms' forms: checked in C), in order."""
+    every, count = counted.every, counted.holding
+    return {k: count(words) for k, words in enumerate(lines) if not words.keys().isdisjoint(every)}
 
 
 #: The cache's bound, in code points of folded text (≤ 4 bytes each) plus
@@ -417,7 +416,10 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     if not terms or not docs or limit < 1:
         return []
     an = _analyses(docs, keys, indexed, stems)
-    units = [(d, a.text) for d, a in enumerate(an)]
+    cjk = any(t.kind == "c" for t in terms)
+    # (exchange, its text): what a scan, a CJK count or a cap on terms reads
+    units = ([(d, a.text) for d, a in enumerate(an)]
+             if not indexed or cjk or scoring.prf or len(terms) > MAX_TERMS else None)
     terms = _rarest([t for t in terms if t.kind == "w"], units, MAX_TERMS) + \
         _rarest([t for t in terms if t.kind == "c"], units, MAX_CJK_TERMS)
     if indexed:
@@ -498,12 +500,17 @@ def _indexed_tfs(terms: list, an: list, units: list, forms) -> dict:
     for t in terms:
         if t.kind != "w":
             continue
-        first, *others = forms(t.value) or ("",)
+        got = forms(t.value)
+        if not got:         # no word of these exchanges has its stem
+            out[t] = {}
+            continue
+        first, *others = got
         col = [w.get(first, 0) for w in words]
         for f in others:
             col = [c + w.get(f, 0) for c, w in zip(col, words)]
         out[t] = {d: c for d, c in enumerate(col) if c}
-    out.update(_cjk_tfs(terms, units))
+    if units is not None:
+        out.update(_cjk_tfs(terms, units))
     return out
 
 
@@ -544,8 +551,9 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
     """(each document's score, each found term's idf); ``qw``: the terms' weights."""
     n = len(an)
     base = [0.0] * n
-    weights, per_doc = {}, {}
-    lengths = [a.length for a in an]
+    weights, per_doc, cols = {}, {}, {}
+    sizes, per_line = [a.length for a in an], [a.lines for a in an]
+    lengths = list(sizes)
     asked = _asked(terms, tfs, an, stems) if scoring.asked else {}
     movers = set()      # answers whose question leaves its own exchange (moved, not copied)
     if scoring.asked == ASK_MOVE and asked:
@@ -578,17 +586,20 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
         weights[t] = math.log(1 + (n - len(tf) + 0.5) / (len(tf) + 0.5))
         per_doc[t] = tf
         idf = weights[t] * (qw[t] if qw else 1.0)
+        if _dense(tf, n):     # in most exchanges: as a column, in list passes
+            get = tf.get
+            cols[t] = col = [get(d, 0) for d in range(n)]
+            base = [b + idf * (c * k1 / (c + m)) if c else b for b, c, m in zip(base, col, norms)]
+            continue
         for d, c in tf.items():
             base[d] += idf * (c * k1 / (c + norms[d]))      # BM25's tf part, k1 = K1 + 1
     qidf = {t: w * (qw[t] if qw else 1.0) for t, w in weights.items()}
     scores = list(base)
-    lidf = _line_idf(per_doc, an, qw) if scoring.lidf else {}
+    lidf = _line_idf(per_doc, per_line, qw, cols) if scoring.lidf else {}
     if scoring.window:
         scale = {t: qw[t] if qw else 1.0 for t in per_doc}
-        wins = _windows(per_doc, an, scoring.before, scoring.after, scale)
-        for d, w in enumerate(wins):
-            if base[d]:
-                scores[d] += scoring.window * w
+        wins = _windows(per_doc, sizes, scoring.before, scoring.after, scale, cols)
+        scores = [s + scoring.window * w if b else s for s, w, b in zip(scores, wins, base)]
     if scoring.neighbour:
         for d in range(n):
             if base[d]:
@@ -596,7 +607,8 @@ def _scores(terms: list, tfs: dict, an: list, scoring: Scoring, stems, qw: dict 
     if scoring.passage:
         top = _best(scores, scoring.rerank)     # an exchange scores iff its base does
         pidf = lidf if scoring.lidf else qidf
-        got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems)
+        avg = sum(sizes) / (sum(per_line) or 1) * (2 if scoring.pairs else 1)   # a line's, a pair's
+        got = _passages(top, an, list(pidf), pidf, scoring.pairs, stems, avg)
         for d, p in got.items():
             scores[d] += scoring.passage * p
     return scores, weights
@@ -632,25 +644,34 @@ def _asked(terms: list, tfs: dict, an: list, stems) -> dict:
     return out
 
 
-def _line_idf(per_doc: dict, an: list, qw: dict | None) -> dict:
+def _line_idf(per_doc: dict, per_line: list, qw: dict | None, cols: dict) -> dict:
     """Each term's idf with the line as the document (sentence retrieval): its line
     frequency is taken as ``min(tf, lines)`` per exchange (a line seldom says a word
-    twice), so no line is cut out for it."""
-    per_line = [a.lines for a in an]
+    twice), so no line is cut out for it. ``per_line``: each exchange's lines; ``cols``:
+    a dense term's frequencies as a column."""
     lines = sum(per_line)
     out = {}
     for t, tf in per_doc.items():
-        df = min(lines, sum(map(min, tf.values(), map(per_line.__getitem__, tf))))
+        col = cols.get(t)
+        held = sum(map(min, col, per_line)) if col is not None else sum(
+            map(min, tf.values(), map(per_line.__getitem__, tf)))
+        df = min(lines, held)
         out[t] = math.log(1 + (lines - df + 0.5) / (df + 0.5)) * (qw[t] if qw else 1.0)
     return out
 
 
-def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> list:
+def _dense(tf: dict, n: int) -> bool:
+    """A term in most of the ``n`` exchanges: scored in list passes over all of them
+    (cheaper than a loop over the exchanges holding it; the same figures)."""
+    return 3 * len(tf) > n
+
+
+def _windows(per_doc: dict, lens: list, before: int, after: int, scale: dict, cols: dict) -> list:
     """BM25 of each exchange's window (it, ``before`` exchanges before and ``after``
     after it, cut at the ends) among all windows: terms said across turns of one moment
-    count together."""
-    n = len(an)
-    lens = [a.length for a in an]
+    count together. ``lens``: each exchange's code points; ``cols``: a dense term's
+    frequencies as a column."""
+    n = len(lens)
     shifted = before == after == 1 and n > 1      # the default window: shifted lists, in C
     if shifted:
         wl = [a + b + c for a, b, c in zip([0] + lens[:-1], lens, lens[1:] + [0])]
@@ -661,10 +682,7 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
     out = [0.0] * n
     k1 = K1 + 1
     for t, tf in per_doc.items():
-        if shifted and 3 * len(tf) > n:     # a term in most windows: every window, as lists
-            at = [0] * n
-            for d, c in tf.items():
-                at[d] = c
+        if shifted and (at := cols.get(t)) is not None:    # in most windows: every one, as lists
             win = [a + b + c for a, b, c in zip([0] + at[:-1], at, at[1:] + [0])]
             held = n - win.count(0)
             idf = math.log(1 + (n - held + 0.5) / (held + 0.5)) * scale[t]
@@ -683,15 +701,14 @@ def _windows(per_doc: dict, an: list, before: int, after: int, scale: dict) -> l
 RERANK = Scoring().rerank    # exchanges whose passages are scored (bounds the cost)
 
 
-def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems) -> dict:
+def _passages(top: list, an: list, terms: list, qidf: dict, pairs: bool, stems, avg: float) -> dict:
     """{exchange: BM25 of its best passage} for the ``top`` exchanges. A passage is two
     consecutive lines of the conversation (a turn and what answers it: the pair may
     start in the exchange before) or one line; the terms weigh their exchange idf, the
     length is normalized by the mean line (pair) length of all the documents. A pair
     counts for both its exchanges. Only the lines holding a term and their partners are
-    looked at."""
+    looked at. ``avg``: the mean line (pair) length."""
     n, wanted = len(an), set(top)
-    avg = sum(a.length for a in an) / (sum(a.lines for a in an) or 1) * (2 if pairs else 1)
     if pairs and all(t.kind == "w" for t in terms) and all(
             an[e].index is not None for d in top for e in (d - 1, d, d + 1) if 0 <= e < n):
         return _indexed_passages(top, an, terms, qidf, avg, stems)
@@ -806,8 +823,7 @@ def _best_pair(lines: dict, lengths: tuple, qidf: dict, avg: float) -> float:
     with length); ``_pair_value``, inlined."""
     best, last, get = 0.0, len(lengths) - 1, lines.get
     k1 = K1 + 1
-    for h in sorted(lines):
-        tf = lines[h]
+    for h, tf in lines.items():
         if (nxt := get(h + 1)) is not None:         # h and h + 1 together
             merged = dict(tf)
             for t, c in nxt.items():
@@ -816,10 +832,18 @@ def _best_pair(lines: dict, lengths: tuple, qidf: dict, avg: float) -> float:
             value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in merged.items()])
             if value > best:
                 best = value
-        partner = min([lengths[e] for e in (h - 1, h + 1) if 0 <= e <= last and e not in lines], default=None)
-        if partner is not None:                     # h with a neighbour holding none
+            partner = lengths[h - 1] if h and h - 1 not in lines else -1
+        else:
+            partner = lengths[h + 1] if h < last else -1
+            if h and h - 1 not in lines and (partner < 0 or lengths[h - 1] < partner):
+                partner = lengths[h - 1]
+        if partner >= 0:                            # h with a neighbour holding none
             norm = K1 * (1 - B + B * (lengths[h] + partner) / avg)
-            value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items()])
+            if len(tf) == 1:
+                for t, c in tf.items():
+                    value = qidf[t] * (c * k1 / (c + norm))
+            else:
+                value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items()])
             if value > best:
                 best = value
     return best
@@ -900,16 +924,19 @@ def _counted(terms: list, stems):
     one = [(t, fs[0] if len(fs) == 1 else fs) for t, fs in forms]     # a word, or several
     empty: dict = {}
 
-    def tfs(words: dict) -> dict:
-        if words.keys().isdisjoint(every):      # in C: most lines hold no term
-            return empty
+    def holding(words: dict) -> dict:      # words known to hold one of ``every``
         got = {}
         for t, f in one:
             c = words.get(f, 0) if type(f) is str else sum([words.get(x, 0) for x in f])
             if c:
                 got[t] = c
         return got
-    tfs.every = every
+
+    def tfs(words: dict) -> dict:
+        if words.keys().isdisjoint(every):      # in C: most lines hold no term
+            return empty
+        return holding(words)
+    tfs.every, tfs.holding = every, holding
     return tfs
 
 
