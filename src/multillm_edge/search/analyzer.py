@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
+from bisect import bisect_left
 from collections import _count_elements   # Counter's counting loop (C in CPython, Pyodide)
 from typing import NamedTuple
 
@@ -221,21 +222,61 @@ STEM_CACHE_WORDS = 1 << 16
 _EMPTY: tuple = ()
 
 
+_VOWELS = frozenset("aeiouyаеиоуыэюя")        # Snowball's (English, Russian)
+_YING_RE = re.compile("^.ying", re.M)      # a word of words joined by newlines: ``waits``
+
+
+def waits(word: str) -> bool:
+    """Whether a word can wait to be stemmed until a stem it may have is asked for:
+    it starts with its stem's ``stem_prefix``. Snowball removes endings and rewrites at
+    most the last letter of what it keeps (``cried`` -> ``cri``, ``hoping`` ->
+    ``hope``, ``possibility`` -> ``possibl``). The rest is stemmed when met: ё
+    (Russian's stemmer folds it to е), irregular forms (``ran`` -> ``run``), and
+    Snowball's rule for a letter and ``ying`` (``dying`` -> ``die``). Property-tested
+    over Latin and Cyrillic strings."""
+    return "ё" not in word and word[1:5] != "ying" and word not in irregular.FORMS
+
+
+def stem_prefix(stem: str) -> str:
+    """What every waiting word with this stem starts with: all of it but its last
+    letter, and at least its first letter when it is a vowel, else its first two
+    (Snowball's first region starts after a vowel and the letter after it)."""
+    return stem[:max(len(stem) - 1, 1 if stem[:1] in _VOWELS else 2)]
+
+
 class Vocabulary:
-    """One configuration's words in this isolate: word -> stem, stem -> its words
-    (``forms``), and how many times it was emptied (``generation``): what an index
-    of words registered before an emptying must register again."""
-    __slots__ = ("stem_of", "forms", "generation")
+    """One configuration's words in this isolate: word -> stem (None while it waits),
+    stem -> its words (``forms``), the words waiting to be stemmed (``waiting``, sorted
+    when ``unsorted`` is False: the words of a prefix are a slice of it), and how many times
+    it was emptied (``generation``): what an index of words registered before an
+    emptying must register again."""
+    __slots__ = ("stem_of", "forms", "waiting", "unsorted", "generation")
 
     def __init__(self):
         self.stem_of: dict = {}
         self.forms: dict = {}
+        self.waiting: list = []
+        self.unsorted = False
         self.generation = 0
 
     def clear(self) -> None:
         self.stem_of.clear()
         self.forms.clear()
+        self.waiting.clear()
         self.generation += 1
+
+    def settle(self, prefix: str) -> list:
+        """The waiting words starting with ``prefix``, no longer waiting (in C: a sort
+        when words were added since, two bisections, a slice)."""
+        waiting = self.waiting
+        if self.unsorted:
+            waiting.sort()
+            self.unsorted = False
+        lo = bisect_left(waiting, prefix)
+        hi = bisect_left(waiting, prefix + "\U0010ffff", lo)
+        got = waiting[lo:hi]
+        del waiting[lo:hi]
+        return got
 
 
 _VOCABULARIES: dict = {}
@@ -244,7 +285,10 @@ _VOCABULARIES: dict = {}
 class Stems:
     """word -> stem, each distinct word stemmed once per isolate (up to
     ``STEM_CACHE_WORDS`` words per configuration, then the vocabulary starts again);
-    and back: ``forms(stem)``, the words met so far that have it."""
+    and back: ``forms(stem)``, the words met so far that have it. A word registered by
+    ``known`` is stemmed when it is met or when a stem it may have is asked for
+    (``waits``): a new isolate stems the words its queries can match, not all it
+    indexes (Snowball is pure Python: ~20 µs a word)."""
 
     def __init__(self, stem: bool = True, irregular: bool = True):
         self._on = stem
@@ -264,31 +308,50 @@ class Stems:
         stem is ``stem``; once ``pin``-ned, the pinned ones."""
         if self._pinned is not None:
             return self._pinned.get(stem, _EMPTY)
-        return self._vocabulary.forms.get(stem, _EMPTY)
+        vocabulary = self._vocabulary
+        if vocabulary.waiting and stem:     # the words that may have it: stemmed now (once)
+            cache = self._cache
+            for w in vocabulary.settle(stem_prefix(stem)):
+                if cache.get(w, "") is None:
+                    self._add(w)
+        return vocabulary.forms.get(stem, _EMPTY)
 
     def pin(self, forms: dict) -> None:
         """Answer ``forms`` from ``forms`` (stem -> words) from now on: a ranking fixes
         its terms' forms once, whatever later stemming empties."""
         self._pinned = forms
 
-    def known(self, words: dict) -> dict:
-        """The word -> stem map, holding every key of ``words`` (word counts;
-        stemmed now if new)."""
+    def known(self, words: dict) -> None:
+        """Register every key of ``words`` (word counts): a new word is stemmed now, or
+        waits (``waits``)."""
         cache = self._cache
         if words.keys() <= cache.keys():        # in C, no set made: a steady isolate
-            return cache
+            return
         missing = words.keys() - cache.keys()
+        vocabulary = self._vocabulary
         if len(cache) + len(missing) > STEM_CACHE_WORDS:
-            self._vocabulary.clear()
+            vocabulary.clear()
             missing = set(words)
-        for w in missing:
+        if not self._on:
+            for w in missing:
+                self._add(w)
+            return
+        # those that cannot wait (``waits``), found in C but where the words hold ё or "ying"
+        now = missing & irregular.FORMS.keys()
+        joined = "\n".join(missing)
+        if "ё" in joined or _YING_RE.search(joined):
+            now |= {w for w in missing if not waits(w)}
+        for w in now:
             self._add(w)
-        return cache
+        later = missing - now if now else missing
+        cache.update(dict.fromkeys(later))      # None: waiting
+        vocabulary.waiting.extend(later)
+        vocabulary.unsorted = True
 
     def __call__(self, word: str) -> str:
         s = self._cache.get(word)
-        if s is None:
-            if len(self._cache) >= STEM_CACHE_WORDS:
+        if s is None:       # new, or waiting (then left in its list: ``forms`` skips it)
+            if len(self._cache) >= STEM_CACHE_WORDS and word not in self._cache:
                 self._vocabulary.clear()
             s = self._add(word)
         return s
