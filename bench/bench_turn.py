@@ -40,19 +40,22 @@ from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER, roleplay_body  # 
 from multillm_edge import formats  # noqa: E402
 from multillm_edge.routes import generation  # noqa: E402
 from multillm_edge.core import paging, prepared, validation  # noqa: E402
-from multillm_edge.search import ranker  # noqa: E402
+from multillm_edge.search import analyzer, ranker  # noqa: E402
 
 SIZES = (50, 200, 800)
 REQUIRED = ("depth check", "decode + parse", "group bytes", "page SHA-256", "page ids")
 ROUNDS = 25
 
 
-def one_turn(raw: bytes, budget: int, figures: dict, recalling: bool = False, cold: bool = False):
+def one_turn(raw: bytes, budget: int, figures: dict, recalling: bool = False, cold: bool = False,
+             new: bool = False):
     """A steady chat turn's pure-CPU part: the request boundary, the plan (declaring
-    recall or not; ``cold``: no exchange analysed yet, as in a new isolate), the
-    upstream bytes and the response annotation."""
-    if cold:
+    recall or not; ``cold``: no exchange analysed yet; ``new``: nor any word stemmed,
+    as in a new isolate), the upstream bytes and the response annotation."""
+    if cold or new:
         ranker.clear_cache()
+    if new:
+        analyzer.forget()
     b = validation.parse_request("chat", raw)
     (p,) = paging.plan_candidates("chat", b, [budget], SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION),
                                   strip=paging.EDGE_FIELDS, recalling=recalling)
@@ -80,8 +83,8 @@ def steps(n: int) -> tuple[dict, int]:
     figures = {"active_bytes": sum(len(p.body) for p in plan.pages), "limit_bytes": 1048576,
                "active_pages": len(plan.pages)}
 
-    def whole_turn(data=raw, recalling=False, cold=False):
-        one_turn(data, budget, figures, recalling, cold)
+    def whole_turn(data=raw, recalling=False, cold=False, new=False):
+        one_turn(data, budget, figures, recalling, cold, new)
 
     # the same turn declaring recall (docs/design.md §6.2), its player asking about an
     # early port: the turn ranks every paged exchange and quotes the best
@@ -106,6 +109,7 @@ def steps(n: int) -> tuple[dict, int]:
         "turn": whole_turn,
         "turn + recall, warm": lambda: whole_turn(recall_raw, True),
         "turn + recall, cold": lambda: whole_turn(recall_raw, True, cold=True),
+        "turn + recall, new isolate": lambda: whole_turn(recall_raw, True, new=True),
     }, len(plan.pages)
 
 
@@ -140,6 +144,7 @@ def main(runtime: str = "CPython") -> int:
     # recall's targets (issue 26): warm ≤ 1.5 × the turn, cold ≤ 4 ×
     row("recall warm / turn", lambda r: f"{r['turn + recall, warm'] / r['turn']:.2f}")
     row("recall cold / turn", lambda r: f"{r['turn + recall, cold'] / r['turn']:.2f}")
+    row("recall new isolate / turn", lambda r: f"{r['turn + recall, new isolate'] / r['turn']:.2f}")
     real_chats(runtime)
     sys.stdout.flush()
     return 0
@@ -149,7 +154,7 @@ REAL_QUESTIONS = 8      # per conversation: its first questions, each the player
 
 
 def real_chats(runtime: str) -> None:
-    """The same three turns on real conversations (bench_recall's LoCoMo set, read in
+    """The same four turns on real conversations (bench_recall's LoCoMo set, read in
     place; said and skipped when absent): each conversation as one chat whose latest user
     message is one of its questions, on bench_recall's 32k window; ms summed over all."""
     import bench_recall
@@ -166,25 +171,27 @@ def real_chats(runtime: str) -> None:
                                       ensure_ascii=False, separators=(",", ":")).encode()))
     figures = {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1}
 
-    def one(raw: bytes, recalling: bool, cold: bool = False):
-        one_turn(raw, bench_recall.BUDGET, figures, recalling, cold)
+    def one(raw: bytes, recalling: bool, cold: bool = False, new: bool = False):
+        one_turn(raw, bench_recall.BUDGET, figures, recalling, cold, new)
 
-    times = {"turn": 0.0, "warm": 0.0, "cold": 0.0}
+    times = {"turn": 0.0, "warm": 0.0, "cold": 0.0, "new": 0.0}
     for plain, asked in bodies:
         one(asked, True)                # its analyses made: the warm turn follows a turn
         for _ in range(5):
             for key, f in (("turn", lambda: one(plain, False)), ("warm", lambda: one(asked, True)),
-                           ("cold", lambda: one(asked, True, True))):
+                           ("cold", lambda: one(asked, True, True)), ("new", lambda: one(asked, True, new=True))):
                 t0 = time.perf_counter()
                 f()
                 times[key] += time.perf_counter() - t0
     n = len(bodies) * 5
     print(f"\nreal chats — {runtime}: {len(conversations)} LoCoMo conversations, {len(bodies)} questions, "
           f"each the latest user message (ms per turn, means of 5 interleaved rounds)")
-    print("| turn | turn + recall, warm | turn + recall, cold | warm / turn | cold / turn |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| turn | turn + recall, warm | turn + recall, cold | turn + recall, new isolate "
+          "| warm / turn | cold / turn | new isolate / turn |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     print(f"| {times['turn'] / n * 1000:.2f} | {times['warm'] / n * 1000:.2f} | {times['cold'] / n * 1000:.2f} "
-          f"| {times['warm'] / times['turn']:.2f} | {times['cold'] / times['turn']:.2f} |")
+          f"| {times['new'] / n * 1000:.2f} | {times['warm'] / times['turn']:.2f} | {times['cold'] / times['turn']:.2f} "
+          f"| {times['new'] / times['turn']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -223,6 +223,7 @@ _EMPTY: tuple = ()
 
 
 _VOWELS = frozenset("aeiouyаеиоуыэюя")        # Snowball's (English, Russian)
+_IRREGULAR = frozenset(irregular.FORMS)
 _YING_RE = re.compile("^.ying", re.M)      # a word of words joined by newlines: ``waits``
 
 
@@ -230,11 +231,14 @@ def waits(word: str) -> bool:
     """Whether a word can wait to be stemmed until a stem it may have is asked for:
     it starts with its stem's ``stem_prefix``. Snowball removes endings and rewrites at
     most the last letter of what it keeps (``cried`` -> ``cri``, ``hoping`` ->
-    ``hope``, ``possibility`` -> ``possibl``). The rest is stemmed when met: ё
-    (Russian's stemmer folds it to е), irregular forms (``ran`` -> ``run``), and
-    Snowball's rule for a letter and ``ying`` (``dying`` -> ``die``). Property-tested
-    over Latin and Cyrillic strings."""
+    ``hope``, ``possibility`` -> ``possibl``). Not so: ё (Russian's stemmer folds it
+    to е), Snowball's rule for a letter and ``ying`` (``dying`` -> ``die``): stemmed
+    when met; irregular forms (``ran`` -> ``run``): they wait under their verb, which
+    does. Property-tested over Latin and Cyrillic strings and the irregular table."""
     return "ё" not in word and word[1:5] != "ying" and word not in irregular.FORMS
+
+
+IRREGULAR_MARK = "\x00"     # never in a word: "go\x00went" waits where go's words do
 
 
 def stem_prefix(stem: str) -> str:
@@ -282,6 +286,15 @@ class Vocabulary:
 _VOCABULARIES: dict = {}
 
 
+def forget() -> None:
+    """Empty what this module keeps for the isolate (vocabularies, memos): as in a new
+    isolate (benches, tests)."""
+    _VOCABULARIES.clear()
+    _VARIANTS.clear()
+    _CUTS.clear()
+    _simple.clear()
+
+
 class Stems:
     """word -> stem, each distinct word stemmed once per isolate (up to
     ``STEM_CACHE_WORDS`` words per configuration, then the vocabulary starts again);
@@ -312,6 +325,8 @@ class Stems:
         if vocabulary.waiting and stem:     # the words that may have it: stemmed now (once)
             cache = self._cache
             for w in vocabulary.settle(stem_prefix(stem)):
+                if IRREGULAR_MARK in w:     # an irregular form, waiting under its verb
+                    w = w[w.index(IRREGULAR_MARK) + 1:]
                 if cache.get(w, "") is None:
                     self._add(w)
         return vocabulary.forms.get(stem, _EMPTY)
@@ -327,7 +342,7 @@ class Stems:
         cache = self._cache
         if words.keys() <= cache.keys():        # in C, no set made: a steady isolate
             return
-        missing = words.keys() - cache.keys()
+        missing = set(words).difference(cache)      # O(its words), not the vocabulary's
         vocabulary = self._vocabulary
         if len(cache) + len(missing) > STEM_CACHE_WORDS:
             vocabulary.clear()
@@ -336,14 +351,21 @@ class Stems:
             for w in missing:
                 self._add(w)
             return
-        # those that cannot wait (``waits``), found in C but where the words hold ё or "ying"
-        now = missing & irregular.FORMS.keys()
-        joined = "\n".join(missing)
+        # an irregular form waits under its verb (``went`` where ``go``'s words are);
+        # what cannot wait (``waits``) is stemmed now: found in C, but where the words
+        # hold ё or a letter and "ying"
+        later = missing
+        irregular_forms = missing & _IRREGULAR if self._irregular else None
+        if irregular_forms:
+            later = missing - irregular_forms
+            cache.update(dict.fromkeys(irregular_forms))
+            vocabulary.waiting.extend([f"{irregular.FORMS[w]}{IRREGULAR_MARK}{w}" for w in irregular_forms])
+        joined = "\n".join(later)
         if "ё" in joined or _YING_RE.search(joined):
-            now |= {w for w in missing if not waits(w)}
-        for w in now:
-            self._add(w)
-        later = missing - now if now else missing
+            now = {w for w in later if not waits(w)}
+            later = later - now
+            for w in now:
+                self._add(w)
         cache.update(dict.fromkeys(later))      # None: waiting
         vocabulary.waiting.extend(later)
         vocabulary.unsorted = True
