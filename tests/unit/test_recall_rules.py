@@ -44,3 +44,27 @@ def test_a_moment_with_the_same_words_as_one_chosen_is_left_out():
     # the two needle exchanges say the same words: quoted once, as when said once
     assert [m.lines for m in twice.recall] == [m.lines for m in once.recall]
     assert sum(NEEDLE in json.dumps(m.lines) for m in twice.recall) == 1
+
+
+def test_an_exchange_a_block_page_closes_over_is_not_analysed_again(monkeypatch):
+    """Its analysis was cached under its own page's key; the turn a block page takes it
+    in, it is found there (``Paged.alone``), not made again: a steady turn analyses only
+    the exchanges newly paged."""
+    from multillm_edge.core import recall
+    from multillm_edge.search import ranker
+    ranker.clear_cache()
+    seen, made, counts = [], [], []
+    choose = recall.choose
+    monkeypatch.setattr(recall, "choose", lambda q, paged, *a: seen.append(paged) or choose(q, paged, *a))
+    analyze = ranker.analyze
+    monkeypatch.setattr(ranker, "analyze", lambda *a, **k: made.append(1) or analyze(*a, **k))
+    for n in range(30, 90, 3):
+        made.clear()
+        plan(chat(n, ask="Where did we bury the silver compass, by the old mill?"))
+        counts.append(len(made))
+    assert len(seen) == len(counts)
+    keys = [{p.items[0]["content"]: p.key for p in paged} for paged in seen]
+    # blocks did close over exchanges paged alone the turn before
+    assert sum(k != before.get(said, k) for before, after in zip(keys, keys[1:]) for said, k in after.items())
+    newly = [len(keys[0])] + [len(after.keys() - before.keys()) for before, after in zip(keys, keys[1:])]
+    assert counts == newly

@@ -311,8 +311,9 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     """The genuine exchanges ``fit`` pages, oldest first, as recall ranks them: each
     with its page (its own or its block's: the pages this fit's plan is made of, so
     no digest is computed twice) and its item offset there; its analysis is cached
-    under (the page's SHA-256, that offset). Made page by page, each ``Paged`` with
-    no Python frame (a steady turn makes one per paged exchange)."""
+    under (the page's SHA-256, that offset) — or, the turn a block page closes over it,
+    found under the key it had alone (its bytes: ``Paged.alone``). Made page by page,
+    each ``Paged`` with no Python frame (a steady turn makes one per paged exchange)."""
     groups, items, pageable = prep.groups, prep.items, prep.pageable
     spans, at = [], 0       # (first, last) positions in ``pageable``: blocks, singles between
     for a, b in fit.blocks:
@@ -322,7 +323,7 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     spans.extend([(i, i) for i in range(at, fit.k)])
     singles = [pageable[a] for a, b in spans if a == b]
     own = dict(zip(singles, prep.pages(singles)))
-    out, paged, exchange = [], tuple.__new__, _formats.EXCHANGE
+    out, paged, exchange, raw = [], tuple.__new__, _formats.EXCHANGE, prep.raw
     for a, b in spans:
         page = own[pageable[a]] if a == b else prep.block_page(pageable[a], pageable[b])
         sha, base = page.sha256, groups[pageable[a]].start
@@ -330,7 +331,8 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
             g = groups[gi]
             if g.kind == exchange:
                 offset = g.start - base
-                out.append(paged(recall.Paged, (items[g.start:g.end], (sha, offset), page, offset)))
+                out.append(paged(recall.Paged, (items[g.start:g.end], (sha, offset), page, offset,
+                                                raw[gi] if a != b else None)))
     return out
 
 

@@ -22,6 +22,8 @@ a moment is read in order, as it was said).
 
 from __future__ import annotations
 
+from functools import partial
+from hashlib import sha256
 from typing import Callable, NamedTuple, Sequence
 
 from .. import formats
@@ -55,11 +57,14 @@ class Moment(NamedTuple):
 
 class Paged(NamedTuple):
     """An exchange the plan pages: its items, ``key`` caching its analysis (its page's
-    SHA-256 and its offset there), the page holding it and its item offset there."""
+    SHA-256 and its offset there), the page holding it and its item offset there;
+    ``alone``: in a block page, its bytes as a page of its own (the key of its analysis
+    before the block closed: ``(SHA-256 of them, 0)``), else None."""
     items: list
     key: tuple
     page: object        # prepared.Page
     offset: int
+    alone: bytes | None = None
 
 
 def room(budget: int) -> int:
@@ -98,7 +103,7 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
     floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
     hits = rank(query, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING,
-                excerpts=False)
+                excerpts=False, former=partial(_former_key, paged))
     out: list = []
     for hit in hits:
         if len(out) == MAX_MOMENTS:
@@ -111,6 +116,13 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
         if size_of(text(out + [moment])) <= room_bytes:
             out.append(moment)
     return out
+
+
+def _former_key(paged: list, i: int):
+    """The key exchange ``i``'s analysis had while it was paged alone (a block page
+    closed over it since): None when it is paged alone."""
+    alone = paged[i].alone
+    return None if alone is None else (sha256(alone).hexdigest(), 0)
 
 
 def _moment(p: Paged, hit, texts: list) -> Moment | None:

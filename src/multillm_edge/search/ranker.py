@@ -397,7 +397,8 @@ def _cjk_tfs(terms: list, messages: list) -> dict:
 # -- scoring -------------------------------------------------------------------------
 
 def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
-         scoring: Scoring = Scoring(), indexed: bool = False, excerpts: bool = True) -> list:
+         scoring: Scoring = Scoring(), indexed: bool = False, excerpts: bool = True,
+         former=None) -> list:
     """The ``limit`` best exchanges of ``docs`` for ``query`` (best first, newest first
     on ties); exchanges holding no query term are left out. ``keys[i]`` (optional, e.g.
     the SHA-256 of the page and the exchange's number) caches ``docs[i]``'s analysis
@@ -410,12 +411,15 @@ def rank(query: str, docs: Sequence, limit: int = 5, *, keys: Sequence | None = 
     its word's start (``cry`` → ``cri``) or a word is glued to CJK. Each way is
     deterministic; recall always ranks indexed, the search route by the scan.
     ``excerpts=False``: hits without an excerpt (``message_index`` -1, empty texts),
-    for a caller that quotes them its own way; their documents are never read."""
+    for a caller that quotes them its own way; their documents are never read.
+    ``former(i)``: another key ``docs[i]``'s analysis may be cached under (None: none),
+    looked up when ``keys[i]`` is not and others are (an exchange whose page changed
+    since the last ranking); found, it moves to ``keys[i]``."""
     stems = analyzer.Stems(scoring.stem, scoring.irregular)
     terms = analyzer.query_terms(query, stems)
     if not terms or not docs or limit < 1:
         return []
-    an = _analyses(docs, keys, indexed, stems)
+    an = _analyses(docs, keys, indexed, stems, former)
     cjk = any(t.kind == "c" for t in terms)
     # (exchange, its text): what a scan, a CJK count or a cap on terms reads
     units = ([(d, a.text) for d, a in enumerate(an)]
@@ -450,9 +454,10 @@ def _best(scores: list, k: int) -> list:
     return order[:min(k, n - scores.count(0.0))]
 
 
-def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems) -> list:
+def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems, former=None) -> list:
     """Each document's analysis: from the cache when it holds what is needed (a steady
-    turn: one lookup each, no call), else made (``analysis``)."""
+    turn: one lookup each, no call), else under its ``former`` key (when others were
+    found: not a first ranking), else made (``analysis``)."""
     if keys is None:
         return [analyze(docs[i], indexed, stems) for i in range(len(docs))]
     out = list(map(_cache.get, keys))       # in C: a steady turn finds them all
@@ -460,9 +465,27 @@ def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems) -> li
     if len(missing) < len(out):
         skip = set(missing)
         deque(map(_cache.move_to_end, [k for i, k in enumerate(keys) if i not in skip]), 0)
+        if former is not None:
+            missing = [i for i in missing if not _moved(former(i), keys[i], out, i, indexed)]
     for i in missing:
         out[i] = analysis(partial(docs.__getitem__, i), keys[i], indexed, stems)
     return out
+
+
+def _moved(old, key, out: list, i: int, indexed: bool) -> bool:
+    """Move the analysis cached under ``old`` to ``key`` (``out[i]``), if it is there
+    with what is needed."""
+    got = _cache.get(old) if old is not None else None
+    if got is None or (indexed and got.index is None):
+        return False
+    del _cache[old]
+    prev = _cache.pop(key, None)        # an unindexed one under the new key: replaced
+    if prev is not None:
+        _cached[0] -= prev.weight
+        if prev.index is not None:
+            prev.index.cached = False
+    _cache[key] = out[i] = got
+    return True
 
 
 def _pin_forms(terms: list, an: list, stems) -> None:
