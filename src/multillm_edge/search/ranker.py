@@ -169,8 +169,11 @@ class Analysis(NamedTuple):
 
 def analyze(texts: Sequence, indexed: bool = False, stems=None) -> Analysis:
     text = analyzer.fold("\n".join([t for _, t in texts]))   # = the folds joined: "\n" is stable
-    return Analysis(text, len(text), text.count("\n") + 1, _question(text),
-                    _index(text, stems) if indexed else None)
+    return _analysis(Analysis, (text, len(text), text.count("\n") + 1, _question(text),
+                                _index(text, stems) if indexed else None))
+
+
+_analysis = tuple.__new__     # _analysis(Analysis, (...)): a NamedTuple with no Python frame
 
 
 def _question(text: str) -> str:
@@ -467,8 +470,22 @@ def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems, forme
         deque(map(_cache.move_to_end, [k for i, k in enumerate(keys) if i not in skip]), 0)
         if former is not None:
             missing = [i for i in missing if not _moved(former(i), keys[i], out, i, indexed)]
+    made = 0
     for i in missing:
-        out[i] = analysis(partial(docs.__getitem__, i), keys[i], indexed, stems)
+        got, key = out[i], keys[i]
+        if got is not None:         # cached unindexed: indexed now
+            out[i] = analysis(partial(docs.__getitem__, i), key, indexed, stems)
+            continue
+        got = _cache.get(key)       # an exchange said twice: made once
+        if got is None:
+            got = _cache[key] = analyze(docs[i], indexed, stems)
+            made += got.weight
+            if got.index is not None:
+                got.index.cached = True
+        out[i] = got
+    if made:                        # counted, and the bound kept, once
+        _cached[0] += made
+        _evict()
     return out
 
 
