@@ -116,6 +116,8 @@ CUT_CHARACTERS = 24      # distinct non-ASCII non-word characters past which WOR
 _CUTS: dict = {}         # frozenset of a text's non-ASCII characters -> _cuts
 CUT_SETS = 1024          # sets _CUTS keeps (then it starts again),
 CUT_SET_SIZE = 128       # each of at most this many characters
+_CUT_BYTES: dict = {}    # a text's non-ASCII bytes, as they are -> _cuts of their characters
+CUT_KEY_BYTES = 256      # kept for at most this many bytes (CUT_SETS of them, then emptied)
 
 
 def _kind(c: str) -> int:
@@ -182,7 +184,14 @@ def _spaced(folded: str, table: bytes) -> str | None:
     spaced = raw.translate(table).decode("utf-8", "surrogatepass")
     if len(raw) == len(folded):       # ASCII
         return spaced
-    cuts = _cuts(frozenset(raw.translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")))
+    others = raw.translate(None, _ASCII_BYTES)
+    cuts = _CUT_BYTES.get(others, _CUT_BYTES)     # the same few bytes, text after text
+    if cuts is _CUT_BYTES:
+        cuts = _cuts(frozenset(others.decode("utf-8", "surrogatepass")))
+        if len(others) <= CUT_KEY_BYTES:
+            if len(_CUT_BYTES) >= CUT_SETS:
+                _CUT_BYTES.clear()
+            _CUT_BYTES[others] = cuts
     if cuts is None:
         return None
     for c in cuts:
@@ -292,6 +301,7 @@ def forget() -> None:
     _VOCABULARIES.clear()
     _VARIANTS.clear()
     _CUTS.clear()
+    _CUT_BYTES.clear()
     _simple.clear()
 
 

@@ -55,19 +55,22 @@ next to one of them lends only its edge line.
 
 Indexed ranking (``indexed=True``: auto-recall, which ranks mostly the same exchanges
 turn after turn): each exchange's words are counted once, in C (``analyzer.word_bag``:
-a bytes translation and a split, the same words as ``WORD_RE``; ``analyzer.counts``), each word
-registered in the isolate's vocabulary (``analyzer.Stems``: word -> stem, stem -> its
-forms); a term's frequency is the sum of its forms' counts, looked up. Its lines' word
-counts are made the first time its passages are scored; an edge or question line's,
-the first time it is needed. A ranking pins its terms' forms once its indexes are
-registered (one registered before the vocabulary was last emptied registers again), so
-later stemming cannot change them.
+a bytes translation and a split, the same words as ``WORD_RE``; ``analyzer.counts``),
+each word registered in the isolate's vocabulary (``analyzer.Stems``: word -> stem,
+stem -> its forms; a word is stemmed when a stem it may have is asked for); a term's
+frequency is the sum of its forms' counts, looked up (a term in most exchanges as a
+column, in list passes). Its lines' word counts are made the first time its passages
+are scored; an edge or question line's, the first time it is needed. A ranking pins
+its terms' forms once its indexes are registered (one registered before the vocabulary
+was last emptied registers again), so later stemming cannot change them.
 
 Caching: each document's analysis (its texts joined and folded: NFKC + casefold; its
 index) can be kept across calls in a module-level LRU keyed by a caller-supplied key (a
 SHA-256), bounded by ``CACHE_CODE_POINTS`` units: a folded code point (≤ 4 bytes), or
 1/``STEM_WEIGHT`` of an entry of its word counts (the exchange's, then its lines' and
-edge lines' as they are made) — ~16 MiB at worst.
+edge lines' as they are made) — ~16 MiB at worst. A caller may name a ``former`` key
+for a document (recall: the key an exchange had before a block page closed over it):
+found there, the analysis moves.
 """
 
 from __future__ import annotations
