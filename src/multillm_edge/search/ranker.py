@@ -809,7 +809,7 @@ def _indexed_passages(top: list, an: list, terms: list, qidf: dict, avg: float, 
 
     for d in top:
         lines, lengths = own(d), _line_lengths(an[d])
-        if d > 0:       # the line before, at -1: the previous exchange's last
+        if d > 0:       # the line before first (its own lines one on): the previous exchange's last
             prev = an[d - 1]
             if d - 1 in lines_of:
                 tf, length = own(d - 1).get(prev.lines - 1), _line_lengths(prev)[-1]
@@ -819,6 +819,8 @@ def _indexed_passages(top: list, an: list, terms: list, qidf: dict, avg: float, 
             if tf:
                 lines[0] = tf
             lengths = (length,) + lengths
+        else:
+            lines = dict(lines)     # its own: the kept one is read by its neighbours
         single = d + 1 >= n      # the last line of the conversation may stand alone
         if not single:
             nxt = an[d + 1]
