@@ -124,10 +124,12 @@ class Edge:
     def __exit__(self, *exc):
         self.stop()
 
-    def wait_for_log(self, predicate, timeout=5.0):
+    def wait_for_log(self, predicate, timeout=5.0, since=0):
+        """The log records after the first ``since`` that match ``predicate``, once one
+        does ([] after ``timeout``): a request's line may follow its answer."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = [r for r in self.logs() if predicate(r)]
+            found = [r for r in self.logs()[since:] if predicate(r)]
             if found:
                 return found
             time.sleep(0.05)

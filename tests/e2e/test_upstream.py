@@ -78,9 +78,10 @@ def player(edge):
 
 
 def generate_log(edge, since: int) -> dict:
-    found = edge.wait_for_log(lambda r: r.get("route") == "generate", timeout=5)
-    gen = [r for r in edge.logs()[since:] if r.get("route") == "generate"]
-    assert found and gen, edge.output()[-2000:]
+    """The last generate line logged after the first ``since`` (waited for: it may
+    follow the answer)."""
+    gen = edge.wait_for_log(lambda r: r.get("route") == "generate", timeout=5, since=since)
+    assert gen, edge.output()[-2000:]
     return gen[-1]
 
 
