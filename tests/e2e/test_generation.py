@@ -452,11 +452,12 @@ def test_x_api_key_header_is_accepted(edge, provider, player):
 
 def test_candidate_whose_window_cannot_hold_protected_content_is_skipped(edge, provider, player):
     body = rp.chat_body(10, model="fake:tiny", tag="FB", models=[MODEL])
+    since = len(edge.logs())
     r = post(edge, player, body)
     assert r.status_code == 200, r.text
     assert len(provider.received) == 1
     assert provider.received[0].json()["model"] == MODEL
-    logs = edge.wait_for_log(lambda rec: rec.get("route") == "generate" and "skipped" in rec)
+    logs = edge.wait_for_log(lambda rec: rec.get("route") == "generate" and "skipped" in rec, since=since)
     assert logs and logs[-1]["skipped"] == ["context_window_exceeded"] and logs[-1]["model_index"] == 1
 
 
