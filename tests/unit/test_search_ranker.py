@@ -235,6 +235,18 @@ def test_the_cache_counts_what_an_index_grows_and_stays_bounded(monkeypatch):
     assert consistent() and ranker._cached[0] <= total // 2 and len(ranker._cache) < len(docs)
     ranker.clear_cache()
     assert ranker._cached[0] == 0 and not any(a.index.cached for a in grown)
+    monkeypatch.undo()
+    # an analysis cached unindexed (the scan) indexed in its place, a key given twice,
+    # one moved from the key it had before (``former``): still counted once each
+    rank("lantern", docs[:4], 5, keys=keys[:4])
+    assert consistent() and all(ranker._cache[k].index is None for k in keys[:4])
+    rank("lantern", docs[:4] + docs[:1], 5, keys=keys[:4] + keys[:1], indexed=True)
+    assert consistent() and len(ranker._cache) == 4 and all(ranker._cache[k].index for k in keys[:4])
+    moved = ranker._cache[keys[0]]
+    rank("lantern", docs[:5], 5, keys=[("moved", 0)] + keys[1:5], indexed=True,
+         former=lambda i: keys[0] if i == 0 else None)
+    assert consistent() and keys[0] not in ranker._cache and ranker._cache[("moved", 0)] is moved
+    ranker.clear_cache()
 
 
 @settings(max_examples=400, deadline=None)

@@ -78,7 +78,6 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, OrderedDict, deque
-from functools import partial
 from typing import NamedTuple, Sequence
 
 from . import analyzer
@@ -221,26 +220,18 @@ _cache: OrderedDict = OrderedDict()
 _cached = [0]
 
 
-def analysis(texts: Sequence, key=None, indexed: bool = False, stems=None) -> Analysis:
-    """``analyze(texts)``, kept under ``key`` (least recently used evicted first);
-    ``texts`` may be a callable giving them, called only when not cached."""
-    got = _cache.get(key) if key is not None else None
-    if got is not None and (got.index is not None or not indexed):
-        _cache.move_to_end(key)
-        return got
-    if got is not None:      # cached unindexed: index its text
-        fresh = _indexed(got, stems)
-    else:
-        fresh = analyze(texts() if callable(texts) else texts, indexed, stems)
-    if key is None:
-        return fresh
-    _cached[0] += fresh.weight - (got.weight if got is not None else 0)
+def _keep(key, fresh: Analysis) -> None:
+    """Keep ``fresh`` under ``key``, the most recently used, counted against the bound
+    in place of what was there; the caller keeps the bound (``_evict``)."""
+    old = _cache.pop(key, None)
+    if old is not None:
+        _cached[0] -= old.weight
+        if old.index is not None:
+            old.index.cached = False
     _cache[key] = fresh
-    _cache.move_to_end(key)
+    _cached[0] += fresh.weight
     if fresh.index is not None:
         fresh.index.cached = True
-    _evict()
-    return fresh
 
 
 def _grow(index: Index, counts) -> None:
@@ -463,7 +454,8 @@ def _best(scores: list, k: int) -> list:
 def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems, former=None) -> list:
     """Each document's analysis: from the cache when it holds what is needed (a steady
     turn: one lookup each, no call), else under its ``former`` key (when others were
-    found: not a first ranking), else made (``analysis``)."""
+    found: not a first ranking), else made and kept under its key (least recently used
+    evicted first, once for all)."""
     if keys is None:
         return [analyze(docs[i], indexed, stems) for i in range(len(docs))]
     out = list(map(_cache.get, keys))       # in C: a steady turn finds them all
@@ -473,21 +465,14 @@ def _analyses(docs: Sequence, keys: Sequence | None, indexed: bool, stems, forme
         deque(map(_cache.move_to_end, [k for i, k in enumerate(keys) if i not in skip]), 0)
         if former is not None:
             missing = [i for i in missing if not _moved(former(i), keys[i], out, i, indexed)]
-    made = 0
     for i in missing:
-        got, key = out[i], keys[i]
-        if got is not None:         # cached unindexed: indexed now
-            out[i] = analysis(partial(docs.__getitem__, i), key, indexed, stems)
-            continue
+        key = keys[i]
         got = _cache.get(key)       # an exchange said twice: made once
-        if got is None:
-            got = _cache[key] = analyze(docs[i], indexed, stems)
-            made += got.weight
-            if got.index is not None:
-                got.index.cached = True
+        if got is None or (indexed and got.index is None):
+            got = _indexed(got, stems) if got is not None else analyze(docs[i], indexed, stems)
+            _keep(key, got)
         out[i] = got
-    if made:                        # counted, and the bound kept, once
-        _cached[0] += made
+    if missing:
         _evict()
     return out
 
@@ -498,13 +483,9 @@ def _moved(old, key, out: list, i: int, indexed: bool) -> bool:
     got = _cache.get(old) if old is not None else None
     if got is None or (indexed and got.index is None):
         return False
-    del _cache[old]
-    prev = _cache.pop(key, None)        # an unindexed one under the new key: replaced
-    if prev is not None:
-        _cached[0] -= prev.weight
-        if prev.index is not None:
-            prev.index.cached = False
-    _cache[key] = out[i] = got
+    _cached[0] -= _cache.pop(old).weight
+    _keep(key, got)
+    out[i] = got
     return True
 
 
@@ -865,32 +846,21 @@ def _best_pair(lines: dict, lengths: tuple, qidf: dict, avg: float) -> float:
     """The best BM25 of two consecutive lines (``lines``: {line: term frequencies} of
     those holding a term, ``lengths``: every line's): two holding lines together, or one
     with the shorter of its neighbours holding none (the longer scores less: BM25 falls
-    with length); ``_pair_value``, inlined."""
+    with length)."""
     best, last, get = 0.0, len(lengths) - 1, lines.get
-    k1 = K1 + 1
     for h, tf in lines.items():
         if (nxt := get(h + 1)) is not None:         # h and h + 1 together
             merged = dict(tf)
             for t, c in nxt.items():
                 merged[t] = merged.get(t, 0) + c
-            norm = K1 * (1 - B + B * (lengths[h] + lengths[h + 1]) / avg)
-            value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in merged.items()])
-            if value > best:
-                best = value
+            best = max(best, _pair_value(merged, lengths[h] + lengths[h + 1], qidf, avg))
             partner = lengths[h - 1] if h and h - 1 not in lines else -1
         else:
             partner = lengths[h + 1] if h < last else -1
             if h and h - 1 not in lines and (partner < 0 or lengths[h - 1] < partner):
                 partner = lengths[h - 1]
         if partner >= 0:                            # h with a neighbour holding none
-            norm = K1 * (1 - B + B * (lengths[h] + partner) / avg)
-            if len(tf) == 1:
-                for t, c in tf.items():
-                    value = qidf[t] * (c * k1 / (c + norm))
-            else:
-                value = sum([qidf[t] * (c * k1 / (c + norm)) for t, c in tf.items()])
-            if value > best:
-                best = value
+            best = max(best, _pair_value(tf, lengths[h] + partner, qidf, avg))
     return best
 
 
@@ -956,15 +926,10 @@ def _line_tfs(terms: list, docs: list, an: list, stems) -> dict:
     return out
 
 
-def _forms(terms: list, stems) -> list:
-    """[(word term, its forms)]: the words counted as it (pinned by the ranking)."""
-    return [(t, tuple(stems.forms(t.value))) for t in terms if t.kind == "w"]
-
-
 def _counted(terms: list, stems):
     """word counts of a line -> its word terms' frequencies (the counts of their forms,
     pinned by the ranking), in the terms' order; {} when it holds none."""
-    forms = _forms(terms, stems)
+    forms = [(t, tuple(stems.forms(t.value))) for t in terms if t.kind == "w"]
     every = frozenset(f for _, fs in forms for f in fs)
     one = [(t, fs[0] if len(fs) == 1 else fs) for t, fs in forms]     # a word, or several
     empty: dict = {}
