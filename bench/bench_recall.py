@@ -27,7 +27,8 @@ Japanese/Messages), paged the same way; a hit holds the question's needle.
 
 Rankers: position (newest paged exchanges first), plain BM25, stemmed BM25 (the fair
 baseline), the search (``rank`` with its default ``Scoring``) and the search with each
-part removed (the ablation). ``--recall-mode`` adds auto-recall: the question is the
+part removed (the ablation); the search's R@5 misses on the real set by what the
+evidence shares with the question (``miss_anatomy``). ``--recall-mode`` adds auto-recall: the question is the
 latest user message of the whole conversation, the request is planned again, the
 exchanges it pages are ranked, and the top 3 at or above ``MIN_RELEVANCE`` are recalled.
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -61,7 +63,7 @@ from multillm_edge import formats  # noqa: E402
 from multillm_edge.core import paging, validation  # noqa: E402
 from multillm_edge.core import recall as edge_recall  # noqa: E402
 from multillm_edge.search import MIN_RELEVANCE, page_texts, rank  # noqa: E402
-from multillm_edge.search import ranker  # noqa: E402
+from multillm_edge.search import analyzer, ranker  # noqa: E402
 from multillm_edge.search.ranker import ASK_COPY, BASELINE, PLAIN, Scoring  # noqa: E402
 
 WINDOW, MAX_OUTPUT, SAFETY = 32_768, 1_024, 256
@@ -241,6 +243,61 @@ def print_table(title: str, table: dict, methods, groups) -> None:
                 print(_row(m, g, table[(m, g)]))
 
 
+_LABEL = re.compile(r"^([^\W\d_][^\W_]*):", re.M)
+
+
+def _content_stems(text: str, stems, labels: frozenset = frozenset()) -> set:
+    """The stems of ``text``'s words, stop words and the speakers' names left out."""
+    return {stems(w) for w in analyzer.words(analyzer.fold(text))
+            if w not in analyzer.STOPWORDS} - labels
+
+
+MISS_KINDS = (
+    "shares no query word (nor do its neighbours)",
+    "only a neighbour shares a query word",
+    "next to a top-5 hit (its moment found)",
+    "shares query words, ranked 6-10",
+    "shares query words, ranked below 10",
+)
+
+
+def miss_anatomy(runs, scoring) -> dict:
+    """{kind: count} of the real set's R@5 misses, each in the first ``MISS_KINDS`` row
+    that fits it: what the evidence exchange (or the best of several) shares with the
+    question, in stems without stop words or speakers' names (``Name:`` labels)."""
+    stems = analyzer.Stems()
+    out = dict.fromkeys(MISS_KINDS, 0)
+    for _conv, docs, questions in runs:
+        labels = frozenset(stems(analyzer.fold(n)) for d in docs for _, t in d for n in _LABEL.findall(t))
+        bags = [_content_stems("\n".join(t for _, t in d), stems, labels) for d in docs]
+        for q, _kind, needles in questions:
+            got = ranked(scoring, q, docs)
+            if any(holds(docs[d], needles) for d in got[:5]):
+                continue
+            terms = _content_stems(q, stems, labels)
+            evidence = [d for d, doc in enumerate(docs) if holds(doc, needles)]
+            own = any(terms & bags[d] for d in evidence)
+            near = any(terms & bags[e] for d in evidence for e in (d - 1, d + 1) if 0 <= e < len(docs))
+            if not own:
+                kind = MISS_KINDS[1] if near else MISS_KINDS[0]
+            elif any(abs(h - d) == 1 for h in got[:5] for d in evidence):
+                kind = MISS_KINDS[2]
+            else:
+                kind = MISS_KINDS[3] if any(holds(docs[d], needles) for d in got) else MISS_KINDS[4]
+            out[kind] += 1
+    return out
+
+
+def print_miss_anatomy(runs) -> None:
+    counts = miss_anatomy(runs, SEARCH)
+    total = sum(counts.values())
+    print(f"\nthe search's R@5 misses on the real set ({total}), by what the evidence exchange shares with the question")
+    print("| miss | questions | share of misses |")
+    print("|---|---:|---:|")
+    for kind, n in counts.items():
+        print(f"| {kind} | {n} | {n / max(total, 1):.2f} |")
+
+
 def recalled_plan(fmt: str, body: dict):
     """The edge's plan for ``body`` declaring recall (docs/design.md §6.2)."""
     raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
@@ -372,6 +429,8 @@ def main(runtime: str = "CPython") -> int:
                     ("stemmed BM25 (baseline)", "search"), groups)
         h1, h5, _, n = table[("search", "all")]
         ok = h5 / n >= 0.82 and h1 / n >= 0.50
+        if "search" in methods:
+            print_miss_anatomy(runs)
     elif not conversations:
         print(f"LoCoMo conversations not found at {LOCOMO} (set LOCOMO_ZIP): synthetic set only")
     if "--recall-only" in args:
