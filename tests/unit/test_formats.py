@@ -175,7 +175,7 @@ def test_search_tool_schema_in_each_format_and_added_after_retrieve(mod):
     assert fn["name"] == formats.SEARCH_TOOL_NAME and "words you remember" in fn["description"]
     assert params["required"] == ["query"]
     assert params["properties"]["limit"] == {"type": "integer", "minimum": 1, "maximum": 10,
-                                             "description": "How many pages to return (default 5)."}
+                                             "description": "How many exchanges to return (default 5)."}
     body = {"tools": [{"name": "roll"}]}
     assert mod.add_tool(body, search=True) is False
     assert body["tools"] == [{"name": "roll"}, mod.tool_schema(), mod.search_tool_schema()]

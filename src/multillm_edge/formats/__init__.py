@@ -53,8 +53,8 @@ SEARCH_TOOL_NAME = "multillm_context_search"
 SEARCH_TOOL_DESCRIPTION = (
     "Search the earlier exchanges of this conversation that were stored outside the "
     "context window, by words you remember from them: names, places, events, objects, "
-    "promises. Returns the best-matching stored pages with their page_id, the exchange "
-    "that matched and a verbatim excerpt; read that exchange with multillm_context_retrieve."
+    "promises. Returns the best-matching stored exchanges, each with its page_id, its "
+    "exchange number and a verbatim excerpt; read one whole with multillm_context_retrieve."
 )
 # A capability is declared by naming its tool in the request's `capabilities`
 # (docs/design.md §5.3, §6.1): the one spelling of each name.
@@ -113,7 +113,7 @@ def search_tool_parameters() -> dict:
             },
             "limit": {
                 "type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX,
-                "description": "How many pages to return (default 5).",
+                "description": "How many exchanges to return (default 5).",
             },
         },
         "required": ["query"],
