@@ -27,10 +27,11 @@ Japanese/Messages), paged the same way; a hit holds the question's needle.
 
 Rankers: position (newest paged exchanges first), plain BM25, stemmed BM25 (the fair
 baseline), the search (``rank`` with its default ``Scoring``) and the search with each
-part removed (the ablation); the search's R@5 misses on the real set by what the
-evidence shares with the question (``miss_anatomy``). ``--recall-mode`` adds auto-recall: the question is the
-latest user message of the whole conversation, the request is planned again, the
-exchanges it pages are ranked, and the top 3 at or above ``MIN_RELEVANCE`` are recalled.
+part removed (the ablation); then the search's R@5 misses on the real set, by what the
+evidence shares with the question (``miss_anatomy``). ``--recall-mode`` adds
+auto-recall: the question is the latest user message of the whole conversation, the
+request is planned again, the exchanges it pages are ranked, and the top 3 at or above
+``MIN_RELEVANCE`` are recalled.
 
 CPU (``--no-cpu`` skips): the synthetic English session's newest pages up to 1 MiB;
 the floor is verifying them (SHA-256 + UTF-8 decode + ``json.loads`` of each body); a
