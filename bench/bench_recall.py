@@ -212,14 +212,17 @@ def ranked(scoring, q: str, docs: list) -> list:
     return [h.doc for h in rank(q, docs, 10, scoring=scoring)]
 
 
-def recall(runs, methods) -> dict:
+def recall(runs, methods, kept: dict | None = None) -> dict:
     """{(method, group): [hits@1, @5, @10, count]} for groups "all", each conversation
-    and each question kind."""
+    and each question kind; ``kept``: filled with the search's rankings, {(conversation,
+    question): ranked exchanges} (``miss_anatomy`` reads them)."""
     table: dict = {}
     for conv, docs, questions in runs:
         for name, scoring in methods.items():
             for q, kind, needles in questions:
                 got = ranked(scoring, q, docs)
+                if kept is not None and name == "search":
+                    kept[(conv, q)] = got
                 for key in ((name, "all"), (name, conv), (name, kind)):
                     row = table.setdefault(key, [0, 0, 0, 0])
                     first = next((i for i, d in enumerate(got) if holds(docs[d], needles)), None)
@@ -247,10 +250,10 @@ def print_table(title: str, table: dict, methods, groups) -> None:
 _LABEL = re.compile(r"^([^\W\d_][^\W_]*):", re.M)
 
 
-def _content_stems(text: str, stems, labels: frozenset = frozenset()) -> set:
-    """The stems of ``text``'s words, stop words and the speakers' names left out."""
-    return {stems(w) for w in analyzer.words(analyzer.fold(text))
-            if w not in analyzer.STOPWORDS} - labels
+def _content_terms(text: str, stems, labels: frozenset) -> set:
+    """``text``'s terms as a query's (stems, CJK bigrams; no stop words), the speakers'
+    names left out."""
+    return {t.value for t in analyzer.query_terms(text, stems)} - labels
 
 
 MISS_KINDS = (
@@ -262,20 +265,21 @@ MISS_KINDS = (
 )
 
 
-def miss_anatomy(runs, scoring) -> dict:
-    """{kind: count} of the real set's R@5 misses, each in the first ``MISS_KINDS`` row
-    that fits it: what the evidence exchange (or the best of several) shares with the
-    question, in stems without stop words or speakers' names (``Name:`` labels)."""
+def miss_anatomy(runs, rankings: dict) -> dict:
+    """{kind: count} of the real set's R@5 misses (``rankings``: {(conversation,
+    question): ranked exchanges}, as ``recall`` keeps them), each in the first
+    ``MISS_KINDS`` row that fits it: what the evidence exchange (or the best of several)
+    shares with the question, in query terms without speakers' names (``Name:`` labels)."""
     stems = analyzer.Stems()
     out = dict.fromkeys(MISS_KINDS, 0)
-    for _conv, docs, questions in runs:
+    for conv, docs, questions in runs:
         labels = frozenset(stems(analyzer.fold(n)) for d in docs for _, t in d for n in _LABEL.findall(t))
-        bags = [_content_stems("\n".join(t for _, t in d), stems, labels) for d in docs]
+        bags = [_content_terms("\n".join(t for _, t in d), stems, labels) for d in docs]
         for q, _kind, needles in questions:
-            got = ranked(scoring, q, docs)
+            got = rankings[(conv, q)]
             if any(holds(docs[d], needles) for d in got[:5]):
                 continue
-            terms = _content_stems(q, stems, labels)
+            terms = _content_terms(q, stems, labels)
             evidence = [d for d, doc in enumerate(docs) if holds(doc, needles)]
             own = any(terms & bags[d] for d in evidence)
             near = any(terms & bags[e] for d in evidence for e in (d - 1, d + 1) if 0 <= e < len(docs))
@@ -289,8 +293,8 @@ def miss_anatomy(runs, scoring) -> dict:
     return out
 
 
-def print_miss_anatomy(runs) -> None:
-    counts = miss_anatomy(runs, SEARCH)
+def print_miss_anatomy(runs, rankings: dict) -> None:
+    counts = miss_anatomy(runs, rankings)
     total = sum(counts.values())
     print(f"\nthe search's R@5 misses on the real set ({total}), by what the evidence exchange shares with the question")
     print("| miss | questions | share of misses |")
@@ -423,15 +427,15 @@ def main(runtime: str = "CPython") -> int:
         runs = locomo_runs()
         for name, docs, qs in runs:
             print(f"LoCoMo {name}: {len(docs)} paged exchanges, {len(qs)} questions with paged evidence")
-        table = recall(runs, methods)
+        rankings: dict = {}
+        table = recall(runs, methods, rankings)
         print_table(f"real set (LoCoMo, {LOCOMO}) — {runtime}", table, methods, ("all",))
         groups = [r[0] for r in runs] + list(CATEGORIES.values())
         print_table("real set by conversation and category", table,
                     ("stemmed BM25 (baseline)", "search"), groups)
         h1, h5, _, n = table[("search", "all")]
         ok = h5 / n >= 0.82 and h1 / n >= 0.50
-        if "search" in methods:
-            print_miss_anatomy(runs)
+        print_miss_anatomy(runs, rankings)
     elif not conversations:
         print(f"LoCoMo conversations not found at {LOCOMO} (set LOCOMO_ZIP): synthetic set only")
     if "--recall-only" in args:

@@ -20,8 +20,9 @@ def anatomy(evidence_at: int, evidence: str, neighbour: str = "Bo: and fell agai
     docs[evidence_at] = [("user", evidence), ("assistant", "Bo: I see.")]
     if evidence_at + 1 < 12:
         docs[evidence_at + 1] = [("user", "Ana: later."), ("assistant", neighbour)]
-    runs = [("c", docs, [("Where did Ana hide the crown?", "single-hop", [evidence])])]
-    counts = bench_recall.miss_anatomy(runs, None)
+    q = "Where did Ana hide the crown?"
+    runs = [("c", docs, [(q, "single-hop", [evidence])])]
+    counts = bench_recall.miss_anatomy(runs, {("c", q): bench_recall.ranked(None, q, docs)})
     return [k for k, n in counts.items() if n]
 
 

@@ -278,7 +278,7 @@ def test_a_number_is_a_whole_word_for_the_search_as_for_recall():
                       min_size=1, max_size=4),
        query=st.sampled_from(["3", "3.5", "1", "20", "d20", "1,200"]))
 def test_numeric_terms_count_whole_words(texts, query):
-    units = [((d, 0), analyzer.fold(t)) for d, t in enumerate(texts)]
+    units = [(d, analyzer.fold(t)) for d, t in enumerate(texts)]      # (exchange, its text)
     stems = analyzer.Stems()
     terms = analyzer.query_terms(query, stems)
     got = ranker._word_tfs(terms, units, stems)

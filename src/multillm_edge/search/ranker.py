@@ -225,13 +225,18 @@ def _keep(key, fresh: Analysis) -> None:
     in place of what was there; the caller keeps the bound (``_evict``)."""
     old = _cache.pop(key, None)
     if old is not None:
-        _cached[0] -= old.weight
-        if old.index is not None:
-            old.index.cached = False
+        _uncount(old)
     _cache[key] = fresh
     _cached[0] += fresh.weight
     if fresh.index is not None:
         fresh.index.cached = True
+
+
+def _uncount(gone: Analysis) -> None:
+    """Stop counting ``gone``, just taken out of the cache, against the bound."""
+    _cached[0] -= gone.weight
+    if gone.index is not None:
+        gone.index.cached = False
 
 
 def _grow(index: Index, counts) -> None:
@@ -246,10 +251,7 @@ def _grow(index: Index, counts) -> None:
 
 def _evict() -> None:
     while _cached[0] > CACHE_CODE_POINTS and _cache:
-        gone = _cache.popitem(last=False)[1]
-        _cached[0] -= gone.weight
-        if gone.index is not None:
-            gone.index.cached = False
+        _uncount(_cache.popitem(last=False)[1])
 
 
 def clear_cache() -> None:
@@ -483,7 +485,7 @@ def _moved(old, key, out: list, i: int, indexed: bool) -> bool:
     got = _cache.get(old) if old is not None else None
     if got is None or (indexed and got.index is None):
         return False
-    _cached[0] -= _cache.pop(old).weight
+    _uncount(_cache.pop(old))
     _keep(key, got)
     out[i] = got
     return True
