@@ -10,22 +10,17 @@ edge's own fields: each marker replaced by its pages' items, the retrieve tool r
 from __future__ import annotations
 
 from multillm_edge import formats
+from multillm_edge.formats import messages
 from multillm_edge.core import paging, recall
 from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.base.errors import EdgeError
 from multillm_edge.base.jsonbytes import compact
 
 
-RECALL_HEAD = "\n\n" + recall.INTRO
-
-
 def marker_ids(text):
     """The page ids named by a marker text (with or without the search tool's words),
-    or None if ``text`` is not one. Recalled moments after the handles (docs/design.md
-    §6.2) are not part of the list."""
+    or None if ``text`` is not one."""
     suffix = formats.MARKER_SUFFIX
-    if isinstance(text, str) and RECALL_HEAD in text:
-        text = text[:text.index(RECALL_HEAD)]
     for prefix in (formats.MARKER_PREFIX, formats.MARKER_PREFIX_SEARCH):
         if (isinstance(text, str) and text.startswith(prefix) and text.endswith(suffix)
                 and len(text) > len(prefix) + len(suffix)):
@@ -53,6 +48,12 @@ def remove_tool(fmt: str, body: dict, created: bool) -> None:
         body[key] = tools[:-n]
 
 
+def is_recall(item) -> bool:
+    """Whether ``item`` is recall's message (docs/design.md §6.2)."""
+    text = marker_content(item)
+    return isinstance(text, str) and text.startswith(recall.INTRO)
+
+
 def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
     mod = formats.get(fmt)
     by_id = {p.page_id: p for p in pages}
@@ -66,7 +67,7 @@ def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
         if ids is not None and all(i in by_id for i in ids):
             for i in ids:
                 restored.extend(by_id[i].items)
-        else:
+        elif not is_recall(it):
             restored.append(it)
     out[mod.ITEMS_KEY] = restored
     remove_tool(fmt, out, created)
@@ -85,19 +86,25 @@ def body_size(body) -> int:
 
 
 def marker_content(item):
-    """The text of an item shaped exactly like `marker(...)`, else None."""
-    if type(item) is dict and item.get("role") == "user" and len(item) == 2:
-        return item.get("content")
-    return None
+    """The text of an item shaped exactly like `marker(...)` (or, with the prompt cache on
+    Messages, like `messages.breakpoint_marker(...)`), else None."""
+    if type(item) is not dict or item.get("role") != "user" or len(item) != 2:
+        return None
+    c = item.get("content")
+    if type(c) is list and len(c) == 1 and type(c[0]) is dict:
+        text = c[0].get("text")
+        return text if item == messages.breakpoint_marker(text) else c
+    return c
 
 
 def plan_paging(fmt: str, body: dict, budget: int, page_id_for, *,
                 max_page_bytes: int = MAX_PAGE_BYTES, rule: tuple | None = None,
-                search: bool = False) -> paging.Plan:
+                search: bool = False, prompt_cache: bool = False) -> paging.Plan:
     """The plan for one budget (blocks closing by ``rule``, by default the production
     ``paging.block_rule``); its 413 (or any 400) raised."""
     (plan,) = paging.plan_candidates(fmt, body, [budget], page_id_for,
-                                     max_page_bytes=max_page_bytes, rule=rule, search=search)
+                                     max_page_bytes=max_page_bytes, rule=rule, search=search,
+                                     prompt_cache=prompt_cache)
     if isinstance(plan, EdgeError):
         raise plan
     return plan

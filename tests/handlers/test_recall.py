@@ -1,6 +1,7 @@
 """Recall (docs/design.md §6.2): a paged request that declares `multillm_context_recall`
-carries the stored exchanges that best match its latest user text, verbatim, in the
-marker; the answer says what was recalled. Without it, nothing changes."""
+carries the stored exchanges that best match its latest user text, verbatim, in a
+message right before its latest user turn; the answer says what was recalled. Without
+it, nothing changes."""
 
 import base64
 import hashlib
@@ -9,7 +10,7 @@ import json
 import pytest
 
 from devkit import roleplay as rp
-from devkit.plans import marker_content, marker_ids
+from devkit.plans import is_recall, marker_content, marker_ids
 from multillm_edge import formats
 from multillm_edge.core import recall
 from multillm_edge.search import EXCERPT_MAX
@@ -48,8 +49,18 @@ def marker_texts(sent: bytes, key: str) -> list:
     return [marker_content(m) for m in json.loads(sent)[key] if marker_ids(marker_content(m))]
 
 
+def recall_text(sent: bytes, key: str) -> str:
+    """Recall's message: the one before the latest user turn, after the window."""
+    items = json.loads(sent)[key]
+    [at] = [i for i, m in enumerate(items) if is_recall(m)]
+    assert at == len(items) - 2 and items[-1]["content"] == ASK
+    assert not any(recall.INTRO in t for t in marker_texts(sent, key))   # markers stay stable
+    return items[at]["content"]
+
+
 @pytest.mark.parametrize("path", list(PATHS))
-def test_the_moment_is_quoted_verbatim_in_the_marker_and_named_in_the_answer(edge, headers, path):
+def test_the_moment_is_quoted_verbatim_before_the_latest_turn_and_named_in_the_answer(
+        edge, headers, path):
     r = edge.request("POST", path, headers, with_needle(path))
     assert r.status == 200
     doc, sent = r.json(), edge.sent[-1].body
@@ -58,7 +69,7 @@ def test_the_moment_is_quoted_verbatim_in_the_marker_and_named_in_the_answer(edg
     assert set(moment) == {"page_id", "exchange", "score"} and moment["score"] > 0
     assert moment["page_id"] in [p["page_id"] for p in doc["context_pages"]]
     assert r.header("x-multillm-context-recall-count") == "1"
-    text = marker_texts(sent, PATHS[path][1])[-1]
+    text = recall_text(sent, PATHS[path][1])
     head = f"[page_id {moment['page_id']}, exchange {moment['exchange']}]"
     assert recall.INTRO in text and head in text and "user: " + NEEDLE in text
     assert NEEDLE not in [m.get("content") for m in json.loads(sent)[PATHS[path][1]]]
@@ -72,7 +83,7 @@ def test_each_quoted_message_is_cut_to_the_excerpt_length(edge, headers):
     long = "The mill wheel turns slowly in the rain. " * 12
     r = edge.request("POST", "/v1/chat/completions", headers,
                      with_needle("/v1/chat/completions", tail=long))
-    text = marker_texts(edge.sent[-1].body, "messages")[-1]
+    text = recall_text(edge.sent[-1].body, "messages")
     quoted = text.split(recall.INTRO, 1)[1].split("\n")
     lines = [q for q in quoted if q.startswith(("user: ", "assistant: ", "tool: "))]
     assert lines and all(len(q.split(": ", 1)[1]) <= EXCERPT_MAX for q in lines)

@@ -17,7 +17,7 @@ import httpx
 import openai
 
 from devkit import roleplay as rp
-from devkit.plans import marker_content, marker_ids
+from devkit.plans import is_recall, marker_content, marker_ids
 from examples.context_tools import Session, _size, open_session, run_turn
 from multillm_edge.core import config
 from tests.handlers.conftest import KEY, MODEL, SESSION
@@ -73,7 +73,8 @@ def check_paged_exactly(edge, client_body: dict, upstream: dict, session_id: str
     for m in upstream["messages"]:
         ids = marker_ids(marker_content(m))
         if ids is None:
-            restored.append(m)
+            if not is_recall(m):       # recall's message stands before the latest turn
+                restored.append(m)
             continue
         for n, pid in enumerate(ids):
             body = stored(edge, pid)

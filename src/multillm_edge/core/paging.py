@@ -49,8 +49,9 @@ class Plan:
     # plan's blocks, of those lengths (what earlier turns stored before the block closed:
     # merging may rewrite them, docs/design.md §5.9); made only when called.
     superseded: Callable[[set], list] | None = None
-    recall: list = field(default_factory=list)   # recall.Moment: quoted in the last marker
-    last_marker: tuple | None = field(default=None, repr=False)  # (item, part, page ids)
+    recall: list = field(default_factory=list)   # recall.Moment: quoted before the latest turn
+    # where recall's message goes: (item, part) of the latest user turn (§6.2)
+    recall_at: tuple | None = field(default=None, repr=False)
 
     def encoded(self, model: str | None = None) -> bytes:
         """``compact(body)``, naming ``model`` when given (the provider's name for it)."""
@@ -115,6 +116,19 @@ def block_rule(max_page_bytes: int = MAX_PAGE_BYTES, span: int = BLOCK_SPAN,
     return BlockRule(span, max_groups, min(max_bytes, max_page_bytes))
 
 
+#: Prompt cache (docs/design.md §5.7): with ``multillm_context_prompt_cache`` the paged
+#: boundary stops only where a pageable exchange reaches a new grid line of the
+#: history's bytes, one line every STEP_SHARE of the candidate's budget counted from
+#: the conversation's start. Between two stops a turn sends the same marker and an
+#: append-only window; a stop pages at most one step more than needed (bench_cache.py).
+STEP_SHARE = 0.15
+
+
+def step_bytes(budget: int) -> int:
+    """The grid's spacing for a candidate of ``budget``."""
+    return max(1, int(budget * STEP_SHARE))
+
+
 class Fit(NamedTuple):
     """Paging the ``k`` oldest pageable groups is the first that fits (0: none does),
     at ``size`` bytes; ``blocks``: the closed blocks among them, ``(first, last)``
@@ -132,11 +146,16 @@ def _fixed_id_len(prep: Prepared):
     return prep.id_length
 
 
-def _fit(prep: Prepared, budget: int, rule: BlockRule) -> Fit:
+def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0) -> Fit:
     """The first k that fits (``Fit``; with k == 0, ``size`` is with every pageable group
     paged). Each step is arithmetic: the group's handle joins its run's marker; when the
-    group closes a block (two groups or more), the block's handles become one."""
-    fixed = prep.fixed_with_tool
+    group closes a block (two groups or more), the block's handles become one.
+    ``step`` (prompt cache, §5.7): the first k from there that also ends on a stop
+    (its last group reaches a grid line its predecessor did not); the first fit when no
+    stop after it fits."""
+    fixed = prep.fixed_with_tool + prep.breakpoint
+    ends = prep.ends if step else None
+    line, first = 0, None
     mbase, sep, inner, raw, pageable = (prep.marker_base, prep.marker_sep, prep.inner,
                                         prep.raw, prep.pageable)
     span, max_groups, cap = rule
@@ -181,19 +200,25 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule) -> Fit:
                     blocks.append((seg, k))
                 seg = None
         size = fixed + sum_units + (n_units - 1 if n_units else 0)
+        if step:
+            stop, line = ends[gi] // step > line, ends[gi] // step
+            if size <= budget and not stop:
+                first = first or Fit(k + 1, size, list(blocks))
+                continue
         if size <= budget:
             return Fit(k + 1, size, blocks)
-    return Fit(0, size, blocks)
+    return first or Fit(0, size, blocks)
 
 
 def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
-          fit: Fit | None = None) -> Plan:
-    """The plan for ``budget`` (``fit``: its ``_fit``, when already made)."""
+          fit: Fit | None = None, step: int = 0) -> Plan:
+    """The plan for ``budget`` (``fit``: its ``_fit``, when already made; ``step``: the
+    prompt cache's grid, §5.7)."""
     if prep.total <= budget:
         return unpaged(prep, budget)
     if not prep.pageable:
         raise _window_error(budget, prep.total, prep.total)
-    k, size, blocks = fit or _fit(prep, budget, rule)
+    k, size, blocks = fit or _fit(prep, budget, rule, step)
     if not k:
         raise _window_error(budget, prep.total, size)
     pageable = prep.pageable
@@ -237,15 +262,8 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     pages: list = []
     seen = set()
     run_ids = None
-    run_at = -1
-
-    last: list = [None]
-
-    def close_run():
-        m = _formats.marker(_formats.marker_text(run_ids, prep.search))
-        out_items[run_at] = m
-        parts[run_part] = dumps(m).encode("utf-8")
-        last[0] = (run_at, run_part, run_ids)
+    runs: list = []             # (item, part, page ids) of each marker
+    latest, recall_at = prep.latest, None
 
     for gi, g in enumerate(groups):
         p = chosen.get(gi, _UNPAGED)
@@ -257,33 +275,35 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
                 pages.append(p)
             if run_ids is None:
                 run_ids = []
-                run_at, run_part = len(out_items), len(parts)
+                runs.append((len(out_items), len(parts), run_ids))
                 out_items.append(None)
                 parts.append(None)
             run_ids.append(p.page_id)
         else:
-            if run_ids is not None:
-                close_run()
-                run_ids = None
+            run_ids = None
+            if gi == latest:
+                recall_at = (len(out_items), len(parts))
             out_items.extend(items[g.start:g.end])
             parts.append(gi)
-    if run_ids is not None:
-        close_run()
+    for n, (at, part, ids) in enumerate(runs, 1):
+        m = prep.marker(_formats.marker_text(ids, prep.search), n == len(runs))
+        out_items[at] = m
+        parts[part] = dumps(m).encode("utf-8")
     out = dict(prep.base)
     out[mod.ITEMS_KEY] = out_items
     mod.add_tool(out, prep.search)
-    return Plan(out, pages, size, budget, history=prep.history(parts), last_marker=last[0])
+    return Plan(out, pages, size, budget, history=prep.history(parts), recall_at=recall_at)
 
 
 # -- recall (docs/design.md §6.2) ----------------------------------------------------
 
 def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
                     query: str) -> Plan:
-    """A paged plan whose last marker quotes the moments recall chooses: fitted to the
-    budget less the recall room (more of the history paged), the moments chosen among
-    the exchanges that fit pages, within the room. When that cannot fit, or nothing is
-    recalled, the plan without recall: recall never causes a 413 nor spends the room for
-    nothing. One plan is built either way (the fits are arithmetic)."""
+    """A paged plan that quotes the moments recall chooses before the latest user turn:
+    fitted to the budget less the recall room (more of the history paged), the moments
+    chosen among the exchanges that fit pages, within the room. When that cannot fit, or
+    nothing is recalled, the plan without recall: recall never causes a 413 nor spends
+    the room for nothing. One plan is built either way (the fits are arithmetic)."""
     if prep.total <= budget or not query or not prep.pageable:
         return _plan(prep, budget, max_page_bytes, rule)
     reserve = recall.room(budget)
@@ -291,7 +311,7 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
     if not fit.k:
         return _plan(prep, budget, max_page_bytes, rule)
     moments = recall.choose(query, _paged_exchanges(prep, fit), min(reserve, budget - fit.size),
-                            lambda extra: utf8_len(dumps(extra)) - 2)
+                            _recall_size)
     if not moments:
         return _plan(prep, budget, max_page_bytes, rule)
     try:
@@ -302,8 +322,25 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
         e.__traceback__ = plan = None    # no frame kept; a 413 is raised below, never chained
     if plan is None:
         return _plan(prep, budget, max_page_bytes, rule)
-    _quote(prep, plan, recall.text(moments))
-    plan.recall, plan.budget = moments, budget
+    _quote(prep, plan, moments)
+    plan.budget = budget
+    return plan
+
+
+def _plan_recalling_cached(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
+                           query: str) -> Plan:
+    """Recall with the prompt cache (§5.7, §6.2): the boundary is the stepped one,
+    whatever is recalled (a pure function of the body), and the moments take the room
+    the step leaves, up to recall's share."""
+    step = step_bytes(budget)
+    fit = _fit(prep, budget, rule, step) if prep.total > budget and prep.pageable else None
+    plan = _plan(prep, budget, max_page_bytes, rule, fit, step)
+    if fit is None or not query:
+        return plan
+    room = min(recall.room(budget), budget - plan.size)
+    moments = recall.choose(query, _paged_exchanges(prep, fit), room, _recall_size)
+    if moments:
+        _quote(prep, plan, moments)
     return plan
 
 
@@ -336,14 +373,20 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     return out
 
 
-def _quote(prep: Prepared, plan: Plan, extra: str) -> None:
-    """Append ``extra`` to the plan's last marker; its size grows by exactly the bytes
-    ``extra`` adds inside the marker's JSON string (escaping is per character)."""
-    at, part, ids = plan.last_marker
-    m = _formats.marker(_formats.marker_text(ids, prep.search) + extra)
-    plan.body[prep.mod.ITEMS_KEY][at] = m
-    plan.history.parts[part] = dumps(m).encode("utf-8")
-    plan.size += utf8_len(dumps(extra)) - 2
+def _recall_size(text: str) -> int:
+    """The bytes recall's message of ``text`` adds to a history (with its comma)."""
+    return utf8_len(dumps(_formats.marker(text))) + 1
+
+
+def _quote(prep: Prepared, plan: Plan, moments: list) -> None:
+    """Insert recall's message before the latest user turn, after the window's history:
+    what changes every turn stands after the stable prefix (§6.2)."""
+    at, part = plan.recall_at
+    m = _formats.marker(recall.text(moments))
+    plan.body[prep.mod.ITEMS_KEY].insert(at, m)
+    plan.history.parts.insert(part, dumps(m).encode("utf-8"))
+    plan.size += _recall_size(m["content"])
+    plan.recall = moments
 
 
 def latest_user_text(prep: Prepared) -> str:
@@ -358,19 +401,24 @@ def latest_user_text(prep: Prepared) -> str:
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
                     *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS,
                     rule: tuple | None = None, search: bool = False,
-                    recalling: bool = False) -> list:
+                    recalling: bool = False, prompt_cache: bool = False) -> list:
     """One Plan or EdgeError per budget. Grouping and sizing are done once; a page with
     the same content is the same Page object across the plans. A 400 (invalid
     ``context_protected_indices``) concerns the request, not a candidate: raised.
     ``strip`` names the top-level fields the upstream body goes without; ``rule`` where
     blocks close (``block_rule(max_page_bytes)`` by default); ``search``: the search
     tool is declared too (docs/design.md §6.1: its schema and the marker's words);
-    ``recalling``: each candidate quotes the moments recall chooses (§6.2)."""
-    prep = Prepared(fmt, body, page_id_for, strip=strip, search=search)
+    ``recalling``: each candidate quotes the moments recall chooses (§6.2);
+    ``prompt_cache``: the boundary moves in steps (§5.7)."""
+    prep = Prepared(fmt, body, page_id_for, strip=strip, search=search, cache=prompt_cache)
     rule = rule or block_rule(max_page_bytes)
     if recalling:
         query = latest_user_text(prep)
-        return per_budget(lambda b: _plan_recalling(prep, b, max_page_bytes, rule, query), budgets)
+        how = _plan_recalling_cached if prompt_cache else _plan_recalling
+        return per_budget(lambda b: how(prep, b, max_page_bytes, rule, query), budgets)
+    if prompt_cache:
+        return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule, step=step_bytes(b)),
+                          budgets)
     return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule), budgets)
 
 

@@ -1,5 +1,6 @@
 """Recall (docs/design.md §6.2): the exchanges a paged request stores that best match
-what the player just said, quoted verbatim in the marker, with no tool call.
+what the player just said, quoted verbatim in a message before the latest user turn,
+with no tool call.
 
 Pure and deterministic: the query is the request's latest genuine user text, the
 documents are the exchanges this plan pages (nothing else: no storage read, no model),
@@ -141,10 +142,10 @@ def _moment(p: Paged, hit, texts: list) -> Moment | None:
 
 
 def text(moments: list) -> str:
-    """What the marker gains after its handles ('' for none)."""
+    """The text of recall's message ('' for none)."""
     if not moments:
         return ""
-    out = ["", "", INTRO]
+    out = [INTRO]
     for m in moments:
         out.append(f"[page_id {m.page_id}, exchange {m.exchange}]")
         out.extend(f"{role}: {t}" for role, t in m.lines)

@@ -61,6 +61,8 @@ SEARCH_TOOL_DESCRIPTION = (
 RETRIEVE_CAPABILITY = TOOL_NAME
 SEARCH_CAPABILITY = SEARCH_TOOL_NAME     # a second tool; alone it pages nothing
 RECALL_CAPABILITY = "multillm_context_recall"   # no tool: the edge quotes (§6.2)
+#: The paged boundary moves in steps, so the provider's prefix cache serves (§5.7).
+PROMPT_CACHE_CAPABILITY = "multillm_context_prompt_cache"
 SEARCH_QUERY_MAX = 1000      # characters of a query (docs/design.md §6.1)
 SEARCH_LIMIT_MAX = 10
 

@@ -43,6 +43,11 @@ def wants_recall(body: dict) -> bool:
     return formats.RECALL_CAPABILITY in (body.get("capabilities") or ())
 
 
+def wants_prompt_cache(body: dict) -> bool:
+    """The boundary moves in steps (docs/design.md §5.7): declared next to retrieval."""
+    return formats.PROMPT_CACHE_CAPABILITY in (body.get("capabilities") or ())
+
+
 def wants_search(body: dict) -> bool:
     """The search tool too (docs/design.md §6.1): declared next to retrieval."""
     return SEARCH_CAPABILITY in (body.get("capabilities") or ())
@@ -80,7 +85,8 @@ def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
         page_id_for = scope.sign.page_ids(AUTHORITY, ctx.principal, scope.rc.session_id,
                                           ctx.policy.revision)
         results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip,
-                                         search=wants_search(body), recalling=wants_recall(body))
+                                         search=wants_search(body), recalling=wants_recall(body),
+                                         prompt_cache=wants_prompt_cache(body))
     else:
         results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip)
     for c, result in zip(live, results):
