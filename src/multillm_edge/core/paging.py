@@ -121,7 +121,7 @@ def block_rule(max_page_bytes: int = MAX_PAGE_BYTES, span: int = BLOCK_SPAN,
 #: history's bytes, one line every STEP_SHARE of the candidate's budget counted from
 #: the conversation's start. Between two stops a turn sends the same marker and an
 #: append-only window; a stop pages at most one step more than needed (bench_cache.py).
-STEP_SHARE = 0.15
+STEP_SHARE = 0.20
 
 
 def step_bytes(budget: int) -> int:

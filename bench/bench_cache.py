@@ -1,0 +1,260 @@
+"""What a provider's prompt cache can serve, turn by turn (issue 33, docs/design.md §5.7).
+
+Each conversation is replayed as a client sends it: turn t is the history up to its
+t-th user message, planned for one 32k-token model (bench_recall's budget). The figure
+is the byte prefix turn t's upstream request shares with turn t-1's, as a share of turn
+t's bytes: what an automatic prefix cache (OpenAI, DeepSeek, Gemini; Anthropic with a
+breakpoint after it) can serve. Figures are over the turns the method pages (or trims).
+
+Methods: the client trims its oldest exchanges itself (what a frontend does without the
+edge: the edge's compaction is that rule), the edge's paging (seed rule), each with and
+without recall, and the paging with ``multillm_context_prompt_cache``.
+
+Per conversation: the prefix share (median, mean, share of turns ≥ 0.9), the window fill
+(upstream bytes over the budget, mean), pages written and R2 puts per turn (a page is
+written the first turn that sends it), and the input cost relative to no caching under
+two price models — Anthropic (read 0.1×, write 1.25×: what is not read is written) and
+OpenAI (read 0.5×) — counting a prefix only from 1,024 bytes (the providers' minimum,
+bytes as tokens). Then the trade curve: the step's share of the budget against the
+share of turns ≥ 0.9 and the fill.
+
+Data: the shared LoCoMo conversations (``../shared/data``, read in place) in all three
+formats, and the synthetic corpus (bench/recall_corpus.py). Usage:
+``python bench/bench_cache.py [--quick] [--check]`` (``--quick``: the first two
+conversations and the synthetic ones' first 120 turns; ``--check``: exit 1 when the prompt-cache
+targets of docs/design.md §5.7 are missed on the shared set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+for path in (SRC, HERE):
+    if os.path.isdir(path) and path not in sys.path:
+        sys.path.insert(0, path)
+
+import recall_corpus  # noqa: E402
+from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER  # noqa: E402
+from bench_recall import BUDGET, locomo_body, locomo_conversations  # noqa: E402
+from multillm_edge import formats  # noqa: E402
+from multillm_edge.base.jsonbytes import compact  # noqa: E402
+from multillm_edge.core import compaction, paging  # noqa: E402
+
+MIN_PREFIX = 1024          # bytes (as tokens): the smallest prefix a provider caches
+PRICES = {"anthropic": (0.1, 1.25), "openai": (0.5, 1.0)}   # (read, uncached/written)
+METHODS = {                 # name -> (paging, recalling, prompt_cache)
+    "client trims": (False, False, False),
+    "paging": (True, False, False),
+    "paging + recall": (True, True, False),
+    "prompt cache": (True, False, True),
+    "prompt cache + recall": (True, True, True),
+}
+STEPS = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
+TARGETS = {"turns >= 0.9": 0.90, "fill": 0.80, "fill (no recall)": 0.85, "cost (anthropic)": 0.25}
+
+
+def rendered(fmt: str, plan) -> bytes:
+    """The upstream body in the order a provider renders its prompt — everything but the
+    history (tools, system, settings), then the history — so the history's end is the
+    prompt's end, as a provider's cache sees it (JSON key order is not prompt order)."""
+    key = formats.get(fmt).ITEMS_KEY
+    body = plan.body
+    return (compact({k: v for k, v in body.items() if k != key})
+            + compact(body.get(key, [])))
+
+
+def shared_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix of ``a`` and ``b`` (slice compares: C speed)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# -- conversations in three formats -----------------------------------------------
+
+def as_responses(chat: dict) -> dict:
+    items, instructions = [], None
+    for m in chat["messages"]:
+        if m["role"] == "system":
+            instructions = m["content"]
+        elif m["role"] == "user":
+            items.append({"role": "user", "content": m["content"]})
+        else:
+            items.append({"type": "message", "role": "assistant",
+                          "content": [{"type": "output_text", "text": m["content"]}]})
+    return {"model": chat["model"], "instructions": instructions, "input": items,
+            "max_output_tokens": chat["max_tokens"]}
+
+
+def as_messages(chat: dict) -> dict:
+    system = [m["content"] for m in chat["messages"] if m["role"] == "system"]
+    msgs = [m for m in chat["messages"] if m["role"] != "system"]
+    return {"model": chat["model"], "system": "\n".join(system), "messages": msgs,
+            "max_tokens": chat["max_tokens"]}
+
+
+def conversations(quick: bool = False) -> list:
+    """[(set, name, format, body, turns)]: the shared set in three formats, then the
+    synthetic corpus (its three conversations, one format each; ``quick``: fewer)."""
+    out = []
+    real = locomo_conversations()[:2 if quick else None]
+    for name, conv in real:
+        chat, _ = locomo_body(conv)
+        for fmt, body in (("chat", chat), ("responses", as_responses(chat)),
+                          ("messages", as_messages(chat))):
+            out.append(("shared", name, fmt, body, None))
+    for fmt, body, _ in recall_corpus.corpus():
+        out.append(("synthetic", "synthetic", fmt, body, 120 if quick else None))
+    return out
+
+
+def turns(fmt: str, body: dict, limit: int | None = None):
+    """Each turn's body: the history up to and including its t-th genuine user message
+    (the first ``limit`` turns)."""
+    mod = formats.get(fmt)
+    items = body[mod.ITEMS_KEY]
+    starts = [i for i, it in enumerate(items) if mod.classify(it)[0] == formats.USER]
+    for t in starts[1:limit]:
+        yield {**body, mod.ITEMS_KEY: items[:t + 1]}
+
+
+# -- one replay --------------------------------------------------------------------
+
+def plan_turn(fmt: str, body: dict, method: tuple):
+    paged, recalling, cache = method
+    if not paged:
+        (plan,) = compaction.compact_candidates(fmt, body, [BUDGET])
+        return plan, bool(plan.dropped)
+    ids = SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION)
+    (plan,) = paging.plan_candidates(fmt, body, [BUDGET], ids, recalling=recalling,
+                                     prompt_cache=cache)
+    return plan, bool(plan.pages)
+
+
+def replay(fmt: str, body: dict, method: tuple, limit: int | None = None) -> dict:
+    """The figures of one method on one conversation (over the turns it pages)."""
+    shares, fills, costs, pages, puts = [], [], {k: [0.0, 0] for k in PRICES}, [], []
+    written, before = set(), None
+    for b in turns(fmt, body, limit):
+        plan, active = plan_turn(fmt, b, method)
+        sent = rendered(fmt, plan)
+        new = [p for p in plan.pages if p.page_id not in written]
+        written.update(p.page_id for p in new)
+        if active and before is not None:
+            prefix = shared_prefix(before, sent)
+            shares.append(prefix / len(sent))
+            fills.append(len(sent) / BUDGET)
+            pages.append(len(new))
+            puts.append(1 if new else 0)
+            cached = prefix if prefix >= MIN_PREFIX else 0
+            for k, (read, write) in PRICES.items():
+                costs[k][0] += read * cached + write * (len(sent) - cached)
+                costs[k][1] += len(sent)
+        before = sent
+    if not shares:
+        return {}
+    return {"turns": len(shares), "median": statistics.median(shares),
+            "mean": statistics.fmean(shares),
+            "turns >= 0.9": sum(s >= 0.9 for s in shares) / len(shares),
+            "fill": statistics.fmean(fills),
+            "pages/turn": statistics.fmean(pages), "puts/turn": statistics.fmean(puts),
+            **{f"cost ({k})": c / max(n, 1) for k, (c, n) in costs.items()}}
+
+
+COLUMNS = ("turns", "median", "mean", "turns >= 0.9", "fill", "pages/turn", "puts/turn",
+           "cost (anthropic)", "cost (openai)")
+
+
+def table(rows: list) -> None:
+    print("| conversation | format | method | " + " | ".join(COLUMNS) + " |")
+    print("|---|---|---|" + "---:|" * len(COLUMNS))
+    for name, fmt, method, r in rows:
+        cells = [f"{r[c]:.0f}" if c == "turns" else f"{r[c]:.2f}" for c in COLUMNS]
+        print(f"| {name} | {fmt} | {method} | " + " | ".join(cells) + " |")
+
+
+def summary(rows: list, which: str) -> dict:
+    """Per method, the mean over the conversations of ``which`` set."""
+    out = {}
+    for method in METHODS:
+        got = [r for s, _, _, m, r in rows if s == which and m == method and r]
+        if got:
+            out[method] = {c: statistics.fmean(r[c] for r in got) for c in COLUMNS}
+    return out
+
+
+def curve(convs: list) -> list:
+    """[(step share, recall, turns >= 0.9, fill, cost (anthropic))] on ``convs``."""
+    keep, out = paging.STEP_SHARE, []
+    try:
+        for share in STEPS:
+            paging.STEP_SHARE = share
+            for recalling in (False, True):
+                got = [replay(fmt, body, (True, recalling, True), limit)
+                       for _, _, fmt, body, limit in convs]
+                got = [g for g in got if g]
+                out.append((share, recalling, statistics.fmean(g["turns >= 0.9"] for g in got),
+                            statistics.fmean(g["fill"] for g in got),
+                            statistics.fmean(g["cost (anthropic)"] for g in got)))
+    finally:
+        paging.STEP_SHARE = keep
+    return out
+
+
+def misses(means: dict) -> list:
+    """The prompt-cache targets (docs/design.md §5.7) the shared set's means miss."""
+    withr, without = means["prompt cache + recall"], means["prompt cache"]
+    checks = [("turns >= 0.9", withr["turns >= 0.9"] >= TARGETS["turns >= 0.9"]),
+              ("fill", withr["fill"] >= TARGETS["fill"]),
+              ("fill (no recall)", without["fill"] >= TARGETS["fill (no recall)"]),
+              ("cost (anthropic)", withr["cost (anthropic)"] <= TARGETS["cost (anthropic)"])]
+    return [name for name, ok in checks if not ok]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--no-curve", action="store_true")
+    args = ap.parse_args(argv)
+    convs = conversations(args.quick)
+    if not any(s == "shared" for s, *_ in convs):
+        print("bench_cache: ../shared/data/locomo-dev.zip is absent; the synthetic corpus only")
+    rows = [(s, name, fmt, method, replay(fmt, body, spec, limit))
+            for s, name, fmt, body, limit in convs for method, spec in METHODS.items()]
+    print(f"## Prompt cache, turn by turn (budget {BUDGET} bytes, step "
+          f"{paging.STEP_SHARE:.0%} of it)\n")
+    table([(name, fmt, m, r) for _, name, fmt, m, r in rows if r])
+    failed = []
+    for which in ("shared", "synthetic"):
+        means = summary(rows, which)
+        if not means:
+            continue
+        print(f"\n### Mean over the {which} conversations\n")
+        table([("all", "all", m, r) for m, r in means.items()])
+        if which == "shared":
+            failed = misses(means)
+    if not args.no_curve:
+        shared = [c for c in convs if c[0] == "shared"] or convs
+        print("\n### Trade curve (prompt cache, the shared set): step against cache and fill\n")
+        print("| step (share of budget) | recall | turns >= 0.9 | fill | cost (anthropic) |")
+        print("|---:|---|---:|---:|---:|")
+        for share, recalling, hit, fill, cost in curve(shared):
+            print(f"| {share:.2f} | {'yes' if recalling else 'no'} | {hit:.2f} | {fill:.2f} | {cost:.2f} |")
+    if failed:
+        print(f"\ntargets missed: {', '.join(failed)}")
+    return 1 if args.check and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
