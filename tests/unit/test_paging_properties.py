@@ -565,3 +565,57 @@ def test_recall_fits_exactly_never_413s_and_quotes_only_what_the_plan_pages(sc, 
         for (_, whole), (_, quoted) in zip(exchange, m.lines):   # verbatim, cut with …
             assert len(quoted) <= recall.EXCERPT_MAX
             assert quoted == whole or quoted.strip("\u2026") in whole
+
+
+# -- prompt cache (docs/design.md §5.7) --------------------------------------------
+
+def _paged_items(fmt, body, plan) -> list:
+    sent = {id(x) for x in plan.body[formats.get(fmt).ITEMS_KEY]}
+    return [it for it in body[formats.get(fmt).ITEMS_KEY] if id(it) not in sent]
+
+
+@SETTINGS
+@given(scenario, st.booleans())
+def test_prompt_cache_fits_where_the_seed_fits_reversibly_within_one_step(sc, recalling):
+    from devkit.plans import is_recall
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule, search = sc
+    rule = rule_for(rule, max_page)
+    body, items, truth = build(fmt, segs, protected, tools_present)
+    original = dumps(body)
+    full = len(dumps(paging.strip_edge_fields(body)))
+    budget = int(full * (0.3 + frac * 0.7))
+    seed = _plain_or_error(fmt, body, budget, page_id_for, max_page, rule, search)
+
+    def planned():
+        (p,) = paging.plan_candidates(fmt, body, [budget], page_id_for, max_page_bytes=max_page,
+                                      rule=rule, search=search, recalling=recalling,
+                                      prompt_cache=True)
+        return p
+    plan = planned()
+    assert dumps(body) == original
+    if isinstance(seed, EdgeError):           # a 413 stays the seed's 413
+        assert isinstance(plan, EdgeError) and plan.code == seed.code
+        # the handles a Messages marker carries then come with its breakpoint
+        breakpoint = len(dumps(formats.messages.breakpoint_marker(""))) - len(dumps(formats.marker("")))
+        grew = {k: plan.details[k] - v for k, v in seed.details.items()}
+        assert grew == dict.fromkeys(seed.details, 0) or (
+            fmt == "messages" and grew == {**dict.fromkeys(seed.details, 0), "protected_bytes": breakpoint})
+        return
+    assert not isinstance(plan, EdgeError)     # a fit stays a fit
+    assert plan.size == len(dumps(plan.body)) <= budget
+    assert_upstream_bytes(plan)
+    assert dumps(planned().body) == dumps(plan.body)             # a pure function of the body
+    if not seed.pages:
+        assert dumps(plan.body) == dumps(seed.body)
+        return
+    mod = formats.get(fmt)
+    kept = [it for it in plan.body[mod.ITEMS_KEY] if not is_recall(it)]
+    restored = unpage(fmt, {**plan.body, mod.ITEMS_KEY: kept}, plan.pages, created_tools(fmt, body))
+    assert dumps(restored) == dumps(paging.strip_edge_fields(body))   # reversible
+    check_pairs(fmt, kept, items)
+    # pages more than the seed by at most one step (plus the exchange that crosses it)
+    more, least = _paged_items(fmt, body, plan), _paged_items(fmt, body, seed)
+    assert more[:len(least)] == least
+    extra = sum(len(dumps(it)) + 1 for it in more[len(least):])
+    assert extra <= paging.step_bytes(budget) + max(len(dumps(items[s:e])) for s, e, *_ in truth)
+    event("stepped further" if extra else "seed's boundary")

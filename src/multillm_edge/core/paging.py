@@ -52,6 +52,7 @@ class Plan:
     recall: list = field(default_factory=list)   # recall.Moment: quoted before the latest turn
     # where recall's message goes: (item, part) of the latest user turn (§6.2)
     recall_at: tuple | None = field(default=None, repr=False)
+    fit: "Fit | None" = field(default=None, repr=False)    # what it pages (paged plans)
 
     def encoded(self, model: str | None = None) -> bytes:
         """``compact(body)``, naming ``model`` when given (the provider's name for it)."""
@@ -132,10 +133,12 @@ def step_bytes(budget: int) -> int:
 class Fit(NamedTuple):
     """Paging the ``k`` oldest pageable groups is the first that fits (0: none does),
     at ``size`` bytes; ``blocks``: the closed blocks among them, ``(first, last)``
-    positions in ``pageable``."""
+    positions in ``pageable``; ``least``: with the prompt cache's step, the first fit
+    (what must be paged), when ``k`` is a later stop."""
     k: int
     size: int
     blocks: list
+    least: "Fit | None" = None
 
 
 def _fixed_id_len(prep: Prepared):
@@ -206,7 +209,7 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0) -> Fit:
                 first = first or Fit(k + 1, size, list(blocks))
                 continue
         if size <= budget:
-            return Fit(k + 1, size, blocks)
+            return Fit(k + 1, size, blocks, first)
     return first or Fit(0, size, blocks)
 
 
@@ -218,13 +221,15 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
         return unpaged(prep, budget)
     if not prep.pageable:
         raise _window_error(budget, prep.total, prep.total)
-    k, size, blocks = fit or _fit(prep, budget, rule, step)
+    k, size, blocks, least = fit or _fit(prep, budget, rule, step)
     if not k:
         raise _window_error(budget, prep.total, size)
     pageable = prep.pageable
     chosen = pageable[:k]
     raw = prep.raw
     oversize = next((len(raw[gi]) for gi in chosen if len(raw[gi]) > max_page_bytes), None)
+    if oversize is not None and least is not None:      # only the step needs it: no step
+        return _plan(prep, budget, max_page_bytes, rule, least)
     if oversize is not None:
         raise EdgeError(
             413, "context_page_too_large",
@@ -241,6 +246,7 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
     by_group = dict(zip(singles, prep.pages(singles)))
     by_group.update(covered)
     plan = _build(prep, by_group, size, budget)
+    plan.fit = Fit(k, size, blocks)
     if covered:
         plan.superseded = _superseded(prep, list(covered))
     return plan
@@ -332,13 +338,11 @@ def _plan_recalling_cached(prep: Prepared, budget: int, max_page_bytes: int, rul
     """Recall with the prompt cache (§5.7, §6.2): the boundary is the stepped one,
     whatever is recalled (a pure function of the body), and the moments take the room
     the step leaves, up to recall's share."""
-    step = step_bytes(budget)
-    fit = _fit(prep, budget, rule, step) if prep.total > budget and prep.pageable else None
-    plan = _plan(prep, budget, max_page_bytes, rule, fit, step)
-    if fit is None or not query:
+    plan = _plan(prep, budget, max_page_bytes, rule, step=step_bytes(budget))
+    if plan.fit is None or not query:
         return plan
     room = min(recall.room(budget), budget - plan.size)
-    moments = recall.choose(query, _paged_exchanges(prep, fit), room, _recall_size)
+    moments = recall.choose(query, _paged_exchanges(prep, plan.fit), room, _recall_size)
     if moments:
         _quote(prep, plan, moments)
     return plan
