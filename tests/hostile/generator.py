@@ -59,6 +59,11 @@ RECALL_SHAPES = [
     ["multillm_context_retrieve", "multillm_context_search", RECALL], RECALL, [RECALL + "\u0000"],
     [[RECALL]], {RECALL: True}, ["MULTILLM_CONTEXT_RECALL", "multillm_context_retrieve"],
     ["multillm_context_retrieve", RECALL.upper()], ["multillm_context_retrieve", RECALL, None]]
+CACHE = "multillm_context_prompt_cache"     # the stepped boundary (§5.7)
+RECALL_SHAPES += [
+    ["multillm_context_retrieve", RECALL, CACHE], ["multillm_context_retrieve", CACHE], [CACHE],
+    CACHE, [CACHE, CACHE, "multillm_context_retrieve"], ["multillm_context_retrieve", CACHE.upper()],
+    {CACHE: True}, ["multillm_context_retrieve", "multillm_context_search", RECALL, CACHE, None]]
 # The latest user turn recall ranks against: never to appear in a log line either.
 RECALL_ASKS = ["Hostileqmark lantern flickers Aurore?", "Hostileqmark *nods*", "Hostileqmark",
                "Hostileqmark H-u-0001 夜の森 lantern " * 40, "Hostileqmark \u05e9\u05dc\u05d5\u05dd mágico"]
@@ -97,6 +102,10 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
         body["functions"] = [{"name": "roll_dice", "parameters": {}}]
     if fmt == "messages" and rng.random() < 0.3:
         body["system"] = [{"type": "text", "text": "You are Aurore."}]
+    if fmt == "messages" and rng.random() < 0.2:     # breakpoints the prompt cache counts
+        body["cache_control"] = rng.choice([{"type": "ephemeral"}, "x", None, [1], {"cache_control": 1}])
+        if rng.random() < 0.5:
+            body["system"] = [{"type": "text", "text": "card", "cache_control": {"type": "ephemeral"}}] * 4
     return body
 
 

@@ -1,0 +1,78 @@
+"""The prompt cache through the handler (docs/design.md §5.7): a chat grown turn by turn
+with `multillm_context_prompt_cache` (and recall) writes pages only when its boundary
+steps — between steps 0 R2 puts and 0 D1 rows — sends each turn as the last turn's
+bytes up to its window's end, never sends the capability upstream, and every page it
+names retrieves byte for byte."""
+
+import base64
+import json
+
+import pytest
+
+from devkit import roleplay as rp
+from devkit.plans import is_recall
+from multillm_edge import formats
+from multillm_edge.base.jsonbytes import compact
+from tests.handlers.conftest import KEY, SESSION
+
+WIDE = "fake:rp-20k"
+CAPS = [formats.TOOL_NAME, formats.RECALL_CAPABILITY, formats.PROMPT_CACHE_CAPABILITY]
+PATHS = {"/v1/chat/completions": (rp.chat_body, "messages"),
+         "/v1/messages": (rp.messages_body, "messages")}
+
+
+def turns(make, key, n):
+    full = make(n, model=WIDE, capabilities=CAPS)
+    items = full[key]
+    users = [i for i, m in enumerate(items) if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    for t in users[1:]:
+        body = {**full, key: items[:t + 1]}
+        body[key][-1] = {**items[t], "content": items[t]["content"] + " Aurore, the lantern?"}
+        yield body
+
+
+def stable_prefix(sent: bytes, key: str) -> bytes:
+    """The upstream bytes up to the end of the window's history: everything before
+    recall's message and the latest turn."""
+    items = json.loads(sent)[key]
+    kept = items[:-1]
+    if kept and is_recall(kept[-1]):
+        kept = kept[:-1]
+    lead = sent[:sent.index(b'"' + key.encode() + b'":[') + len(key) + 4]
+    return lead + b",".join(compact(it) for it in kept)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_growing_chat_writes_only_at_steps_and_keeps_its_prefix(edge, headers, path):
+    make, key = PATHS[path]
+    edge.set_model(WIDE, 20000 + 200 + 256, 200)
+    before = prev_ids = None
+    named, steps, quiet, recalled = {}, 0, 0, 0
+    for body in turns(make, key, 80):
+        puts, rows = edge.bucket.ops["put"], edge.page_rows()
+        r = edge.request("POST", path, headers, body)
+        assert r.status == 200, r.body
+        sent = edge.sent[-1].body
+        assert b"multillm_context_prompt_cache" not in sent and b'"capabilities"' not in sent
+        ids = [p["page_id"] for p in r.json().get("context_pages", [])]
+        if not ids:
+            continue
+        named.update(dict.fromkeys(ids))
+        recalled += bool(r.json()["context_recall"])
+        if prev_ids is not None and set(ids) == set(prev_ids):      # between steps
+            quiet += 1
+            assert edge.bucket.ops["put"] == puts and edge.page_rows() == rows
+            assert "rows_written" not in edge.logs[-1]
+            assert sent.startswith(stable_prefix(before, key))
+        elif prev_ids is not None:
+            steps += 1
+            assert edge.bucket.ops["put"] == puts + 1 and edge.page_rows() > rows
+        before, prev_ids = sent, ids
+        edge.clock += 5
+    assert steps >= 2 and quiet >= 3 * steps and recalled >= quiet // 2
+    for page_id in named:
+        got = edge.request("GET", f"/v1/context/pages/{page_id}?roleplay_session_id={SESSION}",
+                           {"Authorization": f"Bearer {KEY}"})
+        assert got.status == 200
+        body = base64.b64decode(got.json()["body_base64"])
+        assert json.loads(body) == got.json()["messages"]
