@@ -22,17 +22,29 @@ sends the turn again with the window applied:
         print(line)          # e.g. "recalled: cp_… exchange 3 (score 7.41)"
     if session.left_out:
         print(f"{session.left_out} oldest messages are no longer sent to the model")
+
+From the repository root, one turn against an edge (the reply, then `# ` lines: the
+session, the pages of the request, the moments recalled, the messages left out;
+`--help` for the rest):
+
+    ROLEPLAY_KEY=rpk_… python -m examples.context_tools --model openai:gpt-4o-mini \
+        --history chat.json "Where did we leave the silver compass?"
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
 
-from examples.retrieve_loop import _assistant_message, fetch_page
+if __package__ in (None, ""):   # run as a file: the repository root, for `examples.…`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples.retrieve_loop import _assistant_message, fetch_page  # noqa: E402
 
 RETRIEVE, SEARCH = "multillm_context_retrieve", "multillm_context_search"
 RECALL = "multillm_context_recall"       # a capability, not a tool: the edge quotes, nobody calls
@@ -190,3 +202,29 @@ def run_turn(client: openai.OpenAI, http: httpx.Client, edge_url: str, key: str,
             content = run_tool(http, edge_url, key, session.id, tc.function.name,
                                parse_arguments(tc.function.arguments))
             messages.append({"role": "tool", "tool_call_id": tc.id, "content": content})
+
+
+def main(argv=None) -> None:
+    """One turn from the command line (the module docstring's last example)."""
+    from examples import _cli
+    p = _cli.parser(__doc__, "examples.context_tools")
+    p.add_argument("--no-window", action="store_true", help="never leave the oldest messages out")
+    args = p.parse_args(argv)
+    key = _cli.roleplay_key(p)
+    messages = _cli.load_history(args.history) + [{"role": "user", "content": args.message}]
+    with httpx.Client(timeout=120) as http:
+        session = Session(args.session or _cli.open_session(http, args.edge_url, key))
+        client = openai.OpenAI(api_key=key, base_url=args.edge_url.rstrip("/") + "/v1", max_retries=0)
+        reply = run_turn(client, http, args.edge_url, key, session, messages, model=args.model,
+                         window=not args.no_window, max_tokens=args.max_tokens)
+    message = reply.choices[0].message
+    if not message.tool_calls:          # else the rounds ran out: not kept
+        messages.append({"role": "assistant", "content": message.content})
+    _cli.save_history(args.history, messages)
+    _cli.report(session.id, message.content, reply.model_extra)
+    if session.left_out:
+        print(f"# left out: {session.left_out} oldest messages (still in the history)")
+
+
+if __name__ == "__main__":
+    main()

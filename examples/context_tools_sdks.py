@@ -10,13 +10,25 @@ and of its result differ. (The sliding window is left out here; it works the sam
 `input_items` / `messages` is the full history, extended in place with this turn's tool
 calls and results. Both declare `multillm_context_recall` too: what the edge brought back
 is on the answer, `recall_lines(context_recall(reply))`.
+
+From the repository root, one turn against an edge (`--api responses` or `messages`;
+the reply, then `# ` lines: the session, the pages of the request, the moments recalled):
+
+    ROLEPLAY_KEY=rpk_… python -m examples.context_tools_sdks --api messages \
+        --model anthropic:claude-sonnet-4-5 --history chat.json "Who holds the compass?"
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import httpx
 
-from examples.context_tools import CAPABILITIES, TOOLS, parse_arguments, run_tool
+if __package__ in (None, ""):   # run as a file: the repository root, for `examples.…`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples.context_tools import CAPABILITIES, TOOLS, parse_arguments, run_tool  # noqa: E402
 
 
 def _edge_fields(session_id: str) -> dict:
@@ -58,3 +70,42 @@ def messages_turn(client, http: httpx.Client, edge_url: str, key: str, session_i
              "content": run_tool(http, edge_url, key, session_id, u.name, u.input)}
             for u in uses]})
     return message
+
+
+def _reply_text(api: str, reply) -> str:
+    if api == "responses":
+        return reply.output_text
+    return "".join(b.text for b in reply.content if b.type == "text")
+
+
+def main(argv=None) -> None:
+    """One turn from the command line (the module docstring's last example)."""
+    from examples import _cli
+    p = _cli.parser(__doc__, "examples.context_tools_sdks")
+    p.add_argument("--api", choices=("responses", "messages"), required=True,
+                   help="the wire format: OpenAI Responses or Anthropic Messages")
+    args = p.parse_args(argv)
+    key = _cli.roleplay_key(p)
+    items = _cli.load_history(args.history) + [{"role": "user", "content": args.message}]
+    base = args.edge_url.rstrip("/")
+    with httpx.Client(timeout=120) as http:
+        session_id = args.session or _cli.open_session(http, base, key)
+        if args.api == "responses":
+            import openai
+            client = openai.OpenAI(api_key=key, base_url=base + "/v1", max_retries=0)
+            reply = responses_turn(client, http, base, key, session_id, items, model=args.model,
+                                   max_output_tokens=args.max_tokens)
+        else:
+            import anthropic
+            client = anthropic.Anthropic(api_key=key, base_url=base, max_retries=0)
+            reply = messages_turn(client, http, base, key, session_id, items, model=args.model,
+                                  max_tokens=args.max_tokens)
+    text = _reply_text(args.api, reply)
+    if text:                            # else the rounds ran out on a tool call: not kept
+        items.append({"role": "assistant", "content": text})
+    _cli.save_history(args.history, items)
+    _cli.report(session_id, text, getattr(reply, "model_extra", None))
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,12 @@ nothing was relevant, absent when the request was not paged.
 
 `messages` is the full roleplay history; it is extended in place with the assistant
 tool-call messages and tool results of this turn, so the next turn sends them too.
+
+From the repository root, one turn against an edge (the reply, then `# ` lines: the
+session, the pages of the request, the moments recalled; `--help` for the rest):
+
+    ROLEPLAY_KEY=rpk_… python -m examples.retrieve_loop --model openai:gpt-4o-mini \
+        --history chat.json "What did we bury under the old mill?"
 """
 
 from __future__ import annotations
@@ -26,9 +32,14 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+if __package__ in (None, ""):   # run as a file: the repository root, for `examples.…`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TOOL_NAME = "multillm_context_retrieve"
 RECALL = "multillm_context_recall"       # a capability, not a tool (docs/design.md §6.2)
@@ -109,3 +120,27 @@ def run_turn(client, edge_url: str, key: str, session_id: str, messages: list,
     finally:
         if own_http:
             http.close()
+
+
+def main(argv=None) -> None:
+    """One turn from the command line (the module docstring's last example)."""
+    import openai
+    from examples import _cli
+    p = _cli.parser(__doc__, "examples.retrieve_loop")
+    args = p.parse_args(argv)
+    key = _cli.roleplay_key(p)
+    messages = _cli.load_history(args.history) + [{"role": "user", "content": args.message}]
+    with httpx.Client(timeout=120) as http:
+        session_id = args.session or _cli.open_session(http, args.edge_url, key)
+        client = openai.OpenAI(api_key=key, base_url=args.edge_url.rstrip("/") + "/v1", max_retries=0)
+        reply = run_turn(client, args.edge_url, key, session_id, messages, model=args.model,
+                         max_tokens=args.max_tokens, http=http)
+    message = reply.choices[0].message
+    if not message.tool_calls:          # else a tool this loop does not run: not kept
+        messages.append({"role": "assistant", "content": message.content})
+    _cli.save_history(args.history, messages)
+    _cli.report(session_id, message.content, reply.model_extra)
+
+
+if __name__ == "__main__":
+    main()

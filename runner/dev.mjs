@@ -3,6 +3,8 @@
 //
 // Environment:
 //   PORT              listen port (default 8787; 0 picks a free one)
+//   EDGE_HOST         listen address (default 127.0.0.1; 0.0.0.0 lets a SillyTavern in
+//                     Docker reach the runner through the host's address)
 //   EDGE_STATE_DIR    local state, as `wrangler … --persist-to` (default .wrangler/state)
 //   EDGE_VARS_FILE    dotenv file overlaid on [vars], replacing .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
@@ -453,9 +455,17 @@ const server = http.createServer(async (req, res) => {
 server.keepAliveTimeout = 75_000;
 server.headersTimeout = 76_000;
 
-server.listen(Number(process.env.PORT ?? 8787), "127.0.0.1", () => {
+const HOST = (process.env.EDGE_HOST ?? "").trim() || "127.0.0.1";
+// The URL this machine reaches it at: a wildcard address is reached on the loopback.
+const urlHost = ["0.0.0.0", "::"].includes(HOST) ? "127.0.0.1" : HOST.includes(":") ? `[${HOST}]` : HOST;
+
+server.on("error", (err) => {   // a bad EDGE_HOST or a taken PORT: say which, and stop
+  log(JSON.stringify({ runner: "listen_failed", host: HOST, port: process.env.PORT ?? "8787", error: err.code ?? String(err) }));
+  process.exit(1);
+});
+server.listen(Number(process.env.PORT ?? 8787), HOST, () => {
   const { port } = server.address();
-  log(JSON.stringify({ runner: "listening", url: `http://127.0.0.1:${port}`, port,
+  log(JSON.stringify({ runner: "listening", url: `http://${urlHost}:${port}`, host: HOST, port,
     start_ms: Math.round(performance.now() - started) }));
 });
 

@@ -35,6 +35,8 @@ const RECALL_CAPABILITY = 'multillm_context_recall';
 // What the window assumes when a 413 names no allowance (the edge's default, 1 MiB).
 const DEFAULT_ALLOWANCE = 1024 * 1024;
 const GENERATE_URL = '/api/backends/chat-completions/generate';
+// ST's Connect / status check: its server calls `{Custom Endpoint}/models`.
+const STATUS_URL = '/api/backends/chat-completions/status';
 // Page ids are opaque; anything else the model names never reaches a URL.
 const PAGE_ID = /^cp_[A-Za-z0-9_-]{1,128}$/;
 // Recall is on by default: it needs no tool call (many models call tools rarely), it only
@@ -388,6 +390,27 @@ function windowMayHelp(err, body) {
 }
 
 /**
+ * ST's status check of a Custom source pointing at the edge carries the roleplay key
+ * (through the source's include-headers field, which ST's server merges into its
+ * `GET {endpoint}/models`): the edge answers the models the key may use
+ * (docs/design.md §2), so the check passes with the API key field left empty.
+ */
+function withStatusKey(init) {
+    if (typeof init?.body !== 'string') return init;
+    let data;
+    try {
+        data = JSON.parse(init.body);
+    } catch {
+        return init;
+    }
+    if (!targetsEdge(data)) return init;
+    const headers = yamlObject(data.custom_include_headers);
+    headers.Authorization = `Bearer ${settings().key}`;
+    data.custom_include_headers = JSON.stringify(headers);   // JSON is YAML
+    return { ...init, body: JSON.stringify(data) };
+}
+
+/**
  * Watches ST's own generate calls that this extension adjusted: a copy of the response is
  * read for the page count, the figures and the edge's errors; ST gets the original,
  * untouched. Sent again once, in a new session: a request whose session ended elsewhere
@@ -397,6 +420,7 @@ function windowMayHelp(err, body) {
 function watchGenerateResponses() {
     const send = window.fetch.bind(window);
     window.fetch = async (input, init) => {
+        if (input === STATUS_URL) return send(input, withStatusKey(init));
         const ours = input === GENERATE_URL && typeof init?.body === 'string' ? JSON.parse(init.body) : null;
         if (!ours || !targetsEdge(ours)) return send(input, init);
         if (refused) {

@@ -15,6 +15,7 @@ from .formats import messages
 from .formats.registry import FORMATS
 from .routes import batch
 from .routes.generation import generate
+from .routes.models import list_models
 from .routes.retrieval import SESSION_PARAM, retrieve_page
 from .routes.search import search_pages
 from .routes.sessions import create_session, end_session
@@ -87,6 +88,8 @@ ROUTES = (
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session, cors=True),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param, cors=True),
     Route(("POST",), "/v1/context/search", search_pages, _roleplay, cors=True),
+    # A live roleplay key's models; any other request forwarded (routes/models.py)
+    Route(("GET",), "/v1/models", list_models),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
     Route(("POST",), "/v1/files", batch.upload_file),
     Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope=messages.ERROR_ENVELOPE),

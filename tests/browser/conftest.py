@@ -48,15 +48,6 @@ def tier_clock():
     _wall["seconds"] = _wall.get("seconds", 0) + time.monotonic() - t0
 
 
-class Models:
-    """The stand-in provider's models/origin side: `/v1/models` for ST's status check."""
-
-    def __call__(self, rec) -> Reply:
-        if rec.path.endswith("/models"):
-            return Reply(chunks=[json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()])
-        return Reply(status=404, chunks=[b'{"error":"not here"}'])
-
-
 class ScriptedModel:
     """The stand-in provider. `script(body)` → ("tool", page_id) | ("call", (tool name,
     arguments)) | ("text", text); the reply is streamed (SSE) or whole, as the request asks."""
@@ -105,16 +96,18 @@ def provider():
 
 
 @pytest.fixture(scope="module")
-def origin():
-    with FakeServer(Models()) as server:
+def other_site():
+    """A web page of an origin the edge does not list (not the edge's FLASK_ORIGIN)."""
+    with FakeServer() as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def edge(provider, origin, sillytavern, tmp_path_factory):
-    # SillyTavern's origin may call sessions, pages and search directly (CORS), as a
-    # player's edge would be configured for their SillyTavern.
-    vars_ = rp.edge_vars(provider.url, origin.url, CORS_ALLOWED_ORIGINS=sillytavern.url)
+def edge(provider, sillytavern, tmp_path_factory):
+    # No Flask origin (FLASK_ORIGIN empty): whatever SillyTavern needs, the edge answers
+    # itself, its status check (`GET /v1/models`) included. SillyTavern's origin may call
+    # sessions, pages and search directly (CORS), as a player's edge would be configured.
+    vars_ = rp.edge_vars(provider.url, "", CORS_ALLOWED_ORIGINS=sillytavern.url)
     with Edge(tmp_path_factory.mktemp("edge"), vars=vars_, start_timeout=240) as edge:
         # A window that ~145 of the chat's 160 exchanges must leave (blocks, §5.7).
         rp.set_model(edge, MODEL, 14000, 1000)

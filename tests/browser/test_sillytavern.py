@@ -87,14 +87,31 @@ def test_settings_panel_takes_the_key_and_never_shows_it(page, edge, player):
     assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.edgeUrl") == edge.url
 
 
-def test_custom_source_points_at_the_edge(page, edge):
+def test_custom_source_points_at_the_edge(page, edge, player):
+    """SillyTavern's status check (Connect) passes against the edge alone: there is no
+    Flask origin (FLASK_ORIGIN empty, where a forwarded `/v1/models` would be a 503), the
+    API key field stays empty and the extension adds the roleplay key, so the edge answers
+    `GET /v1/models` with the key's models, which fill SillyTavern's model list
+    (docs/design.md §2)."""
+    key, _ = player
+    rp.set_model(edge, "fake:rp-other", 8000, 1000)           # listed as well
+    rp.set_model(edge, "nobody:unserved", 8000, 1000)         # no such provider: never listed
+    logged = len(edge.logs())
     open_drawer(page, "#sys-settings-button .drawer-toggle", "#rm_api_block")
     page.select_option("#main_api", "openai")
     page.select_option("#chat_completion_source", "custom")
     page.fill("#custom_api_url_text", edge.url + "/v1")
     page.fill("#custom_model_id", MODEL)
+    assert page.locator("#api_key_custom").input_value() == ""
     page.click("#api_button_openai")
     page.locator("#rm_api_block .online_status_text:visible").filter(has_text="Valid").wait_for()
+    options = page.locator("#model_custom_select option").evaluate_all("os => os.map(o => o.value)")
+    assert options == ["", "fake:rp-other", MODEL]
+    [line] = [r for r in edge.wait_for_log(lambda r: r.get("route") == "list_models", since=logged)
+              if r.get("method") == "GET"][-1:]
+    assert (line["status"], line["models"]) == (200, 2) and "forwarded" not in line
+    assert not [r for r in edge.logs()[logged:] if r.get("route") == "forward"]
+    assert key not in edge.output()
     open_drawer(page, "#ai-config-button .drawer-toggle", "#left-nav-panel")
     # ST must send the whole chat: the edge, not ST, decides what leaves the window.
     page.check("#oai_max_context_unlocked")
@@ -532,13 +549,14 @@ def test_the_extension_calls_the_edge_directly_once_the_edge_lists_sillytavern(p
         set_proxy(page, True)
 
 
-def test_an_origin_the_edge_does_not_list_is_blocked_by_the_browser(page, edge, player, origin):
+def test_an_origin_the_edge_does_not_list_is_blocked_by_the_browser(page, edge, player, other_site):
     """A page of another origin (not listed) calling the edge: its preflight is forwarded
-    to the origin as before, which grants nothing, so the browser never sends the call."""
+    as before (to no origin here: a 503), which grants nothing, so the browser never
+    sends the call."""
     key, principal = player
     other = page.context.new_page()
     try:
-        other.goto(origin.url + "/v1/models")
+        other.goto(other_site.url + "/")
         before = edge.sql("SELECT COUNT(*) AS n FROM roleplay_sessions WHERE principal = ?1", principal)
         logged = len(edge.logs())
         got = other.evaluate(DIRECT_POST, [edge.url + "/v1/roleplay/sessions", key])

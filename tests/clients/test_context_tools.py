@@ -23,6 +23,7 @@ from tests.clients.conftest import (EXCHANGES, MAX_TOKENS, REPLIES, REPLY_TEXT, 
                                     marker_page_ids)
 from devkit import roleplay as rp
 from devkit.fakes import Reply
+from tests.support.examples import reported, run_example
 
 pytestmark = pytest.mark.slow
 
@@ -226,3 +227,28 @@ def test_the_sdk_runs_search_then_retrieve_and_the_answer_arrives(fmt, edge, pro
     assert _after_last_user(history) == _after_last_user(third["input" if fmt == "responses" else "messages"])
     for rec in provider.received:
         assert roleplayer.key.encode() not in rec.body and roleplayer.key not in json.dumps(rec.headers)
+
+
+@pytest.mark.parametrize("fmt", ["responses", "messages"])
+def test_the_sdks_example_runs_a_turn_from_the_command_line(fmt, edge, provider, roleplayer, scripted, tmp_path):
+    """`python -m examples.context_tools_sdks --api <fmt>` (README: Examples): the SDK's
+    turn with both tools run by the example, the answer printed, the history written back."""
+    tag = {"responses": "CR", "messages": "CM"}[fmt]
+    query = f"{tag}-u-{NEEDLE:04d}"
+    model = scripted(fmt, query)
+    body = rp.responses_body(EXCHANGES, tag=tag) if fmt == "responses" else rp.messages_body(EXCHANGES, tag=tag)
+    items = body["input" if fmt == "responses" else "messages"]
+    *earlier, last = items
+    history = tmp_path / "chat.json"
+    history.write_text(json.dumps(earlier))
+    done = run_example("context_tools_sdks", "--api", fmt, "--edge-url", edge.url, "--model", TOOLS_MODEL,
+                       "--session", roleplayer.session, "--max-tokens", str(MAX_TOKENS), "--history", str(history),
+                       last["content"], key=roleplayer.key)
+    assert done.returncode == 0, done.stderr
+    text, notes = reported(done.stdout)
+    assert text == REPLY_TEXT and notes["session"] == [roleplayer.session]
+    assert [name for _, name, _ in model.calls] == [SEARCH, RETRIEVE] and len(provider.received) == 3
+    saved = json.loads(history.read_text())
+    assert saved[:len(earlier)] == earlier and saved[len(earlier)] == {"role": "user", "content": last["content"]}
+    assert saved[-1] == {"role": "assistant", "content": REPLY_TEXT}
+    assert tool_results(fmt, {"input": saved[:-1], "messages": saved[:-1]}) == tool_results(fmt, model.bodies[-1])

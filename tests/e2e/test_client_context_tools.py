@@ -18,7 +18,8 @@ from examples.context_tools import RETRIEVE, SEARCH, Session, _size, run_turn
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.plans import marker_ids
-from devkit.runner import Edge
+from devkit.runner import ROOT, Edge
+from tests.support.examples import reported, run_example
 
 MODEL = "fake:rp-small"
 FINAL = "Aurore remembers the ford."
@@ -142,3 +143,59 @@ def test_window_off_the_413_is_the_sdks(edge, provider, player):
             {"role": "user", "content": "Onward?"}], model=MODEL, window=False, max_tokens=200)
     assert e.value.status_code == 413 and e.value.body["code"] == "context_session_limit_exceeded"
     assert session.id == p.session and provider.received == []
+
+
+# --- the examples from the command line (README: Examples) ---------------------------------
+
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_"))
+
+
+def test_every_example_is_listed():
+    assert EXAMPLES == ["context_tools", "context_tools_sdks", "retrieve_loop"]
+
+
+@pytest.mark.parametrize("as_file", [False, True], ids=["module", "file"])
+@pytest.mark.parametrize("module", EXAMPLES)
+def test_every_example_answers_help(module, as_file):
+    """`python -m examples.<name> --help`, and `python examples/<name>.py --help` from the
+    root (once a ModuleNotFoundError): the usage names the command and the key's variable."""
+    done = run_example(module, "--help", as_file=as_file, timeout=60)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith(f"usage: python -m examples.{module} ")
+    assert "--model MODEL" in done.stdout and "$ROLEPLAY_KEY" in done.stdout
+
+
+def test_an_example_without_a_key_says_which_variable():
+    done = run_example("context_tools", "--model", MODEL, "Hello", timeout=60)
+    assert done.returncode == 2 and "set ROLEPLAY_KEY to your roleplay key" in done.stderr
+
+
+def test_context_tools_runs_a_turn_from_the_command_line(edge, provider, tmp_path):
+    """The README's line: a new session, the history file read, search then retrieve run
+    by the example, the answer printed, the history written back with the whole turn."""
+    key, principal = rp.seed_principal(edge)
+    provider.clear()
+    provider.reply = model = ScriptedModel(query="CLI-u-0012")
+    history = tmp_path / "chat.json"
+    earlier = rp.chat_history(30, tag="CLI")
+    history.write_text(json.dumps(earlier))
+    done = run_example("context_tools", "--edge-url", edge.url, "--model", MODEL, "--max-tokens", "200",
+                       "--history", str(history), "What happened at 0012?", key=key)
+    assert done.returncode == 0, done.stderr
+    text, notes = reported(done.stdout)
+    assert text == FINAL and len(model.bodies) == 3
+    [session] = notes["session"]
+    assert edge.sql("SELECT principal FROM roleplay_sessions WHERE session_id = ?1", session) == [{"principal": principal}]
+    assert int(notes["pages in this request"][-1]) > 0
+    saved = json.loads(history.read_text())
+    third = model.bodies[-1]["messages"]
+    assert saved[:len(earlier)] == earlier and saved[-1] == {"role": "assistant", "content": FINAL}
+    # the turn as the model last saw it: the new message, both tool calls and their results
+    assert saved[len(earlier):-1] == third[third.index({"role": "user", "content": "What happened at 0012?"}):]
+    assert [m["role"] for m in saved[len(earlier):]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    # the same session again: the history grows, nothing is opened
+    provider.reply = ScriptedModel()
+    again = run_example("context_tools", "--edge-url", edge.url, "--model", MODEL, "--session", session,
+                        "--history", str(history), "And then?", key=key)
+    assert again.returncode == 0, again.stderr
+    assert reported(again.stdout)[1]["session"] == [session] and len(json.loads(history.read_text())) == len(saved) + 2

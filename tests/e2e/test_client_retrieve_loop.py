@@ -19,6 +19,7 @@ from devkit.plans import marker_ids
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.runner import Edge
+from tests.support.examples import reported, run_example
 
 MODEL = "fake:rp-small"
 FINAL = "Aurore remembers the lantern by the river."
@@ -170,3 +171,25 @@ def test_a_path_like_page_id_never_reaches_a_url(edge, provider, model, player):
     assert reply.choices[0].message.content == FINAL
     assert seen == []
     assert json.loads(provider.received[1].json()["messages"][-1]["content"]) == {"error": "invalid page_id"}
+
+
+def test_the_example_runs_a_turn_from_the_command_line(edge, provider, model, tmp_path):
+    """`python -m examples.retrieve_loop` (README: Examples): a session opened, the
+    model's retrieve call run, the answer and the page count printed, the history
+    file written back with the tool call, its result and the answer."""
+    key, _ = rp.seed_principal(edge)
+    history = tmp_path / "chat.json"
+    earlier = rp.chat_body(30, tag="CLIR")["messages"][:-1]
+    history.write_text(json.dumps(earlier))
+    done = run_example("retrieve_loop", "--edge-url", edge.url, "--model", MODEL, "--max-tokens", "200",
+                       "--history", str(history), "Which lantern?", key=key)
+    assert done.returncode == 0, done.stderr
+    text, notes = reported(done.stdout)
+    assert text == FINAL and notes["session"][0].startswith("rps_")
+    assert int(notes["pages in this request"][0]) > 0 and len(provider.received) == 2
+    saved = json.loads(history.read_text())
+    [page_id] = model.asked
+    assert saved[:len(earlier)] == earlier
+    assert saved[len(earlier)] == {"role": "user", "content": "Which lantern?"}
+    assert saved[-2]["content"].encode() == rp.page_exchanges(rp.stored_page(edge, page_id))[0]
+    assert saved[-1] == {"role": "assistant", "content": FINAL}

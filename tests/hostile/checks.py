@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tests.hostile.generator import KEY, OTHER_KEY, Case
+from tests.hostile.generator import KEY, MODELS_LISTED, OTHER_KEY, Case
 
 
 @dataclass
@@ -100,6 +100,30 @@ def check_cors(case: Case, seen: Observed) -> None:
         assert seen.stored_after == seen.stored_before, where
 
 
+def check_models(case: Case, seen: Observed) -> None:
+    """`GET /v1/models` with a live roleplay key: the edge's list, the origin untouched;
+    anything else reaches the origin once, its authorization headers as sent, and the
+    origin's answer comes back (docs/design.md §2)."""
+    where = case.describe()
+    if case.notes["models"] == "edge":
+        assert seen.status == 200 and seen.origin_requests == 0, f"{seen.status} {seen.body[:300]!r}\n{where}"
+        doc = json.loads(seen.body)
+        assert set(doc) == {"object", "data"} and doc["object"] == "list", where
+        assert [m["id"] for m in doc["data"]] == MODELS_LISTED, where
+        assert all(m == {"id": m["id"], "object": "model", "created": 0, "owned_by": "fake"}
+                   for m in doc["data"]), where
+        if seen.headers is not None:
+            assert dict(seen.headers).get("cache-control") == "private, no-store", where
+        return
+    assert seen.origin_requests == 1 and seen.status == 200, f"{seen.status} {seen.body[:300]!r}\n{where}"
+    assert not seen.provider_requests and seen.stored_after == seen.stored_before, where
+    if seen.origin_seen is not None:
+        [(headers, _)] = seen.origin_seen
+        for name in ("Authorization", "x-api-key"):
+            if case.headers.get(name, "").strip():
+                assert case.headers[name].strip() in headers, f"{name} not forwarded as sent\n{where}"
+
+
 def check(case: Case, seen: Observed) -> None:
     """Raise AssertionError (with the case) if any invariant is broken."""
     if "declares" in case.notes:
@@ -121,6 +145,8 @@ def check(case: Case, seen: Observed) -> None:
         check_search(case, seen)
     if seen.status == 200 and seen.provider_requests:
         check_recall(case, seen)
+    if "models" in case.notes:
+        check_models(case, seen)
     if "cors" in case.notes and seen.headers is not None:
         check_cors(case, seen)
     if seen.status >= 400 and not relayed:

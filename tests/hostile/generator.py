@@ -5,7 +5,7 @@ formats (type swaps at every path, deletions, wrong containers, depth around the
 and far beyond it, huge and tiny numbers, NaN/Infinity, model names around their length
 limit and far beyond it, duplicate keys, lone surrogates, NUL, non-UTF-8 bytes), odd and
 empty headers, session and retrieval ids with traversal and SQL metacharacters,
-forwarded requests, and CORS preflights and actual requests (odd and huge Origin,
+forwarded requests, the model list with live, unknown, revoked and odd keys, and CORS preflights and actual requests (odd and huge Origin,
 Access-Control-Request-* values, on every route family). The same case runs in-process and through the runner. Every header
 value is printable ASCII (what an HTTP client can send); everything else is fair game.
 """
@@ -307,6 +307,52 @@ def other_route(rng: random.Random, n: int) -> Case:
 
 
 # ---------------------------------------------------------------------------
+# The model list (docs/design.md §2): `notes["models"]` is "edge" when the request
+# carries a live roleplay key on `GET /v1/models`, else "forward" (unchanged, as
+# without a key: unknown and revoked keys alike).
+# ---------------------------------------------------------------------------
+
+REVOKED_KEY = "rpk_hostile_revoked_c0de"
+MODELS_LISTED = ["fake:rp-small", "fake:rp-wide", "fake:tiny"]   # every seeded model, sorted
+MODEL_PATHS = ["/v1/models", "/v1/models", "/v1/models", "/v1/models?limit=1", "/v1/models?x=%ff&x",
+               "/v1/models/", "/v1/models/fake:rp-small", "/v1/models%2F", "/V1/models", "/v1/modelsx"]
+MODEL_KEYS = [KEY, KEY, KEY, KEY, OTHER_KEY, OTHER_KEY, REVOKED_KEY, "rpk_nope", "", " ", KEY + " ", " " + KEY, KEY + "x",
+              "' OR 1=1 --", "k" * 5000, KEY.upper(), "Bearer " + KEY, "%00"]
+
+
+def presented_key(headers: dict) -> str | None:
+    """The key the edge reads (docs/design.md §2): a Bearer value, else x-api-key, trimmed."""
+    auth = headers.get("Authorization")
+    if auth and auth[:7].lower() == "bearer " and auth[7:].strip():
+        return auth[7:].strip()
+    return headers.get("x-api-key", "").strip() or None
+
+
+def models_case(rng: random.Random, n: int) -> Case:
+    path = rng.choice(MODEL_PATHS)
+    method = "GET" if rng.random() < 0.85 else rng.choice(["HEAD", "POST", "PUT", "DELETE", "OPTIONS"])
+    key = rng.choice(MODEL_KEYS)
+    headers = {"Accept": "application/json"}
+    how = rng.choice(["bearer", "bearer", "x_api_key", "lower", "basic", "both", "none"])
+    if how in ("bearer", "both"):
+        headers["Authorization"] = "Bearer " + key
+    elif how == "lower":
+        headers["Authorization"] = "bearer  " + key
+    elif how == "basic":
+        headers["Authorization"] = "Basic " + key
+    if how in ("x_api_key", "both"):
+        headers["x-api-key"] = rng.choice([key, KEY])
+    if rng.random() < 0.2:
+        headers["X-Roleplay-Session-ID"] = rng.choice([SESSION, "", "' OR 1=1"])
+    # As an HTTP client sends it: values trimmed.
+    on_edge = (method == "GET" and path.split("?")[0] == "/v1/models"
+               and (presented_key({k: v.strip() for k, v in headers.items()}) or "") in (KEY, OTHER_KEY))
+    body = b"" if method in ("GET", "HEAD", "OPTIONS") else b'{"a":1}'
+    return Case(n, f"models:{how}", method, path, headers, body, roleplay=on_edge,
+                notes={"models": "edge" if on_edge else "forward"})
+
+
+# ---------------------------------------------------------------------------
 # The search route (docs/design.md §6.1): `notes["search"]`, never stores or dispatches.
 # ---------------------------------------------------------------------------
 
@@ -369,6 +415,9 @@ def cases(seed: int, count: int):
             continue
         if rng.random() < 0.04:
             yield cors_case(rng, n)
+            continue
+        if rng.random() < 0.04:
+            yield models_case(rng, n)
             continue
         fmt = rng.choice(list(GENERATION))
         doc = valid_body(rng, fmt)

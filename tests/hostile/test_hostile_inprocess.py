@@ -31,6 +31,8 @@ def hostile_edge() -> tuple[LocalEdge, dict]:
     edge = LocalEdge(rp.edge_vars(PROVIDER, ORIGIN, CORS_ALLOWED_ORIGINS=gen.CORS_SETTING), upstream)
     edge.seed_player("p_hostile", gen.KEY, gen.SESSION)
     edge.seed_player("p_other", gen.OTHER_KEY, "rps_other")
+    edge.seed_player("p_revoked", gen.REVOKED_KEY, "rps_revoked")
+    edge.sql("UPDATE roleplay_keys SET revoked_at = 1 WHERE principal = 'p_revoked'")
     edge.set_model(gen.MODEL, gen.WINDOW, 1000)
     edge.set_model(gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
     edge.set_model("fake:tiny", 300, 100)
@@ -77,7 +79,7 @@ def test_hostile_requests_in_process():
             statuses[seen.status] = statuses.get(seen.status, 0) + 1
         for record in edge.logs:
             text = repr(record)
-            assert gen.KEY not in text and gen.OTHER_KEY not in text
+            assert gen.KEY not in text and gen.OTHER_KEY not in text and gen.REVOKED_KEY not in text
             assert gen.QUERY_MARK.lower() not in text.lower() and "lantern" not in text.lower()
         assert not [r for r in edge.logs if r.get("error") == "internal_error"]
     finally:

@@ -48,6 +48,9 @@ def edge(servers, tmp_path_factory):
             rp.set_policy(edge, principal)
             edge.sql("INSERT INTO roleplay_sessions (session_id, principal, created_at) VALUES (?1, ?2, 0)",
                      session, principal)
+        edge.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at, revoked_at) VALUES (?1, 'p_revoked', 0, 1)",
+                 hashlib.sha256(gen.REVOKED_KEY.encode()).hexdigest())
+        rp.set_policy(edge, "p_revoked")
         rp.set_model(edge, gen.MODEL, gen.WINDOW, 1000)
         rp.set_model(edge, gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
         rp.set_model(edge, "fake:tiny", 300, 100)

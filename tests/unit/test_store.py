@@ -632,3 +632,20 @@ def test_uncounted_rows_are_left_out_of_both_sums(db):
                                   uncounted=[single["page_id"]]))
     assert not run(store.upsert_pages(db, [page(b"u", 301)], ALICE_A, NOW, 1000,
                                       uncounted=[single["page_id"]]))   # 700 + 300 + 301
+
+
+# -- GET /v1/models (docs/design.md §2) ------------------------------------------
+
+def test_principal_models_one_statement(db):
+    got = run(store.load_principal_models(db, KEY_A))
+    assert got == store.PrincipalModels("alice", False, store.Policy(2, ("chat",), "standard"),
+                                        ("anthropic:claude", "openai:gpt-4o"))
+    assert run(store.load_principal_models(db, KEY_B)).policy is None
+    assert run(store.load_principal_models(db, "f" * 64)) is None
+
+
+def test_principal_models_revoked_key_and_empty_table(db):
+    assert run(admin_sql.revoke_key(db, KEY_A, NOW))
+    run(db.run("DELETE FROM models", []))
+    got = run(store.load_principal_models(db, KEY_A))
+    assert got.key_revoked is True and got.models == ()

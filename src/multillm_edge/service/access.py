@@ -23,8 +23,9 @@ from ..storage import store
 SESSION_HEADER = "x-roleplay-session-id"
 
 
-def key_digest(req: Incoming) -> str:
-    """SHA-256 hex of the roleplay key (`Authorization: Bearer` or `x-api-key`); 401 if none."""
+def presented_key_digest(req: Incoming) -> str | None:
+    """SHA-256 hex of the key the request carries (`Authorization: Bearer`, else
+    `x-api-key`), or None when it carries none."""
     key = None
     auth = req.header("authorization")
     if auth and auth[:7].lower() == "bearer ":
@@ -32,8 +33,16 @@ def key_digest(req: Incoming) -> str:
     if not key:
         key = (req.header("x-api-key") or "").strip()
     if not key:
-        raise Unauthorized()
+        return None
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def key_digest(req: Incoming) -> str:
+    """SHA-256 hex of the roleplay key; 401 if none."""
+    digest = presented_key_digest(req)
+    if digest is None:
+        raise Unauthorized()
+    return digest
 
 
 def database(platform: Platform) -> Database:

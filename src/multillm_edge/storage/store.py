@@ -290,6 +290,31 @@ async def load_principal(db: Executor, key_sha256: str) -> Optional[PrincipalInf
     return PrincipalInfo(**_key_facts(row))
 
 
+# The model list of a roleplay key (docs/design.md §2, `GET /v1/models`): the key's facts
+# and every model name, in one statement; the route keeps those a provider serves.
+SQL_LOAD_PRINCIPAL_MODELS = _roleplay_read(
+    "(SELECT json_group_array(m.model) FROM models m) AS models", session=False)
+
+
+@dataclass(frozen=True)
+class PrincipalModels:
+    principal: str
+    key_revoked: bool
+    policy: Optional[Policy]
+    models: tuple[str, ...]   # every name in the models table, sorted
+
+
+async def load_principal_models(db: Executor, key_sha256: str) -> Optional[PrincipalModels]:
+    """Key -> principal, current policy and the models table's names, in one statement
+    (`GET /v1/models`). None = unknown key."""
+    row = await db.first(SQL_LOAD_PRINCIPAL_MODELS, [key_sha256])
+    if row is None:
+        return None
+    names = json.loads(row.get("models") or "[]")
+    return PrincipalModels(**_key_facts(row),
+                           models=tuple(sorted(n for n in names if isinstance(n, str))))
+
+
 SQL_MISSING_TABLES = """
 SELECT w.value AS name
   FROM json_each(?1) w

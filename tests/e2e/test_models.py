@@ -1,0 +1,92 @@
+"""`GET /v1/models` through the runner (real Pyodide, real local D1), and the runner's
+EDGE_HOST: a live roleplay key gets its models from the edge, as the OpenAI SDK and
+SillyTavern's status check read them; any other request reaches the origin exactly as
+one without a key (docs/design.md §2, §9)."""
+
+import hashlib
+
+import httpx
+import openai
+import pytest
+
+from devkit import roleplay as rp
+from devkit.fakes import FakeServer, Reply
+from devkit.runner import Edge
+
+ORIGIN_LIST = b'{"object":"list","data":[{"id":"flask-model","object":"model"}]}'
+LISTED = (b'{"object":"list","data":['
+          b'{"id":"bare:gpt-4o-mini","object":"model","created":0,"owned_by":"bare"},'
+          b'{"id":"fake:rp-small","object":"model","created":0,"owned_by":"fake"}]}')
+TRANSPORT = {"host", "connection", "accept-encoding"}
+
+
+@pytest.fixture(scope="module")
+def origin():
+    with FakeServer(lambda rec: Reply(headers=[("content-type", "application/json"), ("x-origin", "flask")],
+                                      chunks=[ORIGIN_LIST])) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def edge(origin, tmp_path_factory):
+    # Listening on every address, as for a SillyTavern in Docker (README: Local runner).
+    with Edge(tmp_path_factory.mktemp("models"), vars=rp.edge_vars("http://127.0.0.1:9", origin.url),
+              extra_env={"EDGE_HOST": "0.0.0.0"}) as edge:
+        for name in ("fake:rp-small", "bare:gpt-4o-mini", "nobody:m"):
+            rp.set_model(edge, name, 8000, 1000)
+        yield edge
+
+
+@pytest.fixture(scope="module")
+def key(edge):
+    return rp.seed_principal(edge)[0]
+
+
+def test_the_openai_sdk_lists_the_keys_models(edge, origin, key):
+    origin.clear()
+    client = openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0)
+    assert [m.id for m in client.models.list()] == ["bare:gpt-4o-mini", "fake:rp-small"]
+    r = httpx.get(edge.url + "/v1/models", headers={"x-api-key": key})
+    assert r.status_code == 200 and r.content == LISTED
+    assert r.headers["content-type"] == "application/json" and r.headers["cache-control"] == "private, no-store"
+    assert origin.received == []
+    [line] = edge.wait_for_log(lambda rec: rec.get("route") == "list_models" and rec.get("models") == 2)[-1:]
+    assert line["status"] == 200 and key not in edge.output()
+
+
+def test_a_key_without_the_chat_grant_is_a_403(edge):
+    key, _ = rp.seed_principal(edge, grants=())
+    r = edge.client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "chat_not_granted"
+
+
+def revoked_key(edge):
+    key, principal = rp.seed_principal(edge)
+    edge.sql("UPDATE roleplay_keys SET revoked_at = 1 WHERE key_sha256 = ?1", hashlib.sha256(key.encode()).hexdigest())
+    return key
+
+
+@pytest.mark.parametrize("who", ["unknown", "revoked", "basic"])
+def test_any_other_key_reaches_the_origin_as_a_request_without_one(edge, origin, who):
+    common = {"Accept": "application/json", "User-Agent": "probe"}
+    origin.clear()
+    bare = edge.client.get("/v1/models?limit=5", headers=common)
+    auth = {"unknown": "Bearer rpk_nobody_knows", "revoked": f"Bearer {revoked_key(edge)}", "basic": "Basic eDp5"}[who]
+    other = edge.client.get("/v1/models?limit=5", headers={**common, "Authorization": auth})
+    for r in (bare, other):
+        assert (r.status_code, r.content, r.headers["x-origin"]) == (200, ORIGIN_LIST, "flask")
+    heard = lambda r: sorted((k, v) for k, v in r.headers.items() if k != "date")  # noqa: E731
+    assert heard(bare) == heard(other)
+    first, second = origin.received
+    assert first.path == second.path == "/v1/models?limit=5"
+    sent = lambda rec: sorted((k, v) for k, v in rec.raw_headers if k not in TRANSPORT)  # noqa: E731
+    assert sent(second) == sorted(sent(first) + [("authorization", auth)])
+
+
+def test_the_runner_listens_on_edge_host(edge, key):
+    """EDGE_HOST=0.0.0.0: another address of this machine reaches it (127.0.0.2 is
+    loopback too, but a listener on 127.0.0.1 alone refuses it)."""
+    r = httpx.get(edge.url.replace("127.0.0.1", "127.0.0.2") + "/v1/models", headers={"x-api-key": key})
+    assert r.status_code == 200 and r.content == LISTED
+    listening = next(rec for rec in edge.logs() if rec.get("runner") == "listening")
+    assert listening["host"] == "0.0.0.0" and listening["url"].startswith("http://127.0.0.1:")
