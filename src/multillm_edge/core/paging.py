@@ -312,7 +312,7 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
     the room for nothing. One plan is built either way (the fits are arithmetic)."""
     if prep.total <= budget or not query or not prep.pageable:
         return _plan(prep, budget, max_page_bytes, rule)
-    reserve = recall.room(budget)
+    reserve = _recall_room(budget)
     fit = _fit(prep, budget - reserve, rule)
     if not fit.k:
         return _plan(prep, budget, max_page_bytes, rule)
@@ -341,7 +341,7 @@ def _plan_recalling_cached(prep: Prepared, budget: int, max_page_bytes: int, rul
     plan = _plan(prep, budget, max_page_bytes, rule, step=step_bytes(budget))
     if plan.fit is None or not query:
         return plan
-    room = min(recall.room(budget), budget - plan.size)
+    room = min(_recall_room(budget), budget - plan.size)
     moments = recall.choose(query, _paged_exchanges(prep, plan.fit), room, _recall_size)
     if moments:
         _quote(prep, plan, moments)
@@ -380,6 +380,16 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
 def _recall_size(text: str) -> int:
     """The bytes recall's message of ``text`` adds to a history (with its comma)."""
     return utf8_len(dumps(_formats.marker(text))) + 1
+
+
+#: What recall's message costs around its text: the share is the moments' (§6.2).
+_RECALL_ENVELOPE = _recall_size("") - 2
+
+
+def _recall_room(budget: int) -> int:
+    """The bytes recall may add for a candidate of ``budget``: its text's room and the
+    message around it."""
+    return recall.room(budget) + _RECALL_ENVELOPE
 
 
 def _quote(prep: Prepared, plan: Plan, moments: list) -> None:
