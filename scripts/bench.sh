@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench: the paging, turn, capacity and storage benchmarks in CPython and in Pyodide (same code, same tables).
+# npm run bench: the paging, turn, capacity, storage and prompt-cache benchmarks in CPython and in Pyodide (same code, same tables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -11,6 +11,7 @@ echo "== CPython =="
 "$PY" bench/bench_recall.py || rc=1
 "$PY" bench/bench_capacity.py || rc=1
 "$PY" bench/bench_storage.py || rc=1    # in-process platform: CPython only
+"$PY" bench/bench_cache.py || rc=1      # bytes, not time: the same in Pyodide
 echo
 echo "== Pyodide =="
 node bench/pyodide_bench.mjs || rc=1
