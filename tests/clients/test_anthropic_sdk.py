@@ -141,3 +141,35 @@ def test_message_stream_with_over_200_pages_parses_and_lists_every_page(edge, pr
     check_upstream(upstream(provider), "messages", model=WIDE_MODEL, max_tokens_field="max_tokens",
                    max_tokens=MAX_TOKENS, roleplay_key=roleplayer.key, marker_texts=markers,
                    tools=tools, page_ids=ids, stream=True)
+
+
+def test_the_prompt_cache_adds_one_breakpoint_on_the_marker_and_keeps_the_prefix(
+        client, provider, roleplayer):
+    """docs/design.md §5.7: with `multillm_context_prompt_cache`, the provider gets the
+    client's top-level `cache_control` unchanged and one breakpoint on the last marker
+    (never a fifth); the next turn, between steps, starts with the same bytes."""
+    from devkit.plans import marker_content, marker_ids
+    from multillm_edge.base.jsonbytes import compact
+    from multillm_edge.formats import messages as wire
+    caps = {"capabilities": CAPS["capabilities"] + ["multillm_context_prompt_cache"],
+            "cache_control": {"type": "ephemeral"}}
+    body = rp.messages_body(100, tag="AC")       # ~65 KB: pages on the wide model's window
+    system = [{"type": "text", "text": body["system"], "cache_control": {"type": "ephemeral"}}]
+    sent = []
+    for n in (90, 91):                             # two turns, one exchange apart
+        provider.clear()
+        turn = body["messages"][:2 * n] + [{"role": "user", "content": f"Turn {n}: the lantern?"}]
+        message = client.messages.create(model=WIDE_MODEL, system=system, messages=turn,
+                                         max_tokens=MAX_TOKENS, extra_body=caps)
+        assert message.content[0].text == REPLY_TEXT
+        rec = upstream(provider)
+        doc = rec.json()
+        assert doc["cache_control"] == {"type": "ephemeral"} and doc["system"] == system
+        [marker] = [m for m in doc["messages"] if marker_ids(marker_content(m))]
+        assert marker == wire.breakpoint_marker(marker_content(marker))
+        assert wire.breakpoints(compact(doc)) == 3        # top-level, system, marker
+        sent.append((rec.body, [p["page_id"] for p in message.model_extra["context_pages"]]))
+    (first, ids1), (second, ids2) = sent
+    assert ids1 == ids2                                    # no step between the two turns
+    window_end = first.index(b'{"role":"user","content":"Turn ')
+    assert second[:window_end] == first[:window_end]
