@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import bisect
 import json
-from itertools import accumulate
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate
 from hashlib import sha256 as _sha256
 from typing import NamedTuple, Protocol
 
