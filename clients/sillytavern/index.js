@@ -17,7 +17,7 @@
 //   or the stream's leading SSE comments, read whole: stream.js);
 // - recall (setting "Bring back relevant moments automatically"): the request declares
 //   `multillm_context_recall`, the edge quotes the stored exchanges most related to the
-//   latest message inside its marker, and says which (`context_recall` / the stream's
+//   latest message right before it, and says which (`context_recall` / the stream's
 //   `: multillm-context-recall` comment); the indicator counts them, the panel lists them;
 // - prompt cache (setting "Keep the provider's prompt cache warm"): the request declares
 //   `multillm_context_prompt_cache`, so the edge moves the paged boundary in steps and the
