@@ -48,8 +48,9 @@ from examples.retrieve_loop import _assistant_message, fetch_page  # noqa: E402
 
 RETRIEVE, SEARCH = "multillm_context_retrieve", "multillm_context_search"
 RECALL = "multillm_context_recall"       # a capability, not a tool: the edge quotes, nobody calls
+PROMPT_CACHE = "multillm_context_prompt_cache"   # the paged boundary moves in steps
 TOOLS = (RETRIEVE, SEARCH)
-CAPABILITIES = [RETRIEVE, SEARCH, RECALL]
+CAPABILITIES = [RETRIEVE, SEARCH, RECALL, PROMPT_CACHE]
 DEFAULT_ALLOWANCE = 1024 * 1024      # what a 413 without figures is taken to mean
 
 
@@ -134,10 +135,40 @@ def _size(m: dict) -> int:
     return len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def slide_window(messages: list, budget: int) -> tuple[list, int]:
+#: The cut moves in steps (README: the sliding-window recipe): only where an exchange
+#: reaches a new grid line of the history's bytes, counted from the chat's start, one
+#: line every WINDOW_STEP of the window; between steps the request starts as the last one
+#: did, and the provider's prompt cache keeps it.
+WINDOW_STEP = 0.20
+
+
+def window_cut(sizes: list[int], budget: int, step: int = 0) -> int:
+    """How many of the oldest exchanges (their byte `sizes`) to leave out so the rest is
+    at most `budget`; never the newest. `step` > 0: the first such cut whose last exchange
+    reaches a grid line (every `step` bytes) its predecessor did not; else as few as fit,
+    else all but the newest."""
+    rest = sum(sizes)
+    if rest <= budget:
+        return 0
+    end = line = 0
+    least = None
+    for g, n in enumerate(sizes[:-1]):
+        rest, end = rest - n, end + n
+        reached = step > 0 and end // step > line
+        line = end // step if step > 0 else 0
+        if rest > budget:
+            continue
+        if not step or reached:
+            return g + 1
+        least = least or g + 1
+    return least or max(len(sizes) - 1, 0)
+
+
+def slide_window(messages: list, budget: int, step: int = 0) -> tuple[list, int]:
     """Leaves the oldest complete exchanges out (an exchange runs from a genuine user
     message to the next; system messages always stay; the newest exchange always stays)
-    until the non-system history is at most `budget` bytes → (sent, how many left out)."""
+    until the non-system history is at most `budget` bytes, cutting on the `step` grid
+    (`window_cut`) → (sent, how many left out)."""
     groups: list[list[int]] = []
     for i, m in enumerate(messages):
         if m.get("role") == "system":
@@ -145,13 +176,8 @@ def slide_window(messages: list, budget: int) -> tuple[list, int]:
         if not groups or _genuine_user(m):
             groups.append([])
         groups[-1].append(i)
-    total = sum(_size(messages[i]) for g in groups for i in g)
-    out: set[int] = set()
-    for g in groups[:-1]:
-        if total <= budget:
-            break
-        out.update(g)
-        total -= sum(_size(messages[i]) for i in g)
+    cut = window_cut([sum(_size(messages[i]) for i in g) for g in groups], budget, step)
+    out = {i for g in groups[:cut] for i in g}
     return [m for i, m in enumerate(messages) if i not in out], len(out)
 
 
@@ -162,7 +188,8 @@ def _to_send(messages: list, session: Session, share: float) -> list:
     if session.window_limit is None:
         session.left_out = 0
         return messages
-    sent, session.left_out = slide_window(messages, int(share * session.window_limit))
+    budget = int(share * session.window_limit)
+    sent, session.left_out = slide_window(messages, budget, max(1, int(WINDOW_STEP * budget)))
     return sent
 
 

@@ -43,7 +43,8 @@ if __package__ in (None, ""):   # run as a file: the repository root, for `examp
 
 TOOL_NAME = "multillm_context_retrieve"
 RECALL = "multillm_context_recall"       # a capability, not a tool (docs/design.md §6.2)
-CAPABILITIES = [TOOL_NAME, RECALL]
+PROMPT_CACHE = "multillm_context_prompt_cache"   # the paged boundary moves in steps (§5.7)
+CAPABILITIES = [TOOL_NAME, RECALL, PROMPT_CACHE]
 # Page ids are opaque capabilities; anything else the model names is refused before it
 # reaches a URL (no path tricks such as "../").
 _PAGE_ID = re.compile(r"cp_[A-Za-z0-9_-]{1,128}\Z")

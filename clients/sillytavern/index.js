@@ -17,14 +17,17 @@
 //   or the stream's leading SSE comments, read whole: stream.js);
 // - recall (setting "Bring back relevant moments automatically"): the request declares
 //   `multillm_context_recall`, the edge quotes the stored exchanges most related to the
-//   latest message inside its marker, and says which (`context_recall` / the stream's
+//   latest message right before it, and says which (`context_recall` / the stream's
 //   `: multillm-context-recall` comment); the indicator counts them, the panel lists them;
+// - prompt cache (setting "Keep the provider's prompt cache warm"): the request declares
+//   `multillm_context_prompt_cache`, so the edge moves the paged boundary in steps and the
+//   prompt starts as the last one did; the sliding window cuts in steps too (window.js);
 // - the "Stored context" panel: the player searches the stored exchanges and opens the
 //   one a hit quotes, or one of the moments recalled for the latest message;
 // - sessions, pages and search are called from the page: through SillyTavern's CORS
 //   proxy, or directly when the edge lists SillyTavern's origin in CORS_ALLOWED_ORIGINS.
 import { yaml } from '../../../../lib.js';
-import { slideWindow, windowBudget, windowNeeded } from './window.js';
+import { slideWindow, windowBudget, windowNeeded, windowStep } from './window.js';
 import { figures, leadingComments, recallList } from './stream.js';
 
 const NAME = 'multillm_paging';
@@ -32,6 +35,7 @@ const TOOL = 'multillm_context_retrieve';
 const SEARCH_TOOL = 'multillm_context_search';
 const CAPABILITIES = ['multillm_context_retrieve', 'multillm_context_search'];
 const RECALL_CAPABILITY = 'multillm_context_recall';
+const PROMPT_CACHE_CAPABILITY = 'multillm_context_prompt_cache';
 // What the window assumes when a 413 names no allowance (the edge's default, 1 MiB).
 const DEFAULT_ALLOWANCE = 1024 * 1024;
 const GENERATE_URL = '/api/backends/chat-completions/generate';
@@ -42,8 +46,11 @@ const PAGE_ID = /^cp_[A-Za-z0-9_-]{1,128}$/;
 // Recall is on by default: it needs no tool call (many models call tools rarely), it only
 // acts on requests the edge pages, the edge bounds its share of the window and its
 // relevance, and an edge without it ignores the capability.
+// The prompt cache is on by default (README, Playing in SillyTavern): the player pays for
+// every token resent; a cached prefix costs a tenth to a half, and the price is a window a
+// few percent shorter on average. An edge without it ignores the capability.
 const DEFAULTS = { enabled: true, edgeUrl: '', key: '', viaProxy: true, sessions: {},
-    slidingWindow: true, windowPercent: 75, recall: true };
+    slidingWindow: true, windowPercent: 75, recall: true, promptCache: true };
 const SETTINGS_HTML = new URL('./settings.html', import.meta.url);
 
 const ctx = () => SillyTavern.getContext();
@@ -181,7 +188,8 @@ function addEdgeFields(data, sessionId) {
     data.custom_include_headers = JSON.stringify(headers);   // JSON is YAML
     const body = yamlObject(data.custom_include_body);
     const caps = Array.isArray(body.capabilities) ? body.capabilities : [];
-    const ours = settings().recall ? [...CAPABILITIES, RECALL_CAPABILITY] : CAPABILITIES;
+    const ours = [...CAPABILITIES, ...(settings().recall ? [RECALL_CAPABILITY] : []),
+        ...(settings().promptCache ? [PROMPT_CACHE_CAPABILITY] : [])];
     body.capabilities = [...caps, ...ours.filter(c => !caps.includes(c))];
     data.custom_include_body = JSON.stringify(body);
 }
@@ -212,7 +220,11 @@ function applyWindow(data, already = 0) {
         announceWindow(already);
         return already;
     }
-    const { messages, dropped } = slideWindow(data.messages, windowBudget({ limit_bytes: limit }, windowShare()));
+    const budget = windowBudget({ limit_bytes: limit }, windowShare());
+    // With the prompt cache the cut moves in steps: between them the request starts as
+    // the last one did (README: the sliding-window recipe).
+    const step = settings().promptCache ? windowStep(budget) : 0;
+    const { messages, dropped } = slideWindow(data.messages, budget, step);
     data.messages = messages;
     announceWindow(already + dropped);
     return already + dropped;
@@ -731,6 +743,10 @@ async function mountSettings() {
         ctx().saveSettingsDebounced();
         showCount();
         renderRecall();
+    });
+    $('#multillm_paging_prompt_cache').prop('checked', s.promptCache).on('change', function () {
+        settings().promptCache = this.checked;
+        ctx().saveSettingsDebounced();
     });
     $('#multillm_paging_window').prop('checked', s.slidingWindow).on('change', function () {
         settings().slidingWindow = this.checked;

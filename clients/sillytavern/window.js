@@ -5,6 +5,12 @@
 // left out of the request until the history sent is under share × allowance. System
 // messages (the prompt, the character card) always stay; an exchange runs from a genuine
 // user message to the next one, so a tool call and its result never part.
+//
+// With the prompt cache (README: the sliding-window recipe), the cut moves in steps: it
+// falls only where an exchange reaches a new grid line of the history's bytes, counted
+// from the chat's start, one line every WINDOW_STEP of the window. Between steps each
+// request sends the same first messages plus what the chat added, so the provider's
+// prefix cache (and the edge's stepped paging) keeps what it has.
 
 const encoder = new TextEncoder();
 
@@ -46,19 +52,48 @@ export function windowNeeded(figures, share) {
     return budget !== null && Number(figures.active_bytes) > budget;
 }
 
+/** The grid's spacing with the prompt cache: this share of the window's bytes (README:
+ * the sliding-window recipe). The cut moves at most once per step of growth, and the
+ * history sent stays within one step (and one exchange) of the window. */
+export const WINDOW_STEP = 0.20;
+
+/** Bytes between two grid lines for a window of `budget` bytes. */
+export function windowStep(budget, share = WINDOW_STEP) {
+    return Math.max(1, Math.floor(budget * share));
+}
+
+/**
+ * How many of the oldest exchanges (their `sizes`, oldest first) to leave out so that
+ * the rest is at most `budget` bytes; never the newest. `step` 0: as few as fit. `step`
+ * > 0: the first cut that fits and ends on a grid line (its last exchange reaches a line
+ * every `step` bytes from the chat's start that its predecessor did not), else as few as
+ * fit, else all but the newest.
+ */
+export function windowCut(sizes, budget, step = 0) {
+    let rest = sizes.reduce((a, b) => a + b, 0);
+    if (rest <= budget) return 0;
+    let end = 0, line = 0, least = null;
+    for (let g = 0; g < sizes.length - 1; g++) {
+        rest -= sizes[g];
+        end += sizes[g];
+        const reached = step > 0 && Math.floor(end / step) > line;
+        if (step > 0) line = Math.floor(end / step);
+        if (rest > budget) continue;
+        if (!step || reached) return g + 1;
+        least ??= g + 1;
+    }
+    return least ?? Math.max(sizes.length - 1, 0);
+}
+
 /**
  * Leaves the oldest complete exchanges out until the non-system history is at most
- * `budget` bytes; the newest exchange always stays. Returns the kept messages (a new
- * array, order unchanged) and how many were left out.
+ * `budget` bytes, the cut on the `step` grid when `step` > 0 (windowCut); the newest
+ * exchange always stays. Returns the kept messages (a new array, order unchanged) and
+ * how many were left out.
  */
-export function slideWindow(messages, budget) {
+export function slideWindow(messages, budget, step = 0) {
     const groups = exchanges(messages);
-    const size = groups.map(g => g.reduce((n, i) => n + messageBytes(messages[i]), 0));
-    let total = size.reduce((a, b) => a + b, 0);
-    const out = new Set();
-    for (let g = 0; g < groups.length - 1 && total > budget; g++) {
-        groups[g].forEach(i => out.add(i));
-        total -= size[g];
-    }
+    const sizes = groups.map(g => g.reduce((n, i) => n + messageBytes(messages[i]), 0));
+    const out = new Set(groups.slice(0, windowCut(sizes, budget, step)).flat());
     return { messages: messages.filter((_, i) => !out.has(i)), dropped: out.size };
 }

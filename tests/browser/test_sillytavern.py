@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from devkit.plans import marker_ids
+from devkit.plans import is_recall, marker_ids
 from tests.browser.conftest import (CHARACTER, EXCHANGES, LONG_CHAT, MODEL, RECALL_CHAT, RECALL_MOMENT,
                                    SECOND_CHAT, WINDOW_CHAT)
 from devkit import roleplay as rp
@@ -81,6 +81,7 @@ def test_settings_panel_takes_the_key_and_never_shows_it(page, edge, player):
     assert field.input_value() == ""
     assert page.locator("#multillm_paging_key_state").inner_text() == "A key is stored. Paste a new one to replace it."
     assert page.locator("#multillm_paging_enabled").is_checked()
+    assert page.locator("#multillm_paging_prompt_cache").is_checked()      # on by default (README)
     assert key not in page.locator("#rm_extensions_block").inner_html()
     DOCS.mkdir(exist_ok=True)
     drawer.screenshot(path=str(DOCS / "sillytavern-settings.png"))
@@ -386,6 +387,7 @@ def chat_session(page):
 # --- stored context: search and the sliding window -------------------------------------
 
 SEARCH = "multillm_context_search"
+PROMPT_CACHE = "multillm_context_prompt_cache"
 NOTICE = re.compile(r"^(\d+) oldest messages are no longer sent to the model; they stay in your chat$")
 
 
@@ -568,6 +570,15 @@ def test_an_origin_the_edge_does_not_list_is_blocked_by_the_browser(page, edge, 
         other.close()
 
 
+def set_prompt_cache(page, on: bool):
+    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
+    if not page.locator("#multillm_paging_prompt_cache").is_visible():
+        page.locator("#multillm_paging_settings .inline-drawer-toggle").click()
+    page.set_checked("#multillm_paging_prompt_cache", on)
+    assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.promptCache") is on
+    close_drawers(page)
+
+
 def set_window(page, on=None, percent=None):
     open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
     if on is not None:
@@ -643,10 +654,35 @@ def test_a_session_at_its_allowance_is_replaced_once_and_the_window_applied(page
         set_window(page, percent=75)
 
 
+def stable_prefix(sent: bytes) -> bytes:
+    """The upstream bytes up to the window's end, as the provider recorded them: the body
+    up to its messages, then every message before recall's and the latest turn, compact
+    JSON as the edge sends it (docs/design.md §5.7, prompt cache)."""
+    items = json.loads(sent)["messages"]
+    lead = sent[:sent.index(b'"messages":[') + len(b'"messages":[')]
+    return lead + b",".join(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode()
+                            for m in items[:window_end(items)])
+
+
+def window_end(items: list) -> int:
+    """Where the window's stable part ends: before recall's message and the latest turn."""
+    end = len(items) - 1
+    return end - 1 if end and is_recall(items[end - 1]) else end
+
+
+def long_text(head: str) -> str:
+    """A roleplay turn about as long as each of the seeded chat's messages."""
+    return head + " " + ("The road bends along the river under the lanterns. " * 6)[:300]
+
+
 def test_the_window_starts_from_the_reported_figures_and_st_keeps_answering(page, edge, provider):
     """A second long chat: its first paged answer reports the session's figures
     (context_session); once its stored pages pass the share, the next request leaves the
-    oldest exchanges out, the notice shows, and the chat goes on turn after turn."""
+    oldest exchanges out, the notice shows, and the chat goes on turn after turn. With
+    *Keep the provider's prompt cache warm* (the default) the window's cut and the edge's
+    paged boundary move in steps: between them each request the provider receives starts
+    with the previous one's bytes up to its window's end. Unticked, the capability is not
+    declared and the cut moves as the chat grows, one exchange a turn."""
     switch_chat(page, WINDOW_CHAT)
     set_window(page, percent=5)
     bodies = generate_bodies(page)
@@ -667,9 +703,9 @@ def test_the_window_starts_from_the_reported_figures_and_st_keeps_answering(page
         assert indicator.locator(".multillm-window-note").count() == 0 and len(bodies) == 1
         for n in range(2, 5):
             clear_toasts(page)
-            text = f"Turn {n} on the long road."
+            text = long_text(f"Turn {n} on the long road.")
             provider.model.script = lambda body, text=text: ("text", text)
-            send(page, f"And then, step {n}?")
+            send(page, long_text(f"And then, step {n}?"))
             page.locator("#chat .mes_text").filter(has_text=text).wait_for(timeout=90_000)
             wait_idle(page)
             sent = [m for m in bodies[-1]["messages"] if m["role"] != "system"]
@@ -679,6 +715,38 @@ def test_the_window_starts_from_the_reported_figures_and_st_keeps_answering(page
             notices = page.locator("#toast-container .toast-info").filter(has_text="oldest messages")
             assert notices.count() == (1 if n == 2 else 0)     # a toast when the window starts
             assert chat_session(page) == sid and toasts(page) == []
+        # The cut stayed where the window started: each request sent the last one's
+        # messages and the exchange added since (never a message less at the start) ...
+        assert all(PROMPT_CACHE in json.loads(b["custom_include_body"])["capabilities"] for b in bodies)
+        windowed = [b["messages"] for b in bodies[1:]]
+        assert all(b == c[:len(b)] and len(c) == len(b) + 2 for b, c in zip(windowed, windowed[1:]))
+        # ... and so did what the provider received, up to the window's end: the marker
+        # (the same pages) and the window after it, appended to.
+        upstream = chat_requests(provider)[1:]
+        assert len(upstream) == 3 and marker_page_ids(upstream[0].json())
+        for before, after in zip(upstream, upstream[1:]):
+            prefix = stable_prefix(before.body)
+            assert after.body.startswith(prefix), (len(prefix), len(after.body))
+            assert marker_page_ids(after.json()) == marker_page_ids(before.json())
+            # Append-only: right after the prefix comes the turn the last request ended with.
+            items = before.json()["messages"]
+            assert after.json()["messages"][window_end(items)] == items[-1]
+        shared = [f"{len(stable_prefix(b.body))} of {len(a.body)} B" for b, a in zip(upstream, upstream[1:])]
+        print(f"\nconsecutive upstream requests past the allowance share: {shared}")
+        # Unticked: no capability, and the cut moves as the chat grows, one exchange a turn.
+        set_prompt_cache(page, False)
+        try:
+            for n in range(5, 8):
+                text = long_text(f"Turn {n} on the long road.")
+                provider.model.script = lambda body, text=text: ("text", text)
+                send(page, long_text(f"And then, step {n}?"))
+                page.locator("#chat .mes_text").filter(has_text=text).wait_for(timeout=90_000)
+                wait_idle(page)
+                assert PROMPT_CACHE not in json.loads(bodies[-1]["custom_include_body"])["capabilities"]
+            firsts = [next(m for m in b["messages"] if m["role"] != "system") for b in bodies[-3:]]
+            assert firsts[0] != firsts[1] != firsts[2]
+        finally:
+            set_prompt_cache(page, True)
         # Window off: the whole history goes again, and the line leaves the indicator.
         set_window(page, on=False)
         provider.model.script = lambda body: ("text", "The whole road again.")
@@ -881,7 +949,8 @@ def set_recall(page, on: bool):
 def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
     """A chat long enough to be paged whose latest message is about its 4th exchange: with
     *Bring back relevant moments automatically* on (the default), the request declares
-    recall, the edge quotes that exchange in its marker and lists it (`context_recall`);
+    recall, the edge quotes that exchange in a message right before the latest turn (never
+    in its marker, which stays as the last turn sent it) and lists it (`context_recall`);
     the indicator counts the moments and the Stored context panel lists and opens them.
     Everything before the indicator's count holds without the edge's recall; from there
     on the edge must implement it."""
@@ -904,7 +973,7 @@ def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
     # early exchange is in a page) and stripped the capabilities; no tool was called.
     [sent] = bodies
     assert json.loads(sent["custom_include_body"])["capabilities"] == [
-        "multillm_context_retrieve", "multillm_context_search", RECALL]
+        "multillm_context_retrieve", "multillm_context_search", RECALL, PROMPT_CACHE]
     [req] = chat_requests(provider)
     upstream = req.json()
     ids = marker_page_ids(upstream)
@@ -912,7 +981,7 @@ def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
     moment_pages = [i for i in ids if RECALL_MOMENT[0][:40].encode() in rp.stored_page(edge, i)]
     assert len(moment_pages) >= 1
     assert not any(RECALL_MOMENT[0][:40] in str(m.get("content")) for m in upstream["messages"]
-                   if not marker_ids(m.get("content")))                  # paged, not sent as is
+                   if not marker_ids(m.get("content")) and not is_recall(m))    # paged, not sent as is
     assert toasts(page) == []
     # --- from here the edge's recall (§6.2) is needed ---------------------------------
     indicator = page.locator("#multillm_paging_indicator .multillm-recall-note")
@@ -927,8 +996,11 @@ def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
     part = exchange_bytes(rp.stored_page(edge, best["page_id"]), best["exchange"])
     assert [m["content"] for m in json.loads(part)] == list(RECALL_MOMENT)
     assert best["page_id"] in moment_pages and isinstance(best["score"], (int, float))
-    marker = next(m["content"] for m in upstream["messages"] if marker_ids(m.get("content")))
-    assert "silver compass" in (marker if isinstance(marker, str) else json.dumps(marker, ensure_ascii=False))
+    *_, quoted, latest = upstream["messages"]
+    assert latest["content"] == "Do you still carry the silver compass we found under the old mill?"
+    assert is_recall(quoted) and "silver compass" in quoted["content"]
+    assert not any("silver compass" in json.dumps(m, ensure_ascii=False)
+                   for m in upstream["messages"] if marker_ids(m.get("content")))
     # The Stored context panel lists the moments; Open shows the compass exchange.
     panel = open_stored_context(page)
     moments = panel.locator("#multillm_recall_list .multillm-recall-moment")

@@ -2,7 +2,8 @@
 // from tests/browser/test_extension_window.py.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { exchanges, isGenuineUser, messageBytes, slideWindow, windowBudget, windowNeeded }
+import { WINDOW_STEP, exchanges, isGenuineUser, messageBytes, slideWindow, windowBudget, windowCut,
+    windowNeeded, windowStep }
     from '../../clients/sillytavern/window.js';
 
 const sys = (t) => ({ role: 'system', content: t });
@@ -81,6 +82,85 @@ test('system messages inside the history are kept where they are', () => {
     const r = slideWindow(ms, 100);
     assert.deepEqual(r.messages, [sys('card'), sys('note'), user('u1'), bot('a1')]);
     assert.equal(r.dropped, 2);
+});
+
+test('stepped cut: only where an exchange reaches a new grid line, the first that fits', () => {
+    // Ends 30, 60, 90, 120, 150, 180; lines every 50: reached after exchanges 2 (60), 4 (120), 5 (150).
+    const sizes = [30, 30, 30, 30, 30, 30, 30];
+    assert.equal(windowCut(sizes, 200, 0), 1);       // as few as fit: 1 (rest 180)…
+    assert.equal(windowCut(sizes, 200, 50), 2);      // …but the grid's first stop is 2
+    assert.equal(windowCut(sizes, 150, 50), 2);
+    assert.equal(windowCut(sizes, 119, 50), 4);      // 3 would fit; 4 is the next stop
+    assert.equal(windowCut(sizes, 60, 50), 5);
+    assert.equal(windowCut(sizes, 59, 50), 6);       // no stop fits: as few as fit
+    assert.equal(windowCut(sizes, 10, 50), 6);       // nothing fits: all but the newest
+    assert.equal(windowCut(sizes, 210, 50), 0);      // the whole history fits: nothing
+    assert.equal(windowCut([500], 10, 50), 0);       // the newest alone stays
+    assert.equal(windowCut([], 0, 50), 0);
+    assert.equal(windowStep(786432), Math.floor(786432 * WINDOW_STEP));
+    assert.equal(WINDOW_STEP, 0.2);
+});
+
+/** A chat grown turn by turn well past `budget`, windowed each turn: what each request sent. */
+function grow(turns, budget, step, size = 300) {
+    const chat = [sys('card'), bot('greeting, ночь')];
+    const sent = [];
+    for (let t = 0; t < turns; t++) {
+        chat.push(user(`u${t} ` + 'ü'.repeat(size + (t * 37) % 200)));
+        sent.push(slideWindow(chat, budget, step));
+        chat.push(bot(`a${t} ` + 'y'.repeat(size + (t * 53) % 300)));
+    }
+    return sent;
+}
+
+test('past the allowance a stepped window keeps its prefix between steps; the unstepped one never', () => {
+    const budget = 100000, step = windowStep(budget);
+    const sent = grow(300, budget, step);
+    let kept = 0, moved = 0, windowed = 0;
+    for (let t = 1; t < sent.length; t++) {
+        const [a, b] = [sent[t - 1].messages, sent[t].messages];
+        if (!sent[t - 1].dropped) continue;
+        windowed++;
+        const shared = a.slice(0, -1).every((m, i) => b[i] === m);   // all but the latest turn
+        if (sent[t].dropped === sent[t - 1].dropped) {
+            assert.ok(shared, `turn ${t}: the cut stayed, the prefix must too`);
+            kept++;
+        } else {
+            assert.ok(sent[t].dropped > sent[t - 1].dropped);       // it only moves on
+            moved++;
+        }
+        const history = bytes(b);
+        assert.ok(history <= budget && history > budget - step - 2000, `turn ${t}: ${history}`);
+        assert.deepEqual(b[0], sys('card'));
+        assert.equal(b.at(-1).role, 'user');
+    }
+    // ~1.4 KB an exchange against a 20,000-byte step: the cut moves about once in 14 turns.
+    assert.ok(windowed > 200 && moved >= 10 && moved <= windowed / 10, `${moved} moves in ${windowed} turns`);
+    assert.equal(kept + moved, windowed);
+    // The same chat unstepped leaves one exchange more out nearly every turn.
+    const plain = grow(300, budget, 0);
+    const plainMoves = plain.filter((r, t) => t && plain[t - 1].dropped && r.dropped !== plain[t - 1].dropped).length;
+    assert.ok(plainMoves >= 0.9 * windowed, `${plainMoves}`);
+});
+
+test('a stepped cut keeps every guarantee: system messages, the newest exchange, tool pairs', () => {
+    const ms = [sys('card'), user('u0 ' + 'x'.repeat(300)), call('c1'), result('c1'), bot('a0'),
+        user('u1 ' + 'x'.repeat(300)), { role: 'assistant', content: [{ type: 'tool_use', id: 't1' }] }, claudeResult('t1'), bot('a1'),
+        sys('note'), user('u2 ' + 'x'.repeat(200)), bot('a2'), user('u3'), bot('a3')];
+    for (const step of [1, 50, 333, 5000]) {
+        for (let budget = 0; budget < bytes(ms) + 10; budget += 29) {
+            const r = slideWindow(ms, budget, step);
+            assert.deepEqual(r.messages.filter(m => m.role === 'system'), [sys('card'), sys('note')]);
+            assert.deepEqual(r.messages.slice(-2), [user('u3'), bot('a3')]);
+            const ids = new Set(r.messages.filter(m => m.tool_calls).map(m => m.tool_calls[0].id));
+            assert.deepEqual(ids, new Set(r.messages.filter(m => m.role === 'tool').map(m => m.tool_call_id)));
+            const uses = r.messages.filter(m => Array.isArray(m.content) && m.content[0]?.type === 'tool_use').length;
+            assert.equal(uses, r.messages.filter(m => !isGenuineUser(m) && m.role === 'user').length);
+            const plain = slideWindow(ms, budget);
+            assert.ok(r.dropped >= plain.dropped, 'never less left out than needed');
+            if (bytes(plain.messages) <= budget) assert.ok(bytes(r.messages) <= budget);
+        }
+    }
 });
 
 import { leadingComments, figures } from '../../clients/sillytavern/stream.js';

@@ -22,6 +22,7 @@ from multillm_edge import formats
 from tests.clients.conftest import (EXCHANGES, MAX_TOKENS, REPLIES, REPLY_TEXT, _response_doc,
                                     marker_page_ids)
 from devkit import roleplay as rp
+from devkit.plans import marker_content
 from devkit.fakes import Reply
 from tests.support.examples import reported, run_example
 
@@ -178,8 +179,12 @@ def search_text(doc: dict) -> str:
 
 
 def markers(fmt: str, body: dict) -> list[str]:
+    """The user texts: a marker is a string, or on Messages with the prompt cache one
+    text block carrying the cache breakpoint (docs/design.md §5.7)."""
     items = body["input" if fmt == "responses" else "messages"]
-    return [m["content"] for m in items if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    texts = [m.get("content") if isinstance(m.get("content"), str) else marker_content(m)
+             for m in items if m.get("role") == "user"]
+    return [t for t in texts if isinstance(t, str)]
 
 
 # --- the test ------------------------------------------------------------------------------

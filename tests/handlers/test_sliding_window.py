@@ -6,7 +6,9 @@ examples/context_tools.py runs it (its `run_turn`: `slide_window`, a new session
 transport into the in-process edge. Every exchange a request still sends is paged
 byte-exact: the pages named upstream, read back from storage, are the client's items in
 compact JSON and restore exactly what it sent; a sample comes back through the retrieval
-handler."""
+handler. Past the allowance the client's cut moves in steps and the edge pages in steps
+(`multillm_context_prompt_cache`), so most turns send the provider the last turn's bytes
+up to its window's end (issue 33)."""
 
 from __future__ import annotations
 
@@ -65,6 +67,15 @@ def stored(edge, page_id: str) -> bytes:
     return edge.bucket.objects[row["r2_key"]][row["r2_offset"]:row["r2_offset"] + row["byte_length"]]
 
 
+def stable_prefix(sent: bytes) -> bytes:
+    """The upstream bytes up to the window's end: the body up to its messages, then every
+    message before recall's and the latest turn (docs/design.md §5.7, prompt cache)."""
+    items = json.loads(sent)["messages"]
+    end = len(items) - 1
+    end -= 1 if end and is_recall(items[end - 1]) else 0
+    return sent[:sent.index(b'"messages":[') + 12] + b",".join(compact(m) for m in items[:end])
+
+
 def check_paged_exactly(edge, client_body: dict, upstream: dict, session_id: str, retrieve: bool) -> int:
     """The upstream messages with each marker replaced by its stored pages are exactly the
     client's; each page's bytes are the compact JSON of the client's items it replaced.
@@ -105,6 +116,7 @@ def test_a_chat_past_the_allowance_goes_on_with_no_413_and_every_sent_exchange_p
                          max_tokens=RESERVED)
         messages.append({"role": "assistant", "content": reply.choices[0].message.content})
         sessions.add(session.id)
+        return [p["page_id"] for p in (reply.model_extra or {}).get("context_pages", [])]
 
     # Grown to 1,500 exchanges, BATCH at a time (each request sends the whole chat so far).
     i = 0
@@ -120,10 +132,21 @@ def test_a_chat_past_the_allowance_goes_on_with_no_413_and_every_sent_exchange_p
     assert len(messages) == 1 + 2 * GROWN and history > 2.5 * config.SESSION_ALLOWANCE_BYTES
     assert windowed_at is not None and len(sessions) > 1      # the window started; sessions were renewed
     # 50 more single-exchange turns, each checked.
+    last, cuts, cached = None, set(), 0
     for k in range(MORE):
         before = len(chat.sent)
-        turn(GROWN + k)
+        ids = turn(GROWN + k)
         client_body, upstream = chat.sent[-1], edge.sent[-1].json()
+        # The client's cut moves in steps (README: the sliding-window recipe): between
+        # them it sends the last request's messages and this turn's; the edge, declared
+        # the prompt cache, keeps its marker between its own steps. Then the provider gets
+        # the last request's bytes up to its window's end: its prefix cache holds.
+        here = (session.id, session.left_out, ids, edge.sent[-1].body)
+        cuts.add(session.left_out)
+        if last and last[:3] == here[:3]:
+            assert here[3].startswith(stable_prefix(last[3]))
+            cached += 1
+        last = here
         assert chat.statuses[-1] == 200
         assert len(chat.sent) - before in (1, 2)           # at most one refused and sent again
         assert session.left_out > 0 and session.figures["active_bytes"] <= session.figures["limit_bytes"]
@@ -132,6 +155,12 @@ def test_a_chat_past_the_allowance_goes_on_with_no_413_and_every_sent_exchange_p
         assert sum(_size(m) for m in client_body["messages"][1:]) <= 0.75 * config.SESSION_ALLOWANCE_BYTES
         paged = check_paged_exactly(edge, client_body, upstream, session.id, retrieve=k % 10 == 0)
         assert paged > 600                                 # most of the sent chat is paged
+    # 50 exchanges of ~1.9 KB are less than one step of the window (20 % of 786 KB): the
+    # cut moved at most once (it is the messages' own, whatever the session); most turns,
+    # those between the edge's own steps (20 % of its budget), kept the provider's cache.
+    print(f"\n{MORE} turns past the allowance: {len(cuts)} cuts, {cached} kept the last prefix, "
+          f"{len(sessions)} sessions")
+    assert len(cuts) <= 2 and cached >= MORE // 2, (cuts, cached)
     # What the player saw: every request answered; each refusal (a 413, never shown) was
     # followed by the same turn in a new session.
     refused = [n for n, s in enumerate(chat.statuses) if s != 200]
