@@ -6,7 +6,7 @@ The edge pages older exchanges of a long roleplay and gives the model two tools:
 `multillm_context_search` (stored exchanges by the words they contain: page id, exchange,
 role, verbatim excerpt; a page may give several). Declaring `multillm_context_recall` too,
 the edge also quotes the stored exchanges most related to the latest user message inside
-its marker, without a tool call, and lists them in `context_recall` (page id, exchange,
+a message before the latest turn, without a tool call, and lists them in `context_recall` (page id, exchange,
 score). The client runs the tools with the same roleplay key and session
 (`run_tool`, whatever the wire format; `examples/context_tools_sdks.py` has the same
 loop for the Responses API and Anthropic Messages). Every paged answer reports the session's
