@@ -1,5 +1,5 @@
 """The deploy bundle, offline: `python_modules/` laid out as `pywrangler sync` does, then
-wrangler's dry run of the upload (README: Deploy).
+wrangler's dry run of the upload (docs/deploy.md).
 
 `pywrangler sync` (workers-py 1.17.9, `pywrangler/sync.py`) resolves `[project].dependencies`
 plus `workers-runtime-sdk` for Pyodide, `uv pip install`s them into an emptied Pyodide venv,

@@ -14,7 +14,7 @@
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 //   EDGE_BUNDLE_DIR   run the upload instead of src/: a `wrangler deploy --dry-run --outdir`
 //                     directory (entry.py, multillm_edge/, python_modules/); no wheel
-//                     from .cache is installed (README: Deploy)
+//                     from .cache is installed (docs/deploy.md)
 import { execFile } from "node:child_process";
 import { copyFileSync, readFileSync } from "node:fs";
 import http from "node:http";

@@ -1,4 +1,4 @@
-"""The upload is complete (README: Deploy): with python_modules/ laid out as `pywrangler
+"""The upload is complete (docs/deploy.md): with python_modules/ laid out as `pywrangler
 sync` does, `wrangler deploy --dry-run --outdir` holds every module the Worker imports,
 and the check says so when one is missing."""
 
