@@ -489,8 +489,8 @@ def print_sql(args) -> int:
     print("\n".join(db.statements))
     if args.func is cmd_key_create:
         print(f"The key (shown once; the SQL holds only its SHA-256): {result['key']}\n"
-              f"Without a policy granting chat it gets 403 chat_not_granted: "
-              f"{grant_command(args, print_sql=True)}", file=sys.stderr)
+              f"If {args.principal} has no policy granting chat, it gets 403 chat_not_granted; "
+              f"grant one: {grant_command(args, print_sql=True)}", file=sys.stderr)
     return 0
 
 
