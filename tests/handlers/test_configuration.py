@@ -59,8 +59,9 @@ def test_retrieval_with_paging_disabled_is_the_same_404_without_storage():
 
 def test_missing_signing_secret_is_503_on_retrieval_and_paged_generation():
     with local_edge(MEDIA_SIGNING_SECRET=None) as edge:
-        assert error(edge.request("GET", PAGE, {"Authorization": f"Bearer {KEY}"})) == \
-            (503, "signing_not_configured")
+        r = edge.request("GET", PAGE, {"Authorization": f"Bearer {KEY}"})
+        assert error(r) == (503, "signing_not_configured")
+        assert "MEDIA_SIGNING_SECRET" in r.json()["error"]["message"]     # what to set
         r = edge.request("POST", "/v1/chat/completions", auth(), rp.chat_body(30))
         assert error(r) == (503, "signing_not_configured")
         assert edge.sent == [] and edge.page_rows() == 0

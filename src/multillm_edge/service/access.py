@@ -73,7 +73,8 @@ def signer(platform: Platform) -> PageSigner:
     """The page signer; 503 signing_not_configured without a secret or with a short one."""
     secrets = config.signing_secrets(platform.var, warner(platform))
     if secrets is None:
-        raise EdgeError(503, "signing_not_configured", "Page signing is not configured.")
+        raise EdgeError(503, "signing_not_configured", "Page signing is not configured: set the "
+                        "MEDIA_SIGNING_SECRET secret (openssl rand -base64 32).")
     return PageSigner(*secrets)
 
 
