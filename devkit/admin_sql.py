@@ -4,6 +4,7 @@ uses with `wrangler d1 execute --command`. The Worker never writes these tables.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from multillm_edge.base.jsonbytes import compact_text
@@ -20,8 +21,11 @@ INSERT INTO roleplay_keys (key_sha256, principal, created_at, revoked_at)
 VALUES (?1, ?2, ?3, NULL)
 """
 
+# ?1 the digest or a prefix of it: revokes only when exactly one key has that prefix.
 SQL_REVOKE_KEY = """
-UPDATE roleplay_keys SET revoked_at = ?2 WHERE key_sha256 = ?1 AND revoked_at IS NULL
+UPDATE roleplay_keys SET revoked_at = ?2
+ WHERE substr(key_sha256, 1, length(?1)) = ?1 AND revoked_at IS NULL
+   AND (SELECT COUNT(*) FROM roleplay_keys WHERE substr(key_sha256, 1, length(?1)) = ?1) = 1
 """
 
 SQL_SET_POLICY = """
@@ -39,12 +43,98 @@ ON CONFLICT(model) DO UPDATE SET
 """
 
 
+# ---------------------------------------------------------------------------
+# Admin reads (list / show). Keys appear by their digest's first KEY_PREFIX_HEX
+# characters only; ?N = NULL means "any".
+# ---------------------------------------------------------------------------
+
+KEY_PREFIX_HEX = 12
+
+SQL_LIST_PRINCIPALS = """
+WITH p AS (SELECT principal FROM roleplay_keys UNION SELECT principal FROM principal_policies
+           UNION SELECT principal FROM roleplay_sessions)
+SELECT p.principal,
+       (SELECT COUNT(*) FROM roleplay_keys k WHERE k.principal = p.principal
+           AND k.revoked_at IS NULL) AS active_keys,
+       (SELECT COUNT(*) FROM roleplay_keys k WHERE k.principal = p.principal
+           AND k.revoked_at IS NOT NULL) AS revoked_keys,
+       (SELECT COUNT(*) FROM roleplay_sessions s WHERE s.principal = p.principal
+           AND s.ended_at IS NULL) AS open_sessions,
+       pp.revision AS policy_revision, pp.grants AS grants, pp.retention AS retention
+  FROM p LEFT JOIN principal_policies pp ON pp.principal = p.principal
+ WHERE ?1 IS NULL OR p.principal = ?1
+ ORDER BY p.principal LIMIT ?2
+"""
+
+SQL_LIST_KEYS = """
+SELECT substr(key_sha256, 1, 12) AS key_prefix, principal, created_at, revoked_at
+  FROM roleplay_keys
+ WHERE (?1 IS NULL OR principal = ?1) AND (?2 IS NULL OR substr(key_sha256, 1, length(?2)) = ?2)
+ ORDER BY created_at DESC, key_sha256 LIMIT ?3
+"""
+
+SQL_LIST_POLICIES = """
+SELECT principal, revision, grants, retention, updated_at FROM principal_policies
+ WHERE ?1 IS NULL OR principal = ?1 ORDER BY principal LIMIT ?2
+"""
+
+SQL_LIST_SESSIONS = """
+SELECT s.session_id, s.principal, s.created_at, s.ended_at,
+       (SELECT COUNT(*) FROM context_pages c WHERE c.session_id = s.session_id
+           AND c.principal = s.principal AND c.expires_at > ?4) AS active_pages,
+       (SELECT COALESCE(SUM(c.byte_length), 0) FROM context_pages c
+         WHERE c.session_id = s.session_id AND c.principal = s.principal
+           AND c.expires_at > ?4) AS active_bytes
+  FROM roleplay_sessions s
+ WHERE (?1 IS NULL OR s.principal = ?1) AND (?2 IS NULL OR s.session_id = ?2)
+   AND (?5 = 0 OR s.ended_at IS NULL)
+ ORDER BY s.created_at DESC, s.session_id LIMIT ?3
+"""
+
+SQL_LIST_MODELS = """
+SELECT model, input_tokens, max_output_tokens FROM models
+ WHERE ?1 IS NULL OR model = ?1 ORDER BY model LIMIT ?2
+"""
+
+
+async def list_principals(db: Executor, principal: str | None, limit: int) -> list[dict]:
+    return [_grants(r) for r in await db.all(SQL_LIST_PRINCIPALS, [principal, limit])]
+
+
+async def list_keys(db: Executor, principal: str | None, prefix: str | None, limit: int) -> list[dict]:
+    return await db.all(SQL_LIST_KEYS, [principal, prefix, limit])
+
+
+async def list_policies(db: Executor, principal: str | None, limit: int) -> list[dict]:
+    return [_grants(r) for r in await db.all(SQL_LIST_POLICIES, [principal, limit])]
+
+
+async def list_sessions(db: Executor, principal: str | None, session_id: str | None,
+                        limit: int, now: int, open_only: bool = False) -> list[dict]:
+    return await db.all(SQL_LIST_SESSIONS, [principal, session_id, limit, int(now), int(open_only)])
+
+
+async def list_models(db: Executor, model: str | None, limit: int) -> list[dict]:
+    return await db.all(SQL_LIST_MODELS, [model, limit])
+
+
+def _grants(row: dict) -> dict:
+    """The stored JSON array of grants as a list (None without a policy)."""
+    grants = row.get("grants")
+    if isinstance(grants, str):
+        try:
+            row = {**row, "grants": json.loads(grants)}
+        except ValueError:
+            pass
+    return row
+
+
 async def insert_key(db: Executor, key_sha256: str, principal: str, now: int) -> None:
     await db.run(SQL_INSERT_KEY, [key_sha256, principal, int(now)])
 
 
 async def revoke_key(db: Executor, key_sha256: str, now: int) -> bool:
-    """True iff an unrevoked key was revoked."""
+    """True iff an unrevoked key was revoked: its digest, or a prefix only it has."""
     return await db.run(SQL_REVOKE_KEY, [key_sha256, int(now)]) > 0
 
 

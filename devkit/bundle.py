@@ -1,5 +1,5 @@
 """The deploy bundle, offline: `python_modules/` laid out as `pywrangler sync` does, then
-wrangler's dry run of the upload (README: Deploy).
+wrangler's dry run of the upload (docs/deploy.md).
 
 `pywrangler sync` (workers-py 1.17.9, `pywrangler/sync.py`) resolves `[project].dependencies`
 plus `workers-runtime-sdk` for Pyodide, `uv pip install`s them into an emptied Pyodide venv,
@@ -96,8 +96,9 @@ def install_wheel(wheel: Path, site: Path) -> str:
 
 def vendor(project: Path = ROOT, skip: tuple[str, ...] = (), wheels: Path = WHEELS) -> Path:
     """Replace `project/python_modules` with the pinned wheels installed (`skip`: leave
-    some out, for tests proving the check notices). No network."""
-    wanted = {n: v for n, v in pins(project / "pyproject.toml").items() if n not in skip}
+    some out, for tests proving the check notices; "*": none). No network."""
+    wanted = {n: v for n, v in pins(project / "pyproject.toml").items()
+              if n not in skip and "*" not in skip}
     files = {n: wheel_file(n, v, wheels) for n, v in wanted.items()}      # fail before deleting
     dest = project / "python_modules"
     shutil.rmtree(dest, ignore_errors=True)
@@ -109,12 +110,18 @@ def vendor(project: Path = ROOT, skip: tuple[str, ...] = (), wheels: Path = WHEE
     return dest
 
 
-def stage(dest: Path, skip: tuple[str, ...] = ()) -> Path:
-    """A copy of the deployable project (config, pins, src/) with python_modules/ laid out,
-    so a test never writes python_modules/ into the working tree."""
+def stage(dest: Path, skip: tuple[str, ...] = (), guard: bool = True) -> Path:
+    """A copy of the deployable project (config, pins, src/, the deploy guard) with
+    python_modules/ laid out, so a test never writes python_modules/ into the working
+    tree. `guard=False` drops wrangler.toml's `[build]` table (the guard), for tests of
+    what the import check reports about an incomplete upload."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("wrangler.toml", "pyproject.toml"):
+    (dest / "tools").mkdir(exist_ok=True)
+    for name in ("wrangler.toml", "pyproject.toml", "tools/deploy_guard.py"):
         shutil.copy2(ROOT / name, dest / name)
+    if not guard:
+        toml = (dest / "wrangler.toml").read_text()
+        (dest / "wrangler.toml").write_text(re.sub(r"(?ms)^\[build\]\n.*?(?=^\[)", "", toml))
     shutil.copytree(ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
     vendor(dest, skip=skip)
     return dest

@@ -8,7 +8,7 @@ import json
 import secrets
 from dataclasses import dataclass
 
-SIGNING_SECRET = "test-signing-secret-0123456789"
+SIGNING_SECRET = "test-signing-secret-0123456789abcdef"   # 35 bytes (at least 32)
 PROVIDER_KEY = "sk-provider-SECRET-4f1a"
 
 

@@ -8,6 +8,7 @@
 //   EDGE_STATE_DIR    local state, as `wrangler … --persist-to` (default .wrangler/state)
 //   EDGE_VARS_FILE    dotenv file overlaid on [vars], replacing .dev.vars (tests)
 //   EDGE_UNBIND       comma-separated bindings/vars to remove (tests: missing bindings)
+//   EDGE_CONFIG       another wrangler.toml for the bindings and [vars] (tests: TOML values)
 //   EDGE_TEST_CONTROL=1 enables /__runner/* (tests only): clock offset, operation
 //                     counts, memory, faults, a body's parse floor and cProfile in the
 //                     Worker's Pyodide (benches), and direct access to the same local D1
@@ -16,7 +17,7 @@
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 //   EDGE_BUNDLE_DIR   run the upload instead of src/: a `wrangler deploy --dry-run --outdir`
 //                     directory (entry.py, multillm_edge/, python_modules/); no wheel
-//                     from .cache is installed (README: Deploy)
+//                     from .cache is installed (docs/deploy.md)
 import { execFile } from "node:child_process";
 import { copyFileSync, readFileSync } from "node:fs";
 import http from "node:http";
@@ -68,10 +69,12 @@ await migrated;
 
 // With EDGE_VARS_FILE (tests) the Worker sees wrangler.toml's [vars] plus that file only:
 // the config is read from a copy in the state dir, so a developer's .dev.vars stays out.
-let configPath = join(root, "wrangler.toml");
+// EDGE_CONFIG (tests) replaces wrangler.toml for the bindings and [vars] (vars as TOML values).
+let configPath = process.env.EDGE_CONFIG ? resolve(process.env.EDGE_CONFIG) : join(root, "wrangler.toml");
 if (process.env.EDGE_VARS_FILE) {
+  const source = configPath;
   configPath = join(stateDir, "wrangler.toml");
-  copyFileSync(join(root, "wrangler.toml"), configPath);
+  copyFileSync(source, configPath);
 }
 const startProxy = () => getPlatformProxy({ configPath, persist: { path: join(stateDir, "v3") } });
 const overrides = process.env.EDGE_VARS_FILE ? parseDotenv(readFileSync(process.env.EDGE_VARS_FILE, "utf8")) : {};

@@ -3,6 +3,6 @@
 # local parts (stand-in provider, local runner, local D1/R2). See tools/demo.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "Installing (scripts/setup.sh)…"
-bash scripts/setup.sh
+echo "Installing (scripts/setup.sh tests)…"
+bash scripts/setup.sh tests
 exec .venv/bin/python tools/demo.py "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `npm start`: install, create demo credentials in the local state, run the Worker locally.
+# `npm start`: install what the Worker needs (not the test tiers), create .dev.vars and
+# the demo credentials once (reused by later starts), run the Worker locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,17 +9,14 @@ if [ ! -f .dev.vars ]; then
   echo "MEDIA_SIGNING_SECRET=$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(32))')" >> .dev.vars
   echo "created .dev.vars from .dev.vars.example (add your provider keys there)"
 fi
-admin() { .venv/bin/python tools/admin.py --local --json "$@"; }
-key=$(admin key create --principal demo | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["key"])')
-admin --no-migrate policy set --principal demo --revision 1 --grants chat --retention standard >/dev/null
-session=$(admin --no-migrate session create --principal demo | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["session_id"])')
-admin --no-migrate model set openai:gpt-4o-mini --input-tokens 128000 --max-output-tokens 16384 >/dev/null
-admin --no-migrate model set anthropic:claude-sonnet-4-5 --input-tokens 200000 --max-output-tokens 64000 >/dev/null
+creds=$(.venv/bin/python tools/demo_credentials.py)
+field() { .venv/bin/python -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$creds" "$1"; }
+if [ "$(field reused)" = True ]; then made="reused from .wrangler/demo-credentials.json"; else made="created now, kept in .wrangler/demo-credentials.json"; fi
 cat <<TXT
 
-Demo credentials (principal "demo"; the key is shown only now):
-  roleplay key:  $key
-  session id:    $session
+Demo credentials (principal "demo"; $made):
+  roleplay key:  $(field key)
+  session id:    $(field session_id)
 Try:  curl -s localhost:${PORT:-8787}/healthz
 
 TXT

@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
 """Admin CLI for the roleplay edge (docs/design.md §10).
 
-    npm run admin -- [--local|--remote] [--persist-to DIR] [--json] <command>
+    npm run admin -- [--local|--remote] [--persist-to DIR] [--json] [--print-sql] <command>
 
     key create     --principal P                        prints the new key ONCE
-    key revoke     --key-sha256 HEX
+    key revoke     --key-sha256 HEX                     the digest, or a prefix (>= 12) only it has
+    key list       [--principal P]                      digests' first 12 hex characters only
+    key show       PREFIX
     policy set     --principal P --revision N --grants chat[,x] --retention standard|zero
+    policy list | policy show P
+    principal list | principal show P                   keys, sessions and policy of each
     session create --principal P                        prints the session id
     session end    --principal P --session-id S
+    session list   [--principal P] [--open] | session show S
     model set      provider:model --input-tokens N --max-output-tokens M
+    model list | model show provider:model
 
 Every statement comes from src/multillm_edge/storage/store.py or devkit/admin_sql.py, rendered
 with `admin_sql.inline`
 and run by `npx wrangler d1 execute INTELLIGENCE_DB --local|--remote --json --command`
 from the repository root. `--local` (the default) applies the migrations first, so a
-fresh state works. Keys are generated here and stored only as their SHA-256 hex.
+fresh state works. `--remote` needs `npx wrangler login` (or CLOUDFLARE_API_TOKEN) and
+wrangler.toml's database_id (`npm run cloudflare:setup`). `--print-sql` runs nothing: it
+prints the statements, for `npx wrangler d1 execute INTELLIGENCE_DB --remote --file FILE`
+(or `--command`); a new key then goes to stderr, never into the SQL. Keys are generated
+here and stored only as their SHA-256 hex.
 `--json` prints one JSON object on stdout (for scripts and tests); `--no-migrate`
 skips the migration step when the local state is known to be current.
 """
@@ -28,6 +38,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import subprocess
 import sys
 import time
@@ -116,6 +127,29 @@ class WranglerExecutor:
         return int(doc[-1]["results"][0]["changes"])
 
 
+class PrintExecutor:
+    """store.Executor that runs nothing: it collects each statement, rendered, for
+    `wrangler d1 execute --file`. Reads answer no rows; writes report one change."""
+
+    def __init__(self):
+        self.statements: list[str] = []
+
+    def _add(self, sql: str, params: list) -> None:
+        self.statements.append(admin_sql.inline(sql, params).strip().rstrip(";") + ";")
+
+    async def first(self, sql: str, params: list):
+        self._add(sql, params)
+        return None
+
+    async def all(self, sql: str, params: list) -> list:
+        self._add(sql, params)
+        return []
+
+    async def run(self, sql: str, params: list) -> int:
+        self._add(sql, params)
+        return 1
+
+
 def apply_local_migrations(persist_to: str | None) -> None:
     cmd = [*_wrangler(), "d1", "migrations", "apply", DB_BINDING,
            *_location_args(False, persist_to)]
@@ -167,8 +201,16 @@ def _model(value: str) -> str:
 
 
 def _sha256(value: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{64}", value):
-        raise argparse.ArgumentTypeError("must be 64 lowercase hex characters")
+    """A key's digest, or a prefix of at least 12 hex characters (as `key list` shows)."""
+    if not re.fullmatch(r"[0-9a-f]{12,64}", value):
+        raise argparse.ArgumentTypeError("must be the key's SHA-256 (64 lowercase hex "
+                                         "characters) or its first 12 or more")
+    return value
+
+
+def _prefix(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{4,64}", value):
+        raise argparse.ArgumentTypeError("must be 4 to 64 lowercase hex characters")
     return value
 
 
@@ -181,14 +223,103 @@ async def cmd_key_create(db, a):
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     digest = hashlib.sha256(key.encode("ascii")).hexdigest()
     await admin_sql.insert_key(db, digest, a.principal, int(time.time()))
-    return {"key": key, "key_sha256": digest, "principal": a.principal}, key
+    res = {"key": key, "key_sha256": digest, "principal": a.principal}
+    if not isinstance(db, PrintExecutor):
+        [row] = await admin_sql.list_policies(db, a.principal, 1) or [None]
+        res["chat_granted"] = bool(row) and "chat" in (row.get("grants") or [])
+        if not res["chat_granted"]:
+            res["grant_command"] = grant_command(a)
+    return res, key
+
+
+def grant_command(a, print_sql: bool = False) -> str:
+    where = " --print-sql" if print_sql else " --remote" if a.remote else ""
+    return (f"npm run admin --{where} policy set --principal {shlex.quote(a.principal)} "
+            "--revision 1 --grants chat --retention standard")
 
 
 async def cmd_key_revoke(db, a):
     revoked = await admin_sql.revoke_key(db, a.key_sha256, int(time.time()))
     if not revoked:
-        raise AdminError("no such unrevoked key")
+        raise AdminError("no such unrevoked key (or the prefix matches several keys)")
     return {"key_sha256": a.key_sha256, "revoked": True}, f"revoked {a.key_sha256}"
+
+
+# Reads: the rows, and a table of them for the terminal.
+
+def table(rows: list[dict], empty: str) -> str:
+    if not rows:
+        return empty
+    cols = list(rows[0])
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def listing(rows: list[dict], empty: str):
+    return {"rows": rows}, table(rows, empty)
+
+
+def showing(rows: list[dict], what: str):
+    if not rows:
+        raise AdminError(f"no such {what}")
+    return rows[0], table(rows, "")
+
+
+async def cmd_key_list(db, a):
+    return listing(await admin_sql.list_keys(db, a.principal, None, a.limit), "no keys")
+
+
+async def cmd_key_show(db, a):
+    rows = await admin_sql.list_keys(db, None, a.prefix, 2)
+    if len(rows) > 1:
+        raise AdminError("the prefix matches several keys: give more of the digest")
+    return showing(rows, "key")
+
+
+async def cmd_policy_list(db, a):
+    return listing(await admin_sql.list_policies(db, None, a.limit), "no policies")
+
+
+async def cmd_policy_show(db, a):
+    return showing(await admin_sql.list_policies(db, a.principal, 1), "policy")
+
+
+async def cmd_principal_list(db, a):
+    return listing(await admin_sql.list_principals(db, None, a.limit), "no principals")
+
+
+async def cmd_principal_show(db, a):
+    res, text = showing(await admin_sql.list_principals(db, a.principal, 1), "principal")
+    keys = await admin_sql.list_keys(db, a.principal, None, a.limit)
+    return {**res, "keys": keys}, text + "\n\n" + table(keys, "no keys")
+
+
+async def cmd_session_list(db, a):
+    rows = await admin_sql.list_sessions(db, a.principal, None, a.limit, int(time.time()), a.open)
+    return listing(rows, "no sessions")
+
+
+async def cmd_session_show(db, a):
+    return showing(await admin_sql.list_sessions(db, None, a.session_id, 1, int(time.time())), "session")
+
+
+async def cmd_model_list(db, a):
+    return listing(await admin_sql.list_models(db, None, a.limit), "no models")
+
+
+async def cmd_model_show(db, a):
+    return showing(await admin_sql.list_models(db, a.model, 1), "model")
 
 
 async def cmd_policy_set(db, a):
@@ -237,8 +368,10 @@ def _common(defaults: bool) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-migrate", action="store_true",
                    help="--local: skip applying migrations (state known to be current)")
+    p.add_argument("--print-sql", action="store_true",
+                   help="run nothing; print the statements for `wrangler d1 execute --file`")
     if defaults:
-        p.set_defaults(remote=False, persist_to=None, json=False, no_migrate=False)
+        p.set_defaults(remote=False, persist_to=None, json=False, no_migrate=False, print_sql=False)
     return p
 
 
@@ -252,9 +385,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = key.add_parser("create", parents=[common], help="create a key (printed once)")
     p.add_argument("--principal", required=True, type=_name)
     p.set_defaults(func=cmd_key_create)
-    p = key.add_parser("revoke", parents=[common], help="revoke a key by its SHA-256")
+    p = key.add_parser("revoke", parents=[common], help="revoke a key by its SHA-256 (or a prefix)")
     p.add_argument("--key-sha256", required=True, type=_sha256)
     p.set_defaults(func=cmd_key_revoke)
+    p = key.add_parser("list", parents=[common], help="keys, newest first (digest prefixes only)")
+    p.add_argument("--principal", type=_name)
+    _limit(p, cmd_key_list)
+    p = key.add_parser("show", parents=[common], help="the key whose digest starts with PREFIX")
+    p.add_argument("prefix", type=_prefix)
+    p.set_defaults(func=cmd_key_show)
 
     policy = groups.add_parser("policy", help="principal policies").add_subparsers(dest="action", required=True)
     p = policy.add_parser("set", parents=[common], help="set the current policy of a principal")
@@ -263,6 +402,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grants", required=True, type=_grants, help="comma-separated, e.g. chat")
     p.add_argument("--retention", required=True, choices=store.RETENTIONS)
     p.set_defaults(func=cmd_policy_set)
+    _limit(policy.add_parser("list", parents=[common], help="every principal's policy"), cmd_policy_list)
+    p = policy.add_parser("show", parents=[common], help="a principal's policy")
+    p.add_argument("principal", type=_name)
+    p.set_defaults(func=cmd_policy_show)
+
+    principal = groups.add_parser("principal", help="principals (whoever has a key, policy or session)"
+                                  ).add_subparsers(dest="action", required=True)
+    _limit(principal.add_parser("list", parents=[common], help="principals with their counts"),
+           cmd_principal_list)
+    p = principal.add_parser("show", parents=[common], help="a principal, its policy and keys")
+    p.add_argument("principal", type=_name)
+    _limit(p, cmd_principal_show)
 
     session = groups.add_parser("session", help="roleplay sessions").add_subparsers(dest="action", required=True)
     p = session.add_parser("create", parents=[common], help="create a session (prints its id)")
@@ -272,6 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--principal", required=True, type=_name)
     p.add_argument("--session-id", required=True, type=_name)
     p.set_defaults(func=cmd_session_end)
+    p = session.add_parser("list", parents=[common], help="sessions, newest first, with active pages")
+    p.add_argument("--principal", type=_name)
+    p.add_argument("--open", action="store_true", help="only sessions not ended")
+    _limit(p, cmd_session_list)
+    p = session.add_parser("show", parents=[common], help="a session and its active pages")
+    p.add_argument("session_id", type=_name)
+    p.set_defaults(func=cmd_session_show)
 
     model = groups.add_parser("model", help="model windows").add_subparsers(dest="action", required=True)
     p = model.add_parser("set", parents=[common], help="set a model's window sizes")
@@ -279,7 +437,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-tokens", required=True, type=_positive)
     p.add_argument("--max-output-tokens", required=True, type=_positive)
     p.set_defaults(func=cmd_model_set)
+    _limit(model.add_parser("list", parents=[common], help="registered models"), cmd_model_list)
+    p = model.add_parser("show", parents=[common], help="a model's window sizes")
+    p.add_argument("model", type=_model, metavar="provider:model")
+    p.set_defaults(func=cmd_model_show)
     return parser
+
+
+def _limit(p, func) -> None:
+    p.add_argument("--limit", type=_positive, default=100, help="at most this many rows (100)")
+    p.set_defaults(func=func)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.remote and args.persist_to:
         print("admin: --persist-to applies to --local only", file=sys.stderr)
         return 2
+    if args.print_sql:
+        return print_sql(args)
     try:
         if not args.remote and not args.no_migrate:
             apply_local_migrations(args.persist_to)
@@ -302,6 +471,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.func is cmd_key_create:
             print(f"Stored only as SHA-256 {result['key_sha256']} for principal "
                   f"{result['principal']}; this key is not shown again.", file=sys.stderr)
+    if args.func is cmd_key_create and not result["chat_granted"]:
+        print(f"Principal {result['principal']} has no policy granting chat: this key gets "
+              f"403 chat_not_granted until you run\n  {result['grant_command']}", file=sys.stderr)
+    return 0
+
+
+def print_sql(args) -> int:
+    """The command's statements on stdout, one per line group, ending in ';'."""
+    db = PrintExecutor()
+    try:
+        result, _ = asyncio.run(args.func(db, args))
+    except (AdminError, ValueError) as e:
+        print(f"admin: {e}", file=sys.stderr)
+        return 1
+    print("-- for: npx wrangler d1 execute INTELLIGENCE_DB --remote --file FILE")
+    print("\n".join(db.statements))
+    if args.func is cmd_key_create:
+        print(f"The key (shown once; the SQL holds only its SHA-256): {result['key']}\n"
+              f"If {args.principal} has no policy granting chat, it gets 403 chat_not_granted; "
+              f"grant one: {grant_command(args, print_sql=True)}", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The deploy bundle, offline (README: Deploy).
+"""The deploy bundle, offline (docs/deploy.md).
 
     python3 tools/bundle.py vendor            lay out python_modules/ as `pywrangler sync` does
     python3 tools/bundle.py check [--outdir DIR]

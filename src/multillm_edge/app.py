@@ -10,7 +10,7 @@ from typing import Callable
 from .base import cors
 from .base.errors import EDGE_ENVELOPE, EdgeError, Envelope, InternalError, StorageError
 from .base.platform import Platform
-from .core.config import signing_secrets
+from .core import config
 from .formats import messages
 from .formats.registry import FORMATS
 from .routes import batch
@@ -20,26 +20,53 @@ from .routes.retrieval import SESSION_PARAM, retrieve_page
 from .routes.search import search_pages
 from .routes.sessions import create_session, end_session
 from .base.http import Incoming, Outgoing, error_response, json_response
-from .service.access import SESSION_HEADER, paging_enabled
+from .service.access import SESSION_HEADER, paging_enabled, warner
 from .service.origin import forward
 from .storage import store
 
 
 async def healthz(req: Incoming, platform: Platform) -> Outgoing:
-    db = platform.db
+    """Readiness as booleans, plus the settings whose value is invalid (`config_errors`,
+    names only) and the providers registered models name that PROVIDERS lacks
+    (docs/design.md §2, §3). Ready = tables, bucket, signing and a valid PROVIDERS."""
+    db, warn = platform.db, warner(platform)
     try:
         tables_ok = db is not None and not await store.missing_tables(db)
+        registered = await store.model_providers(db) if tables_ok else []
     except StorageError:
-        tables_ok = False
+        tables_ok, registered = False, []
     checks = {
         "d1_tables": tables_ok,
         "r2_binding": platform.page_bodies is not None,
-        "signing_configured": signing_secrets(platform.var) is not None,
+        "signing_configured": _signing_configured(platform),
         "paging_enabled": paging_enabled(platform),
+        "config_errors": config.config_errors(platform.var),
+        "missing_providers": _missing_providers(platform, registered, warn),
     }
-    ready = checks["d1_tables"] and checks["r2_binding"] and checks["signing_configured"]
+    # An ignored CORS entry or an invalid flag (paging off) leaves the edge serving; an
+    # invalid PROVIDERS fails every generation (a short secret already fails signing).
+    ready = (checks["d1_tables"] and checks["r2_binding"] and checks["signing_configured"]
+             and config.PROVIDERS_NAME not in checks["config_errors"])
     return json_response(200 if ready else 503, {"ok": ready, **checks},
                          [("cache-control", "no-store")])
+
+
+def _signing_configured(platform: Platform) -> bool:
+    try:
+        return config.signing_secrets(platform.var, warner(platform)) is not None
+    except EdgeError:
+        return False
+
+
+def _missing_providers(platform: Platform, registered: list, warn) -> list:
+    try:
+        configured = config.providers(platform.var(config.PROVIDERS_NAME), warn)
+    except EdgeError:
+        return []               # config_errors names PROVIDERS
+    missing = config.missing_providers(registered, configured)
+    if missing:
+        config.warn_unserved(warn)
+    return missing
 
 
 @dataclass(frozen=True)

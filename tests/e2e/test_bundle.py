@@ -1,4 +1,4 @@
-"""The upload is complete (README: Deploy): with python_modules/ laid out as `pywrangler
+"""The upload is complete (docs/deploy.md): with python_modules/ laid out as `pywrangler
 sync` does, `wrangler deploy --dry-run --outdir` holds every module the Worker imports,
 and the check says so when one is missing."""
 
@@ -37,10 +37,11 @@ def test_everything_vendored_and_every_src_module_is_uploaded(deploy_bundle):
     src = {p.relative_to(project / "src").as_posix() for p in (project / "src").rglob("*.py")}
     assert upload.files() - uploaded == src
     assert upload.total().endswith("KiB") and "gzip" in upload.total()
+    assert "deploy guard: python_modules/ holds every pinned package" in upload.output
 
 
 def test_a_dependency_left_out_of_python_modules_is_reported(tmp_path):
-    project = bundle.stage(tmp_path / "project", skip=("snowballstemmer",))
+    project = bundle.stage(tmp_path / "project", skip=("snowballstemmer",), guard=False)
     upload = bundle.dry_run(project, tmp_path / "upload")
     assert not any(f.startswith("python_modules/snowballstemmer") for f in upload.files())
     report = check_upload(project, upload.files())

@@ -206,7 +206,8 @@ def test_healthz_reports_readiness_as_booleans(edge):
     r = edge.client.get("/healthz")
     assert r.status_code == 200
     assert r.json() == {"ok": True, "d1_tables": True, "r2_binding": True,
-                        "signing_configured": True, "paging_enabled": True}
+                        "signing_configured": True, "paging_enabled": True,
+                        "config_errors": [], "missing_providers": []}
 
 
 def test_stream_passes_through_with_the_page_list_header(edge, provider, player):

@@ -1,4 +1,4 @@
-"""The runner runs the upload (README: Deploy): started on a `wrangler deploy --dry-run`
+"""The runner runs the upload (docs/deploy.md): started on a `wrangler deploy --dry-run`
 outdir, it loads only what deploy uploads — python_modules/ on sys.path before
 site-packages, nothing installed from .cache — and serves a paged turn, a search and a
 retrieval from it."""

@@ -76,7 +76,8 @@ def test_healthz_names_what_is_missing(start_edge):
     r = edge.client.get("/healthz")
     assert r.status_code == 503
     assert r.json() == {"ok": False, "d1_tables": True, "r2_binding": False,
-                        "signing_configured": False, "paging_enabled": False}
+                        "signing_configured": False, "paging_enabled": False,
+                        "config_errors": [], "missing_providers": []}
     edge.sql("DROP TABLE models")
     assert edge.client.get("/healthz").json()["d1_tables"] is False
 

@@ -59,8 +59,9 @@ def test_retrieval_with_paging_disabled_is_the_same_404_without_storage():
 
 def test_missing_signing_secret_is_503_on_retrieval_and_paged_generation():
     with local_edge(MEDIA_SIGNING_SECRET=None) as edge:
-        assert error(edge.request("GET", PAGE, {"Authorization": f"Bearer {KEY}"})) == \
-            (503, "signing_not_configured")
+        r = edge.request("GET", PAGE, {"Authorization": f"Bearer {KEY}"})
+        assert error(r) == (503, "signing_not_configured")
+        assert "MEDIA_SIGNING_SECRET" in r.json()["error"]["message"]     # what to set
         r = edge.request("POST", "/v1/chat/completions", auth(), rp.chat_body(30))
         assert error(r) == (503, "signing_not_configured")
         assert edge.sent == [] and edge.page_rows() == 0
@@ -102,4 +103,63 @@ def test_healthz_in_process_reports_each_missing_part():
     with local_edge(unbound=("multillm_media",), MEDIA_SIGNING_SECRET=None) as edge:
         r = edge.request("GET", "/healthz", {})
         assert r.status == 503 and r.json() == {"ok": False, "d1_tables": True, "r2_binding": False,
-                                                "signing_configured": False, "paging_enabled": True}
+                                                "signing_configured": False, "paging_enabled": True,
+                                                "config_errors": [], "missing_providers": []}
+
+
+def warnings(edge, name):
+    return [r for r in edge.logs if r.get("level") == "warning" and name in r.get("message", "")]
+
+
+@pytest.mark.parametrize("value", ["{SECRETVALUE", '{"fake": {"base_url": "SECRETVALUE"}}'])
+def test_invalid_providers_is_a_healthz_error_and_one_warning(value):
+    config._warned.clear(), config._PROVIDERS_CACHE.clear()   # a new isolate
+    with local_edge(PROVIDERS=value) as edge:
+        health = edge.request("GET", "/healthz", {})
+        assert health.status == 503 and health.json()["config_errors"] == ["PROVIDERS"]
+        for _ in range(2):
+            r = edge.request("POST", "/v1/chat/completions", auth(), rp.chat_body(3))
+            assert error(r) == (503, "providers_misconfigured")
+        assert edge.sent == [] and len(warnings(edge, "PROVIDERS")) == 1
+        assert "SECRETVALUE" not in json.dumps(edge.logs) + health.body.decode()
+    config._warned.clear()
+
+
+def test_providers_as_a_toml_table_serves_requests():
+    """wrangler.toml `PROVIDERS = { fake = { … } }` reaches the platform as an object, not
+    a string: the same providers as its JSON text (it used to be dropped silently)."""
+    table = json.loads(rp.edge_vars("http://provider.test")["PROVIDERS"])
+    with local_edge(PROVIDERS=table) as edge:
+        assert edge.request("GET", "/healthz", {}).json()["config_errors"] == []
+        r = edge.request("POST", "/v1/chat/completions", auth(), rp.chat_body(3))
+        assert r.status == 200 and len(edge.sent) == 1
+
+
+def test_a_model_naming_an_unknown_provider_is_reported_and_warned_once():
+    config._warned.clear()
+    with local_edge() as edge:
+        edge.set_model("ghost:model-1", 6000, 1000)
+        health = edge.request("GET", "/healthz", {})
+        assert health.status == 200 and health.json()["missing_providers"] == ["ghost"]
+        for _ in range(2):
+            r = edge.request("POST", "/v1/chat/completions", auth(), {**rp.chat_body(3), "model": "ghost:model-1"})
+            assert error(r) == (400, "unknown_model")
+        assert len(warnings(edge, "PROVIDERS does not define")) == 1
+    config._warned.clear()
+
+
+def test_a_short_signing_secret_is_refused_clearly():
+    config._warned.clear()
+    with local_edge(MEDIA_SIGNING_SECRET="only-31-bytes-SECRETVALUE-xxxxx") as edge:
+        health = edge.request("GET", "/healthz", {})
+        assert health.status == 503
+        assert health.json()["signing_configured"] is False
+        assert health.json()["config_errors"] == ["MEDIA_SIGNING_SECRET"]
+        r = edge.request("GET", PAGE, {"Authorization": f"Bearer {KEY}"})
+        assert error(r) == (503, "signing_not_configured")
+        assert "MEDIA_SIGNING_SECRET is shorter than 32 bytes" in r.json()["error"]["message"]
+        r = edge.request("POST", "/v1/chat/completions", auth(), rp.chat_body(30))
+        assert error(r) == (503, "signing_not_configured") and edge.sent == []
+        assert len(warnings(edge, "MEDIA_SIGNING_SECRET")) == 1
+        assert "SECRETVALUE" not in json.dumps(edge.logs)
+    config._warned.clear()

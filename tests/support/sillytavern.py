@@ -95,7 +95,7 @@ class SillyTavern:
     def __init__(self, root: Path, setup_user, start_timeout: float = 240):
         self.dir = install_dir()
         if not (self.dir / "server.js").is_file():
-            raise RuntimeError(f"SillyTavern is not installed at {self.dir}: run scripts/setup.sh")
+            raise RuntimeError(f"SillyTavern is not installed at {self.dir}: run npm run setup:browser")
         self.data = root / "data"
         user = self.data / "default-user"
         # Installing the extension: copy the folder into the user's extensions.

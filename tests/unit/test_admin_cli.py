@@ -167,3 +167,58 @@ def test_store_statements_on_local_d1(persist):
     assert set(ctx.active_pages) == {a["page_id"], b["page_id"]}
     f = run(store.load_page_for_retrieval(db, key, "rps_d1", a["page_id"], now))
     assert f.page == a and f.page_active and signer.verify_row(f.page)
+
+
+def test_print_sql_runs_nothing_and_its_sql_runs_as_printed(tmp_path):
+    """--print-sql spawns no wrangler and writes nothing; the statements it prints are
+    what `wrangler d1 execute --file` runs (here on a fresh local D1)."""
+    state = tmp_path / "printed"
+    printed = [cli("--print-sql", *args, persist=state) for args in (
+        ["key", "create", "--principal", EVIL],
+        ["policy", "set", "--principal", EVIL, "--revision", "2", "--grants", "chat",
+         "--retention", "standard"],
+        ["model", "set", "openai:gpt-4o-mini", "--input-tokens", "128000", "--max-output-tokens", "16384"])]
+    assert all(p.returncode == 0 for p in printed) and not state.exists()
+    key = printed[0].stderr.split("SHA-256): ", 1)[1].split()[0]
+    assert key.startswith("rpk_") and key not in printed[0].stdout        # the key: stderr only
+    assert "--print-sql policy set --principal" in printed[0].stderr      # how to grant one
+    assert hashlib.sha256(key.encode()).hexdigest() in printed[0].stdout
+    sql = tmp_path / "admin.sql"
+    sql.write_text("".join(p.stdout for p in printed))
+    assert cli("key", "list", persist=state).returncode == 0             # migrations applied
+    proc = subprocess.run([*admin._wrangler(), "d1", "execute", "INTELLIGENCE_DB", "--local",
+                           "--persist-to", str(state), "--file", str(sql), "--yes"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shown = cli_json("principal", "show", EVIL, "--no-migrate", persist=state)
+    assert shown["policy_revision"] == 2 and shown["grants"] == ["chat"] and shown["active_keys"] == 1
+    assert cli_json("model", "show", "openai:gpt-4o-mini", "--no-migrate", persist=state)["input_tokens"] == 128000
+
+
+def test_lists_show_digest_prefixes_only_and_a_key_without_policy_says_how_to_grant(tmp_path):
+    state = tmp_path / "lists"
+    made = cli("key", "create", "--principal", "dana", "--json", persist=state)
+    first = json.loads(made.stdout)
+    assert first["chat_granted"] is False
+    assert first["grant_command"] == ("npm run admin -- policy set --principal dana --revision 1 "
+                                      "--grants chat --retention standard")
+    assert "403 chat_not_granted" in made.stderr and first["grant_command"] in made.stderr
+    cli_json(*first["grant_command"].split()[4:], "--no-migrate", persist=state)   # as printed
+    second = cli("key", "create", "--principal", "dana", "--json", "--no-migrate", persist=state)
+    assert json.loads(second.stdout)["chat_granted"] is True and "chat_not_granted" not in second.stderr
+    cli_json("session", "create", "--principal", "dana", "--no-migrate", persist=state)
+
+    listed = cli("key", "list", "--principal", "dana", "--no-migrate", persist=state).stdout
+    rows = cli_json("key", "list", "--no-migrate", persist=state)["rows"]
+    assert {r["key_prefix"] for r in rows} == {first["key_sha256"][:12], json.loads(second.stdout)["key_sha256"][:12]}
+    assert first["key_sha256"] not in listed + json.dumps(rows) and first["key_sha256"][:12] in listed
+    shown = cli_json("key", "show", first["key_sha256"][:8], "--no-migrate", persist=state)
+    assert shown == {"key_prefix": first["key_sha256"][:12], "principal": "dana",
+                     "created_at": shown["created_at"], "revoked_at": None}
+    [sess] = cli_json("session", "list", "--open", "--no-migrate", persist=state)["rows"]
+    assert sess["principal"] == "dana" and sess["active_pages"] == 0
+    assert cli_json("policy", "list", "--no-migrate", persist=state)["rows"][0]["grants"] == ["chat"]
+    assert cli("session", "show", "rps_none", "--no-migrate", persist=state).returncode == 1
+    # revoking by the prefix `key list` shows
+    cli_json("key", "revoke", "--key-sha256", first["key_sha256"][:12], "--no-migrate", persist=state)
+    assert cli_json("key", "show", first["key_sha256"][:12], "--no-migrate", persist=state)["revoked_at"]

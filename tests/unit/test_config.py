@@ -154,15 +154,103 @@ def test_provider_auth_headers():
         provider_auth_headers("other", "k")
 
 
+LONG, LONG2, FLASK = "m" * 32, "p" * 44, "f" * 32
+
+
 def test_signing_secrets():
     env = {}
     assert signing_secrets(env.get) is None
-    env["FLASK_SECRET_KEY"] = "flask"
-    assert signing_secrets(env.get) == (b"flask", None)
+    env["FLASK_SECRET_KEY"] = FLASK
+    assert signing_secrets(env.get) == (FLASK.encode(), None)
     env["MEDIA_SIGNING_SECRET"] = ""
-    assert signing_secrets(env.get) == (b"flask", None)
-    env["MEDIA_SIGNING_SECRET"] = "media"
-    env["MEDIA_SIGNING_SECRET_PREVIOUS"] = "old"
-    assert signing_secrets(env.get) == (b"media", b"old")
+    assert signing_secrets(env.get) == (FLASK.encode(), None)
+    env["MEDIA_SIGNING_SECRET"] = LONG
+    env["MEDIA_SIGNING_SECRET_PREVIOUS"] = LONG2
+    assert signing_secrets(env.get) == (LONG.encode(), LONG2.encode())
     env["MEDIA_SIGNING_SECRET_PREVIOUS"] = ""
-    assert signing_secrets(env.get) == (b"media", None)
+    assert signing_secrets(env.get) == (LONG.encode(), None)
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"MEDIA_SIGNING_SECRET": "x" * 31}, "MEDIA_SIGNING_SECRET"),
+    ({"MEDIA_SIGNING_SECRET": "é" * 15}, "MEDIA_SIGNING_SECRET"),         # 30 bytes in UTF-8
+    ({"FLASK_SECRET_KEY": "short-flask-SECRETVALUE"}, "FLASK_SECRET_KEY"),
+    ({"MEDIA_SIGNING_SECRET": LONG, "MEDIA_SIGNING_SECRET_PREVIOUS": "old-SECRETVALUE"},
+     "MEDIA_SIGNING_SECRET_PREVIOUS"),
+])
+def test_a_short_signing_secret_is_refused_naming_the_setting_once(env, named):
+    config._warned.clear()   # a new isolate
+    seen = []
+    for _ in range(3):
+        with pytest.raises(EdgeError) as e:
+            signing_secrets(env.get, seen.append)
+        assert (e.value.status, e.value.code) == (503, "signing_not_configured")
+        assert e.value.message.startswith(f"{named} is shorter than 32 bytes")
+        assert "openssl rand -base64 32" in e.value.message
+    assert len(seen) == 1 and seen[0].startswith(named)
+    assert "SECRETVALUE" not in seen[0] + e.value.message
+    assert config.config_errors(env.get) == [named]
+    config._warned.clear()
+
+
+def test_a_short_flask_key_is_not_used_when_the_media_secret_is_set():
+    env = {"MEDIA_SIGNING_SECRET": LONG, "FLASK_SECRET_KEY": "short"}
+    assert signing_secrets(env.get) == (LONG.encode(), None)
+    assert config.config_errors(env.get) == []
+
+
+def test_32_bytes_is_enough():
+    assert signing_secrets({"MEDIA_SIGNING_SECRET": "k" * 32}.get) == (b"k" * 32, None)
+
+
+ONE = {"openai": {"base_url": "https://api.openai.com/v1", "formats": ["chat"],
+                   "api_key_secret": "OPENAI_API_KEY", "model_name": "bare"}}
+
+
+def test_providers_as_an_object_is_the_same_as_its_json_text():
+    """A TOML table or JSON object var (handed over as a dict or as its JSON text) and the
+    string form configure the same providers."""
+    from_text = parse_providers(json.dumps(ONE))
+    assert parse_providers(ONE) == from_text
+    assert config.providers(ONE) == from_text
+    assert from_text["openai"].upstream_model("openai:gpt-4o-mini") == "gpt-4o-mini"
+
+
+@pytest.mark.parametrize("value", ["{not json SECRETVALUE", "[1, 2]", ["SECRETVALUE"], 7,
+                                   {"openai": {"base_url": "SECRETVALUE"}}])
+def test_invalid_providers_warn_once_naming_the_setting(value):
+    config._warned.clear()
+    config._PROVIDERS_CACHE.clear()
+    seen = []
+    for _ in range(3):
+        with pytest.raises(EdgeError) as e:
+            config.providers(value, seen.append)
+        assert e.value.code == "providers_misconfigured"
+    assert len(seen) == 1 and seen[0].startswith("PROVIDERS")
+    assert "SECRETVALUE" not in seen[0]
+    text = value if isinstance(value, str) else json.dumps(value)
+    assert config.config_errors({"PROVIDERS": text}.get) == ["PROVIDERS"]
+    config._warned.clear()
+
+
+@pytest.mark.parametrize("value, stringified, expected", [
+    (None, None, None), ("text", None, "text"), (True, None, "true"), (False, None, "false"),
+    (256, None, "256"), (ONE, None, json.dumps(ONE)), (object(), "{\"js\": 1}", "{\"js\": 1}"),
+])
+def test_a_json_var_reaches_the_core_as_its_json_text(value, stringified, expected):
+    from multillm_edge.base.platform import var_text
+    assert var_text(value, lambda v: stringified) == expected
+
+
+def test_config_errors_names_each_invalid_setting_and_no_value():
+    env = {"CONTEXT_PAGING_ENABLED": "yes-VALUE", "CORS_ALLOWED_ORIGINS": "https://x.test/VALUE",
+           "PROVIDERS": "{VALUE", "MEDIA_SIGNING_SECRET": "VALUE"}
+    assert config.config_errors(env.get) == ["CONTEXT_PAGING_ENABLED", "CORS_ALLOWED_ORIGINS",
+                                             "PROVIDERS", "MEDIA_SIGNING_SECRET"]
+    assert config.config_errors({"CONTEXT_PAGING_ENABLED": "true", "PROVIDERS": "{}",
+                                 "MEDIA_SIGNING_SECRET": LONG}.get) == []
+
+
+def test_missing_providers_are_the_registered_ones_providers_lacks():
+    assert config.missing_providers(["anthropic", "openai"], parse_providers(ONE)) == ["anthropic"]
+    assert config.missing_providers(["openai"], parse_providers(ONE)) == []

@@ -427,7 +427,7 @@ def test_every_statement_inlines():
             sql = getattr(store, name)
             import re
             idx = {int(m) for m in re.findall(r"\?(\d+)", sql)}
-            out = admin_sql.inline(sql, list(range(1, max(idx) + 1)))
+            out = admin_sql.inline(sql, list(range(1, max(idx, default=0) + 1)))
             assert "?" not in out.replace("'$.", "")
 
 
@@ -649,3 +649,10 @@ def test_principal_models_revoked_key_and_empty_table(db):
     run(db.run("DELETE FROM models", []))
     got = run(store.load_principal_models(db, KEY_A))
     assert got.key_revoked is True and got.models == ()
+
+
+def test_model_providers_are_the_distinct_prefixes_of_registered_models(db):
+    for model in ("openai:gpt-4o-mini", "ghost:a:b"):
+        run(admin_sql.set_model(db, model, 10, 5))
+    # one row per provider, split at the first ':' (a model id may hold ':')
+    assert run(store.model_providers(db)) == ["anthropic", "ghost", "openai"]

@@ -1,5 +1,5 @@
 """python_modules/ laid out offline from the pinned wheels, as `pywrangler sync` lays it
-out (devkit.bundle; README: Deploy)."""
+out (devkit.bundle; docs/deploy.md)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ never import one.
 
 from __future__ import annotations
 
+import json
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
 
@@ -52,3 +53,16 @@ class Platform(Protocol):
                           ) -> tuple[Optional[bytes], Optional[AsyncIterator]]: ...
     async def fetch(self, url: str, method: str, headers: list, body: Any = None,
                     timeout: Optional[float] = None) -> UpstreamResponse: ...
+
+
+def var_text(value, stringify: Callable[[object], str]):
+    """A var as the core reads it: a string as it is; a var wrangler.toml gives as JSON (a
+    TOML table or array, a number, a boolean) as its JSON text, through ``stringify`` for
+    a runtime object. None stays None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, dict, list)):
+        return json.dumps(value)
+    return stringify(value)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .. import formats as _formats
+from ..base.cors import SETTING as CORS_SETTING, parse_origins
 from ..base.errors import EdgeError
 from ..formats.registry import NAMES
 
@@ -204,34 +205,44 @@ def _misconfigured(message: str) -> EdgeError:
 _PROVIDERS_CACHE: dict = {}   # the variable's text -> its providers (read-only use)
 
 
-def providers(json_text: Optional[str]) -> dict[str, Provider]:
-    """`parse_providers`, once per isolate for a given text: a request pays a dict
+def providers(value, warn: Optional[Callable[[str], None]] = None) -> dict[str, Provider]:
+    """`parse_providers`, once per isolate for a given value: a request pays a dict
     lookup, and a changed variable (a new deployment) is parsed anew. Only successes
-    are kept; a misconfiguration is raised again, freshly, on every request."""
-    got = _PROVIDERS_CACHE.get(json_text)
+    are kept; a misconfiguration is raised again, freshly, on every request, and
+    ``warn`` hears of it once per isolate (the message names the setting and field)."""
+    key = value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
+    got = _PROVIDERS_CACHE.get(key)
     if got is None:
-        got = parse_providers(json_text)
+        try:
+            got = parse_providers(value)
+        except EdgeError as e:
+            if warn is not None:
+                warn_once(PROVIDERS_NAME, f"{e.message} Requests needing a provider answer "
+                          "503 providers_misconfigured; /healthz lists it in config_errors.", warn)
+            raise
         if len(_PROVIDERS_CACHE) >= 4:      # a few texts at most in an isolate's life
             _PROVIDERS_CACHE.clear()
-        _PROVIDERS_CACHE[json_text] = got
+        _PROVIDERS_CACHE[key] = got
     return got
 
 
-def parse_providers(json_text: Optional[str]) -> dict[str, Provider]:
-    """Parse PROVIDERS: {"name": {"base_url", "formats", "api_key_secret"}}.
+def parse_providers(value) -> dict[str, Provider]:
+    """Parse PROVIDERS: {"name": {"base_url", "formats", "api_key_secret", "model_name"?}},
+    as JSON text (a string var, .dev.vars) or as the object itself (a TOML table or JSON
+    object var, which the platform hands over as its JSON text or a dict).
 
     Unset/empty -> {}. Anything malformed -> EdgeError(503, "providers_misconfigured")
     whose message names the offending provider/field, never a value."""
-    if json_text is None or (isinstance(json_text, str) and not json_text.strip()):
+    if value is None or (isinstance(value, str) and not value.strip()):
         return {}
-    if not isinstance(json_text, str):
-        raise _misconfigured("PROVIDERS must be a JSON object.")
-    try:
-        doc = json.loads(json_text)
-    except ValueError:
-        raise _misconfigured("PROVIDERS is not valid JSON.") from None
-    if not isinstance(doc, dict):
-        raise _misconfigured("PROVIDERS must be a JSON object.")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise _misconfigured("PROVIDERS is not valid JSON.") from None
+    if not isinstance(value, dict):
+        raise _misconfigured("PROVIDERS must be a JSON object (or a TOML table).")
+    doc = value
     out: dict[str, Provider] = {}
     for name, spec in doc.items():
         if not _PROVIDER_NAME.match(name):
@@ -288,21 +299,90 @@ def provider_auth_headers(fmt: str, key: str, version: Optional[str] = None) -> 
 # ---------------------------------------------------------------------------
 
 
-def signing_secrets(env_get: Callable[[str], Optional[str]]) -> Optional[tuple[bytes, Optional[bytes]]]:
+#: Shortest signing secret accepted (HMAC-SHA256 keys: 32 bytes, `openssl rand -base64 32`).
+MIN_SIGNING_SECRET_BYTES = 32
+_SIGNING_NAMES = ("MEDIA_SIGNING_SECRET", "FLASK_SECRET_KEY", "MEDIA_SIGNING_SECRET_PREVIOUS")
+
+
+def signing_secrets(env_get: Callable[[str], Optional[str]],
+                    warn: Optional[Callable[[str], None]] = None
+                    ) -> Optional[tuple[bytes, Optional[bytes]]]:
     """(current, previous) from MEDIA_SIGNING_SECRET (else FLASK_SECRET_KEY) and
     MEDIA_SIGNING_SECRET_PREVIOUS; empty counts as unset. None if no current secret
-    (the caller answers 503)."""
-
-    def get(name: str) -> Optional[bytes]:
-        v = env_get(name)
-        if isinstance(v, (bytes, bytearray)):
-            return bytes(v) or None
-        if isinstance(v, str) and v:
-            return v.encode("utf-8")
-        return None
-
-    current = get("MEDIA_SIGNING_SECRET") or get("FLASK_SECRET_KEY")
+    (the caller answers 503). A secret in use shorter than MIN_SIGNING_SECRET_BYTES is
+    refused: EdgeError(503, "signing_not_configured") naming the setting, and ``warn``
+    hears of it once per isolate (docs/design.md §3)."""
+    values = {name: _secret_bytes(env_get(name)) for name in _SIGNING_NAMES}
+    current = values["MEDIA_SIGNING_SECRET"] or values["FLASK_SECRET_KEY"]
     if current is None:
         return None
-    previous = get("MEDIA_SIGNING_SECRET_PREVIOUS")
-    return current, previous
+    short = _short_secret(values)
+    if short is not None:
+        message = (f"{short} is shorter than {MIN_SIGNING_SECRET_BYTES} bytes; page signing is off "
+                   "until it is replaced (openssl rand -base64 32).")
+        if warn is not None:
+            warn_once(short, message, warn)
+        raise EdgeError(503, "signing_not_configured", message)
+    return current, values["MEDIA_SIGNING_SECRET_PREVIOUS"]
+
+
+def _short_secret(values: dict) -> Optional[str]:
+    """The first secret in use shorter than the minimum, by name (None: all long enough)."""
+    used = ("MEDIA_SIGNING_SECRET" if values["MEDIA_SIGNING_SECRET"] else "FLASK_SECRET_KEY",
+            "MEDIA_SIGNING_SECRET_PREVIOUS")
+    return next((n for n in used if values[n] is not None
+                 and len(values[n]) < MIN_SIGNING_SECRET_BYTES), None)
+
+
+def _secret_bytes(v) -> Optional[bytes]:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v) or None
+    if isinstance(v, str) and v:
+        return v.encode("utf-8")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Settings that cannot fail silently (docs/design.md §3)
+# ---------------------------------------------------------------------------
+
+PROVIDERS_NAME = "PROVIDERS"
+_warned: set = set()   # the settings already warned about in this isolate
+
+
+def warn_once(setting: str, message: str, warn: Callable[[str], None]) -> None:
+    """One warning per isolate and setting. ``message`` names the setting, never a value."""
+    if setting not in _warned:
+        _warned.add(setting)
+        warn(message)
+
+
+def config_errors(env_get: Callable[[str], Optional[str]]) -> list[str]:
+    """The settings whose value is invalid (names only, never values): what /healthz
+    reports in `config_errors`. Each is also one warning per isolate where it is used."""
+    errors = []
+    if parse_flag(env_get(FLAG_NAME))[1]:
+        errors.append(FLAG_NAME)
+    if parse_origins(env_get(CORS_SETTING))[1]:
+        errors.append(CORS_SETTING)
+    try:
+        parse_providers(env_get(PROVIDERS_NAME))
+    except EdgeError:
+        errors.append(PROVIDERS_NAME)
+    short = _short_secret({name: _secret_bytes(env_get(name)) for name in _SIGNING_NAMES})
+    if short is not None:
+        errors.append(short)
+    return errors
+
+
+def warn_unserved(warn: Callable[[str], None]) -> None:
+    """Once per isolate: a registered model names a provider PROVIDERS does not define."""
+    warn_once("PROVIDERS:models", "A registered model names a provider that PROVIDERS does "
+              "not define; requests for it answer unknown_model (/healthz: missing_providers).",
+              warn)
+
+
+def missing_providers(registered: list[str], configured: dict) -> list[str]:
+    """The providers registered models name (`provider:model` in D1) that PROVIDERS does
+    not define: requests for those models answer unknown_model."""
+    return sorted({p for p in registered if p and p not in configured})

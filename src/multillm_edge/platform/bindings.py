@@ -17,6 +17,7 @@ from workers import Request, Response
 from ..base.errors import EdgeError, StorageError
 from ..base.http import Incoming, Outgoing
 from ..base.jsonbytes import compact_text
+from ..base.platform import var_text
 
 #: How much of a body `buffer_body` lets `settled` see: a decision from the head only.
 SETTLE_BYTES = 64 * 1024
@@ -32,6 +33,12 @@ def _py_bytes(buf) -> bytes:
     if isinstance(buf, (bytes, bytearray, memoryview)):
         return bytes(buf)
     return js.Uint8Array.new(buf).to_bytes()
+
+
+def _json_text(value) -> str | None:
+    """A JS value's JSON text; None for what JSON cannot hold (a binding, a function)."""
+    text = js.JSON.stringify(value)
+    return text if isinstance(text, str) else None
 
 
 def _headers(js_headers) -> list[tuple[str, str]]:
@@ -240,8 +247,10 @@ class WorkersPlatform:
         self.request = request
 
     def var(self, name: str) -> str | None:
-        value = getattr(self._env, name, None)
-        return value if isinstance(value, str) else None
+        """A var or secret as text. wrangler.toml may give a var as JSON (a TOML table such
+        as `PROVIDERS = { … }`, a number, a boolean): the runtime hands those over as JS
+        values, read here as their JSON text (docs/design.md §3)."""
+        return var_text(getattr(self._env, name, None), _json_text)
 
     def binding(self, name: str):
         return getattr(self._env, name, None)

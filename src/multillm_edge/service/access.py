@@ -68,16 +68,22 @@ def check_principal(facts) -> store.Policy:
     return facts.policy
 
 
+def warner(platform: Platform) -> Callable[[str], None]:
+    """The log's warning line (config.warn_once calls it once per isolate and setting)."""
+    return lambda msg: platform.log({"level": "warning", "message": msg})
+
+
 def paging_enabled(platform: Platform) -> bool:
     """CONTEXT_PAGING_ENABLED, warning once per isolate about an invalid value."""
-    return config.flag_state(platform.var(config.FLAG_NAME),
-                             lambda msg: platform.log({"level": "warning", "message": msg}))
+    return config.flag_state(platform.var(config.FLAG_NAME), warner(platform))
 
 
 def signer(platform: Platform) -> PageSigner:
-    secrets = config.signing_secrets(platform.var)
+    """The page signer; 503 signing_not_configured without a secret or with a short one."""
+    secrets = config.signing_secrets(platform.var, warner(platform))
     if secrets is None:
-        raise EdgeError(503, "signing_not_configured", "Page signing is not configured.")
+        raise EdgeError(503, "signing_not_configured", "Page signing is not configured: set the "
+                        "MEDIA_SIGNING_SECRET secret (openssl rand -base64 32).")
     return PageSigner(*secrets)
 
 

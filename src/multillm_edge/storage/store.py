@@ -329,6 +329,17 @@ async def missing_tables(db: Executor) -> list[str]:
     return [r["name"] for r in rows]
 
 
+# The providers registered models name (the part of `provider:model` before its first ':').
+SQL_MODEL_PROVIDERS = """
+SELECT DISTINCT substr(model, 1, instr(model, ':') - 1) AS provider FROM models ORDER BY provider
+"""
+
+
+async def model_providers(db: Executor) -> list[str]:
+    """The providers the `models` table names (/healthz compares them with PROVIDERS)."""
+    return [r["provider"] for r in await db.all(SQL_MODEL_PROVIDERS, [])]
+
+
 # ---------------------------------------------------------------------------
 # Page upsert (allowance check + write, one statement)
 # ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from ...base.timing import LogRecord, timed
 from ...core import config
 from ...core.validation import parse_request, session_id as valid_session_id
 from ...storage import store
-from ...service.access import SESSION_HEADER, key_digest, request_context
+from ...service.access import SESSION_HEADER, key_digest, request_context, warner
 # One module per step; `generate` calls each through this module's names.
 from .scope import Scope, Turn, settle
 from .planning import candidates, plan_all, requested_models, wants_paging, wants_recall
@@ -53,7 +53,8 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
     if not rc.caller.session.open:
         raise SessionNotFound()
     with record.cpu("plan"):
-        cands = candidates(fmt, body, models, rc.caller, config.providers(platform.var("PROVIDERS")),
+        providers = configured_providers(platform, models, rc.caller.models)
+        cands = candidates(fmt, body, models, rc.caller, providers,
                            config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
         scope = settle(req, rc, fmt, wants_paging(body))
         with timed(turn.timings, "plan_ms"):
@@ -69,6 +70,16 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
         req.notes["recalled"] = len(turn.recalled)
     req.notes.update(pages=len(turn.pages), compacted=turn.compacted, model_index=cands.index(chosen))
     return await respond(scope, upstream, turn)
+
+
+def configured_providers(platform: Platform, models: list, registered) -> dict:
+    """PROVIDERS (503 if invalid); an invalid value, or a registered model whose provider it
+    lacks, is one warning per isolate (docs/design.md §3)."""
+    warn = warner(platform)
+    providers = config.providers(platform.var(config.PROVIDERS_NAME), warn)
+    if any(m in registered and config.split_model(m)[0] not in providers for m in models):
+        config.warn_unserved(warn)
+    return providers
 
 
 def note(req: Incoming, scope: Scope, turn: Turn, cands: list) -> None:

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""`npm start`'s demo credentials in the local D1, made once and reused.
+
+The first start creates principal `demo` (a key, a policy granting chat, a session) and
+registers two models; it keeps the key and session in .wrangler/demo-credentials.json
+(git-ignored, local state only; in EDGE_STATE_DIR when set). Later starts check both are still valid in the local
+D1 (one statement) and reuse them; a wiped state or a revoked key makes new ones.
+Prints the credentials as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import admin  # noqa: E402
+
+# EDGE_STATE_DIR: the runner's local state (tests: an isolated one), else wrangler's default.
+STATE = os.environ.get("EDGE_STATE_DIR") or None
+CREDENTIALS = (Path(STATE) if STATE else admin.REPO_ROOT / ".wrangler") / "demo-credentials.json"
+PRINCIPAL = "demo"
+MODELS = (("openai:gpt-4o-mini", 128000, 16384), ("anthropic:claude-sonnet-4-5", 200000, 64000))
+
+SQL_STILL_VALID = """
+SELECT (SELECT COUNT(*) FROM roleplay_keys WHERE key_sha256 = ?1 AND principal = ?3
+          AND revoked_at IS NULL)
+     + (SELECT COUNT(*) FROM roleplay_sessions WHERE session_id = ?2 AND principal = ?3
+          AND ended_at IS NULL) AS valid
+"""
+
+
+async def still_valid(db, creds: dict) -> bool:
+    row = await db.first(SQL_STILL_VALID, [admin.hashlib.sha256(creds["key"].encode()).hexdigest(),
+                                           creds["session_id"], PRINCIPAL])
+    return bool(row) and row["valid"] == 2
+
+
+async def create(db) -> dict:
+    args = type("Args", (), {"principal": PRINCIPAL, "remote": False, "revision": 1,
+                             "grants": ["chat"], "retention": "standard"})()
+    await admin.cmd_policy_set(db, args)
+    key = (await admin.cmd_key_create(db, args))[0]["key"]
+    session = (await admin.cmd_session_create(db, args))[0]["session_id"]
+    for model, window, output in MODELS:
+        args.model, args.input_tokens, args.max_output_tokens = model, window, output
+        await admin.cmd_model_set(db, args)
+    return {"key": key, "session_id": session}
+
+
+async def credentials() -> tuple[dict, bool]:
+    """(the credentials, whether they were reused)."""
+    db = admin.WranglerExecutor(persist_to=STATE)
+    try:
+        creds = json.loads(CREDENTIALS.read_text())
+        if await still_valid(db, creds):
+            return creds, True
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    creds = await create(db)
+    CREDENTIALS.parent.mkdir(parents=True, exist_ok=True)
+    CREDENTIALS.write_text(json.dumps(creds))
+    return creds, False
+
+
+def main() -> int:
+    try:
+        admin.apply_local_migrations(STATE)
+        creds, reused = asyncio.run(credentials())
+    except admin.AdminError as e:
+        print(f"demo credentials: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({**creds, "reused": reused}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
