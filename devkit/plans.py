@@ -9,6 +9,8 @@ edge's own fields: each marker replaced by its pages' items, the retrieve tool r
 
 from __future__ import annotations
 
+import json
+
 from multillm_edge import formats
 from multillm_edge.formats import messages
 from multillm_edge.core import paging, recall
@@ -52,6 +54,17 @@ def is_recall(item) -> bool:
     """Whether ``item`` is recall's message (docs/design.md §6.2)."""
     text = marker_content(item)
     return isinstance(text, str) and text.startswith(recall.INTRO)
+
+
+def stable_prefix(sent: bytes, key: str = "messages") -> bytes:
+    """Upstream bytes up to the end of the window's history: before recall's message and
+    the latest turn — what the next turn must start with between steps (docs/design.md
+    §5.7). ``key``: the history's field, the body's first list of that name."""
+    kept = json.loads(sent)[key][:-1]
+    if kept and is_recall(kept[-1]):
+        kept = kept[:-1]
+    lead = sent[:sent.index(b'"' + key.encode() + b'":[') + len(key) + 4]
+    return lead + b",".join(compact(it) for it in kept)
 
 
 def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:

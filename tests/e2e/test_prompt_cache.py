@@ -11,9 +11,8 @@ import pytest
 
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
-from devkit.plans import is_recall
+from devkit.plans import stable_prefix
 from devkit.runner import Edge
-from multillm_edge.base.jsonbytes import compact
 from tests.e2e.test_generation import provider_reply
 
 MODEL = "fake:rp-cache"
@@ -45,15 +44,6 @@ def turns(make, tag: str, n: int):
     users = [i for i, m in enumerate(items) if m.get("role") == "user" and isinstance(m.get("content"), str)]
     for t in users[1:]:
         yield {**full, "messages": items[:t] + [{**items[t], "content": items[t]["content"] + " The lantern?"}]}
-
-
-def stable_prefix(sent: bytes) -> bytes:
-    """The upstream bytes up to the window's end: before recall's message and the latest turn."""
-    kept = json.loads(sent)["messages"][:-1]
-    if kept and is_recall(kept[-1]):
-        kept = kept[:-1]
-    lead = sent[:sent.index(b'"messages":[') + len(b'"messages":[')]
-    return lead + b",".join(compact(m) for m in kept)
 
 
 def send(edge, player, path, body, stream: bool) -> list:

@@ -10,9 +10,8 @@ import json
 import pytest
 
 from devkit import roleplay as rp
-from devkit.plans import is_recall
+from devkit.plans import stable_prefix
 from multillm_edge import formats
-from multillm_edge.base.jsonbytes import compact
 from tests.handlers.conftest import KEY, SESSION
 
 WIDE = "fake:rp-20k"
@@ -29,17 +28,6 @@ def turns(make, key, n):
         body = {**full, key: items[:t + 1]}
         body[key][-1] = {**items[t], "content": items[t]["content"] + " Aurore, the lantern?"}
         yield body
-
-
-def stable_prefix(sent: bytes, key: str) -> bytes:
-    """The upstream bytes up to the end of the window's history: everything before
-    recall's message and the latest turn."""
-    items = json.loads(sent)[key]
-    kept = items[:-1]
-    if kept and is_recall(kept[-1]):
-        kept = kept[:-1]
-    lead = sent[:sent.index(b'"' + key.encode() + b'":[') + len(key) + 4]
-    return lead + b",".join(compact(it) for it in kept)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
