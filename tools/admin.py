@@ -74,6 +74,16 @@ def _wrangler() -> list[str]:
     return [str(local)] if local.exists() else ["npx", "--no-install", "wrangler"]
 
 
+#: Local D1 is one SQLite file: while a runner (workerd) holds it, a statement from
+#: `wrangler d1 execute --local` can meet its lock and miniflare answers "internal error"
+#: before running anything. Such a statement is tried again, a few times; remote never.
+LOCAL_ATTEMPTS = 4
+
+
+def _busy(proc) -> bool:
+    return "internal error" in (proc.stdout + proc.stderr)
+
+
 def _location_args(remote: bool, persist_to: str | None) -> list[str]:
     if remote:
         return ["--remote"]
@@ -100,8 +110,12 @@ class WranglerExecutor:
     def _execute(self, command: str) -> list:
         cmd = [*_wrangler(), "d1", "execute", DB_BINDING, *self.location,
                "--json", "--yes", "--command", command]
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_wrangler_env(),
-                              capture_output=True, text=True)
+        for attempt in range(LOCAL_ATTEMPTS if "--local" in self.location else 1):
+            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_wrangler_env(),
+                                  capture_output=True, text=True)
+            if proc.returncode == 0 or not _busy(proc):
+                break
+            time.sleep(0.5 * (attempt + 1))
         if proc.returncode != 0:
             detail = (proc.stdout.strip() or proc.stderr.strip()).splitlines()[-20:]
             raise AdminError("wrangler d1 execute failed:\n" + "\n".join(detail))

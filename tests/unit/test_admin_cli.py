@@ -222,3 +222,29 @@ def test_lists_show_digest_prefixes_only_and_a_key_without_policy_says_how_to_gr
     # revoking by the prefix `key list` shows
     cli_json("key", "revoke", "--key-sha256", first["key_sha256"][:12], "--no-migrate", persist=state)
     assert cli_json("key", "show", first["key_sha256"][:12], "--no-migrate", persist=state)["revoked_at"]
+
+
+def test_a_local_statement_meeting_the_runners_lock_is_tried_again_a_remote_one_never(monkeypatch):
+    """Local D1 shared with a running runner: miniflare's "internal error" is transient
+    there (tools/admin.py LOCAL_ATTEMPTS); remotely an error is an error."""
+    calls = []
+    busy = subprocess.CompletedProcess([], 1, "✘ [ERROR] Failed to parse body as JSON, got: "
+                                              "Error: internal error; reference = x", "")
+    done = subprocess.CompletedProcess([], 0, '[{"results": [{"n": 1}], "success": true}]', "")
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        return busy if len(calls) < 3 else done
+    monkeypatch.setattr(admin.subprocess, "run", run)
+    monkeypatch.setattr(admin.time, "sleep", lambda s: None)
+    assert admin.WranglerExecutor()._execute("SELECT 1 AS n") == [{"results": [{"n": 1}], "success": True}]
+    assert len(calls) == 3 and "--local" in calls[0]
+    calls.clear()
+    with pytest.raises(admin.AdminError):
+        admin.WranglerExecutor(remote=True)._execute("SELECT 1 AS n")
+    assert len(calls) == 1
+    calls.clear()
+    monkeypatch.setattr(admin.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or busy)
+    with pytest.raises(admin.AdminError, match="internal error"):
+        admin.WranglerExecutor()._execute("SELECT 1 AS n")
+    assert len(calls) == admin.LOCAL_ATTEMPTS
