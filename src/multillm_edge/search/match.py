@@ -21,8 +21,12 @@ MAX_SPANS = 256     # matches a message is searched for, for quoting
 
 
 def _alternative(literal: str) -> str:
-    body = re.escape(literal).replace("е", "[её]")      # Snowball's Russian folds ё to е
-    return f"{body}(?<!{WORD_CHAR}.{{{len(literal)}}})"
+    """``literal`` as a whole word's start, ё read as е (Snowball's Russian folds it);
+    each alternative starts with a literal character (one for е, one for ё)."""
+    behind = f"(?<!{WORD_CHAR}.{{{len(literal)}}})"
+    rest = re.escape(literal[1:]).replace("е", "[её]") + behind
+    first = "её" if literal[0] == "е" else re.escape(literal[0])
+    return "|".join(c + rest for c in first)
 
 
 def scanner(literals) -> re.Pattern:
