@@ -77,8 +77,8 @@ class Matcher:
     def counts(self, text: str) -> dict:
         """{term: count} in folded ``text``, in the terms' order."""
         got: dict = {}
-        if self.words:
-            for w, c in counts(self._scan().findall(text)).items():
+        if self.words and (hits := self._scan().findall(text)):
+            for w, c in counts(hits).items():
                 for t in self._terms_of(w):
                     got[t] = got.get(t, 0) + c
         for t in self.cjk:
@@ -127,9 +127,12 @@ class Matcher:
 
     def word_counts(self, words: dict) -> dict:
         """{term: count} of the word terms in ``words`` (word counts), in order."""
-        got = {}
         if words.keys().isdisjoint(self.every):      # in C: most lines hold none
-            return got
+            return {}
+        return self._held(words)
+
+    def _held(self, words: dict) -> dict:
+        got = {}
         for t, f in self._forms:
             c = words.get(f, 0) if type(f) is str else sum([words.get(x, 0) for x in f])
             if c:
@@ -161,7 +164,8 @@ class Matcher:
 
     def indexed_line_counts(self, a) -> dict:
         """``line_counts`` of an indexed ``a``: its words from its lines' word counts."""
-        out = {k: got for k, words in enumerate(docs.line_words(a)) if (got := self.word_counts(words))}
+        every, held = self.every, self._held      # the lines holding a form found in C
+        out = {k: held(words) for k, words in enumerate(docs.line_words(a)) if not words.keys().isdisjoint(every)}
         if self.cjk:
             for k, d in self._cjk_lines(a.text).items():
                 out[k] = {**out.get(k, {}), **d}
