@@ -181,6 +181,8 @@ def _expanded(terms: list, tfs: dict, asked: dict, sizes: list) -> tuple:
     """({term: {exchange: count}} of the found terms, each exchange's length) with each
     question line moved to the exchange answering it; kept in its own exchange too when
     it is all that exchange holds of the query (so it is still found)."""
+    if not asked:
+        return {t: tfs[t] for t in terms if tfs[t]}, sizes
     held = Counter()
     for t in terms:
         for d, c in tfs[t].items():
