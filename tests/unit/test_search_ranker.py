@@ -336,3 +336,12 @@ def test_one_reset_empties_every_memo_and_each_is_bounded():
     STATE.reset()
     assert not any(len(p.entries if hasattr(p, "entries") else p) for p in parts.values())
     assert CACHE.units == 0
+
+
+def test_the_term_cap_counts_a_term_by_a_probe_that_does_not_depend_on_set_order():
+    """A word term's rarity probe is its shortest query word or start, the first in
+    order among equals (``got`` and ``get`` tie: ``get``), whatever the hash seed."""
+    terms = [analysis.Term("w", "get", frozenset({"got"}))] + [
+        analysis.Term("w", f"word{i}", frozenset({f"word{i}"})) for i in range(8)]
+    texts = ["they get it, get on and get going"] * 20
+    assert ranker._rarest(terms, texts, 8) == terms[1:]

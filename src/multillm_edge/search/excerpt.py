@@ -16,7 +16,7 @@ def quote(doc, matcher, weights: dict) -> tuple:
     best, best_w, best_m = 0, -1.0, []
     for j, (_, t) in enumerate(doc):
         ms = _spans(t, matcher)
-        w = sum(weights.get(term, 0.0) for term in {m[2] for m in ms})
+        w = sum(weights.get(term, 0.0) for term in dict.fromkeys(m[2] for m in ms))    # in order, not by hash
         if w > best_w:
             best, best_w, best_m = j, w, ms
     role, text = doc[best]

@@ -110,7 +110,8 @@ def _rarest(terms: list, texts: list, cap: int) -> list:
     sample = "\n".join(texts[::max(1, -(-total // size))])
 
     def cf(t: Term) -> int:     # an estimate, not a match: a word term by its first 3-4 letters
-        probe = t.value if t.kind == "c" else min(t.surfaces | {t.value[:3 if len(t.value) <= 5 else 4]}, key=len)
+        probe = t.value if t.kind == "c" else min(t.surfaces | {t.value[:3 if len(t.value) <= 5 else 4]},
+                                                  key=lambda p: (len(p), p))       # not by set order
         return sample.count(probe)
     order = sorted(range(len(terms)), key=lambda i: (cf(terms[i]), i))[:cap]
     return [terms[i] for i in sorted(order)]
