@@ -64,8 +64,10 @@ from multillm_edge import formats  # noqa: E402
 from multillm_edge.core import paging, validation  # noqa: E402
 from multillm_edge.core import recall as edge_recall  # noqa: E402
 from multillm_edge.search import MIN_RELEVANCE, page_texts, rank  # noqa: E402
-from multillm_edge.search import analyzer, ranker  # noqa: E402
-from multillm_edge.search.ranker import ASK_COPY, BASELINE, PLAIN, Scoring  # noqa: E402
+from multillm_edge.search import analysis  # noqa: E402
+from multillm_edge.search.docs import CACHE  # noqa: E402
+from multillm_edge.search.ranker import BASELINE, PLAIN, Scoring  # noqa: E402
+from multillm_edge.search.stems import Stems  # noqa: E402
 
 WINDOW, MAX_OUTPUT, SAFETY = 32_768, 1_024, 256
 BUDGET = WINDOW - MAX_OUTPUT - SAFETY
@@ -187,16 +189,11 @@ ABLATIONS = {
     "search": SEARCH,
     "− window": SEARCH._replace(window=0.0),
     "− passage": SEARCH._replace(passage=0.0),
-    "− asked (question → its answer)": SEARCH._replace(asked=0),
-    "asked copied, not moved": SEARCH._replace(asked=ASK_COPY),
+    "− asked (question → its answer)": SEARCH._replace(asked=False),
     "passage idf over exchanges": SEARCH._replace(lidf=False),
-    "− asked, passage idf over exchanges (issue 25)": SEARCH._replace(asked=0, lidf=False),
-    "passage = one line": SEARCH._replace(pairs=False),
+    "− asked, passage idf over exchanges (issue 25)": SEARCH._replace(asked=False, lidf=False),
     "− irregular verbs": SEARCH._replace(irregular=False),
     "− stemming": SEARCH._replace(stem=False, irregular=False),
-    "window before only": SEARCH._replace(after=0),
-    "− window + neighbour × 0.5": SEARCH._replace(window=0.0, neighbour=0.5),
-    "+ RM3 (10 docs, 10 terms, 0.5)": SEARCH._replace(prf=10),
 }
 
 
@@ -253,7 +250,7 @@ _LABEL = re.compile(r"^([^\W\d_][^\W_]*):", re.M)
 def _content_terms(text: str, stems, labels: frozenset) -> set:
     """``text``'s terms as a query's (stems, CJK bigrams; no stop words), the speakers'
     names left out."""
-    return {t.value for t in analyzer.query_terms(text, stems)} - labels
+    return {t.value for t in analysis.query_terms(text, stems)} - labels
 
 
 MISS_KINDS = (
@@ -270,10 +267,10 @@ def miss_anatomy(runs, rankings: dict) -> dict:
     question): ranked exchanges}, as ``recall`` keeps them), each in the first
     ``MISS_KINDS`` row that fits it: what the evidence exchange (or the best of several)
     shares with the question, in query terms without speakers' names (``Name:`` labels)."""
-    stems = analyzer.Stems()
+    stems = Stems()
     out = dict.fromkeys(MISS_KINDS, 0)
     for conv, docs, questions in runs:
-        labels = frozenset(stems(analyzer.fold(n)) for d in docs for _, t in d for n in _LABEL.findall(t))
+        labels = frozenset(stems(analysis.fold(n)) for d in docs for _, t in d for n in _LABEL.findall(t))
         bags = [_content_terms("\n".join(t for _, t in d), stems, labels) for d in docs]
         for q, _kind, needles in questions:
             got = rankings[(conv, q)]
@@ -403,7 +400,7 @@ def cpu(pages, questions, rounds: int = 5) -> dict:
         t_search, hits = [], 0
         for _ in range(rounds):
             for q in qs:
-                ranker.clear_cache()
+                CACHE.clear()
                 t0 = time.perf_counter()
                 floor()
                 t1 = time.perf_counter()

@@ -40,7 +40,8 @@ from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER, roleplay_body  # 
 from multillm_edge import formats  # noqa: E402
 from multillm_edge.routes import generation  # noqa: E402
 from multillm_edge.core import paging, prepared, validation  # noqa: E402
-from multillm_edge.search import analyzer, ranker  # noqa: E402
+from multillm_edge.search import STATE  # noqa: E402
+from multillm_edge.search.docs import CACHE  # noqa: E402
 
 SIZES = (50, 200, 800)
 REQUIRED = ("depth check", "decode + parse", "group bytes", "page SHA-256", "page ids")
@@ -53,9 +54,9 @@ def one_turn(raw: bytes, budget: int, figures: dict, recalling: bool = False, co
     recall or not; ``cold``: no exchange analysed yet; ``new``: nor any word stemmed,
     as in a new isolate), the upstream bytes and the response annotation."""
     if cold or new:
-        ranker.clear_cache()
+        CACHE.clear()
     if new:
-        analyzer.forget()
+        STATE.reset()
     b = validation.parse_request("chat", raw)
     (p,) = paging.plan_candidates("chat", b, [budget], SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION),
                                   strip=paging.EDGE_FIELDS, recalling=recalling)

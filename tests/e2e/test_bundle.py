@@ -46,7 +46,7 @@ def test_a_dependency_left_out_of_python_modules_is_reported(tmp_path):
     assert not any(f.startswith("python_modules/snowballstemmer") for f in upload.files())
     report = check_upload(project, upload.files())
     assert not report.ok
-    assert report.walk.missing == {"snowballstemmer": "multillm_edge.search.analyzer"}
+    assert report.walk.missing == {"snowballstemmer": "multillm_edge.search.stems"}
     assert "missing module 'snowballstemmer'" in report.describe()
 
 

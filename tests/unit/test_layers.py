@@ -121,6 +121,29 @@ def test_no_module_level_import_cycle():
         visit(m)
 
 
+#: search/'s modules, lowest first: each imports only those before it (``texts`` stands
+#: alone; ``__init__`` re-exports). A module not listed fails the test below.
+SEARCH_ORDER = ("state", "analysis", "irregular", "stems", "docs", "match", "bm25", "passages",
+                "excerpt", "ranker", "texts")
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "search").glob("*.py")), ids=lambda p: p.name)
+def test_a_search_module_imports_only_those_below_it(path):
+    if path.name == "__init__.py":
+        return
+    assert path.stem in SEARCH_ORDER, f"search/{path.name} is not in SEARCH_ORDER"
+    below = set(SEARCH_ORDER[:SEARCH_ORDER.index(path.stem)])
+    own = {m.split(".")[2] for m in imports(path, top_level_only=False) if m.startswith("multillm_edge.search.")}
+    others = {m for m in imports(path, top_level_only=False) if not m.startswith("multillm_edge.search")}
+    assert own <= below and not others, f"search/{path.name} imports {sorted(own - below) + sorted(others)}"
+
+
+def test_the_search_order_check_can_fail():
+    node = ast.parse("from .ranker import rank\n").body[0]
+    assert resolve("multillm_edge.search.match", False, node) == ["multillm_edge.search.ranker"]
+    assert "ranker" not in SEARCH_ORDER[:SEARCH_ORDER.index("match")]
+
+
 def route_unit(module: str) -> str | None:
     """The route a module belongs to: `routes.search`, or `routes.generation` for each
     module of that package (its steps import one another); None outside routes/."""
@@ -157,7 +180,7 @@ def test_the_layer_checks_can_fail(tmp_path):
     bad = ast.parse("from ..routes import auth\n").body[0]
     assert layer(resolve("multillm_edge.core.paging", False, bad)[0]) == "routes"
     assert "routes" not in MAY_IMPORT["core"]
-    assert layer("multillm_edge.search.ranker") == "core" and "core" in MAY_IMPORT["routes"]
+    assert layer("multillm_edge.search.match") == "core" and "core" in MAY_IMPORT["routes"]
 
 
 # --- a wire format is one module --------------------------------------------------

@@ -51,13 +51,13 @@ def test_an_exchange_a_block_page_closes_over_is_not_analysed_again(monkeypatch)
     in, it is found there (``Paged.alone``), not made again: a steady turn analyses only
     the exchanges newly paged."""
     from multillm_edge.core import recall
-    from multillm_edge.search import ranker
-    ranker.clear_cache()
+    from multillm_edge.search import docs
+    docs.CACHE.clear()
     seen, made, counts = [], [], []
     choose = recall.choose
     monkeypatch.setattr(recall, "choose", lambda q, paged, *a: seen.append(paged) or choose(q, paged, *a))
-    analyze = ranker.analyze
-    monkeypatch.setattr(ranker, "analyze", lambda *a, **k: made.append(1) or analyze(*a, **k))
+    analyze = docs.analyze
+    monkeypatch.setattr(docs, "analyze", lambda *a, **k: made.append(1) or analyze(*a, **k))
     for n in range(30, 90, 3):
         made.clear()
         plan(chat(n, ask="Where did we bury the silver compass, by the old mill?"))

@@ -5,8 +5,11 @@ import unicodedata
 
 from hypothesis import assume, given, settings, strategies as st
 
-from multillm_edge.search import EXCERPT_MAX, analyzer, rank, ranker
-from multillm_edge.search.ranker import BASELINE, ELLIPSIS, PLAIN, Scoring
+from multillm_edge.search import EXCERPT_MAX, STATE, analysis, docs as search_docs, match, rank, ranker, stems
+from multillm_edge.search.docs import CACHE
+from multillm_edge.search.excerpt import ELLIPSIS
+from multillm_edge.search.ranker import BASELINE, PLAIN, Scoring
+from multillm_edge.search.stems import Stems
 
 FILLER = "The caravan moves on through the dusty road and nobody speaks. "
 
@@ -85,11 +88,11 @@ def test_relevance_is_the_share_of_the_query_idf_held():
     assert half.doc == 1 and 0 < half.relevance < 0.5          # "key" is the rarer term
 
 
-def test_neighbour_smoothing_lifts_the_answer_to_a_question_asked_before_it():
+def test_the_window_lifts_the_answer_to_a_question_asked_before_it():
     docs = [doc(FILLER), doc("Where did you bury the crown?"), doc("Under the old oak, by the river."),
             doc("The crown of the river king, under glass."), doc(FILLER)]
     assert rank("crown river oak", docs, 1)[0].doc in (2, 3)
-    assert rank("crown river oak", docs, 1, scoring=Scoring(neighbour=0.0, passage=0.0))[0].doc in (2, 3)
+    assert rank("crown river oak", docs, 1, scoring=Scoring(passage=0.0))[0].doc in (2, 3)
 
 
 def test_the_term_cap_keeps_the_rarest():
@@ -99,13 +102,13 @@ def test_the_term_cap_keeps_the_rarest():
 
 
 def test_the_analysis_cache_is_bounded_and_keyed(monkeypatch):
-    ranker.clear_cache()
-    monkeypatch.setattr(ranker, "CACHE_CODE_POINTS", 50)
+    CACHE.clear()
+    monkeypatch.setattr(search_docs, "CACHE_CODE_POINTS", 50)
     docs = [doc("x" * 20 + " key"), doc("y" * 20 + " key"), doc("z" * 20 + " key")]
     hits = rank("key", docs, 5, keys=["a", "b", "c"])
-    assert list(ranker._cache) == ["b", "c"] and ranker._cached[0] <= 50
+    assert list(CACHE.entries) == ["b", "c"] and CACHE.units <= 50
     assert rank("key", docs, 5, keys=["a", "b", "c"]) == hits == rank("key", docs, 5)
-    ranker.clear_cache()
+    CACHE.clear()
 
 
 def test_plain_and_baseline_modes():
@@ -151,9 +154,9 @@ def test_any_word_queried_alone_finds_an_exchange_holding_it(texts, pick):
     words = []
     for d, ts in enumerate(texts):
         for t in ts:
-            folded = analyzer.fold(t)
-            words += [(w, d) for w in analyzer.words(folded) + analyzer.CJK_RE.findall(folded)]
-    words = [(w, d) for w, d in words if w not in analyzer.STOPWORDS]
+            folded = analysis.fold(t)
+            words += [(w, d) for w in analysis.words(folded) + analysis.CJK_RE.findall(folded)]
+    words = [(w, d) for w, d in words if w not in analysis.STOPWORDS]
     assume(words)
     word, _ = words[pick % len(words)]
     hits = rank(word, docs, 10)
@@ -162,16 +165,13 @@ def test_any_word_queried_alone_finds_an_exchange_holding_it(texts, pick):
 
 
 def test_fold_is_nfkc_casefold():
-    assert analyzer.fold("ＩＬＳＡ") == unicodedata.normalize("NFKC", "ＩＬＳＡ").casefold()
+    assert analysis.fold("ＩＬＳＡ") == unicodedata.normalize("NFKC", "ＩＬＳＡ").casefold()
 
 
-def test_measured_options_left_off_by_default_still_rank():
-    # bench/bench_recall.py ablates them; the default Scoring uses none of them
-    assert (Scoring().asked, Scoring().lidf) == (ranker.ASK_MOVE, True)
+def test_each_part_the_bench_ablates_still_ranks_without_it():
     docs = [doc(FILLER), doc("Ana: where is the crown?", "Bo: the crown lies under the oak."), doc(FILLER),
             doc("Ana: nothing here", "Bo: the river runs.")]
-    for s in (Scoring(lidf=False), Scoring(asked=0), Scoring(asked=ranker.ASK_COPY), Scoring(pairs=False),
-              Scoring(window=0.0, neighbour=0.5)):
+    for s in (Scoring(lidf=False), Scoring(asked=False), Scoring(window=0.0), Scoring(passage=0.0)):
         assert rank("crown oak", docs, 1, scoring=s)[0].doc == 1
         assert [h.doc for h in rank("river", docs, 5, scoring=s)] == [3]
 
@@ -180,18 +180,18 @@ def test_a_question_ending_an_exchange_counts_for_the_answer_after_it():
     docs = [doc(FILLER), doc("Ana: the weather turned.", "Bo: What did you bury under the old oak?"),
             doc("Ana: I buried the crown there, long ago.", "Bo: I see."), doc(FILLER)]
     assert rank("what did Ana bury under the old oak", docs, 1)[0].doc == 2
-    assert rank("what did Ana bury under the old oak", docs, 1, scoring=Scoring(asked=0))[0].doc == 1
+    assert rank("what did Ana bury under the old oak", docs, 1, scoring=Scoring(asked=False))[0].doc == 1
     # the asking exchange still holds its words: queried alone, they find it
     assert 1 in [h.doc for h in rank("oak", docs, 5)]
 
 
 def test_line_idf_weighs_a_word_in_every_exchange_but_few_lines():
-    an = [ranker.analyze(doc("Ana: a\nBo: b\nBo: c\nBo: d")) for _ in range(4)]
+    an = [search_docs.analyze(doc("Ana: a\nBo: b\nBo: c\nBo: d")) for _ in range(4)]
     per_doc = {"ana": {d: 1 for d in range(4)}}
     per_line = [a.lines for a in an]
-    assert ranker._line_idf(per_doc, per_line, None, {})["ana"] > 0.5
+    assert ranker._line_idf(per_doc, per_line, {})["ana"] > 0.5
     # a dense term's column counts the same
-    assert ranker._line_idf(per_doc, per_line, None, {"ana": [1] * 4}) == ranker._line_idf(per_doc, per_line, None, {})
+    assert ranker._line_idf(per_doc, per_line, {"ana": [1] * 4}) == ranker._line_idf(per_doc, per_line, {})
 
 
 def test_an_indexed_ranking_is_the_same_after_the_vocabulary_is_emptied(monkeypatch):
@@ -203,16 +203,16 @@ def test_an_indexed_ranking_is_the_same_after_the_vocabulary_is_emptied(monkeypa
     def ranked():
         return rank(query, docs, 5, keys=keys, indexed=True, excerpts=False)
 
-    ranker.clear_cache()
+    CACHE.clear()
     expected = ranked()
     assert [h.doc for h in expected][:1] == [12]
-    analyzer._VOCABULARIES[(True, True)].clear()     # the analyses' words are forgotten
+    stems._VOCABULARIES.clear()     # a new vocabulary: the analyses' words are forgotten
     assert ranked() == expected                       # registered again
-    monkeypatch.setattr(analyzer, "STEM_CACHE_WORDS", 8)
-    analyzer._VOCABULARIES[(True, True)].clear()
+    monkeypatch.setattr(stems, "STEM_CACHE_WORDS", 8)
+    stems._VOCABULARIES.clear()
     assert ranked() == expected                       # this call's words overflow: its own forms
     assert rank(query, docs, 5, indexed=True, excerpts=False) == expected    # nothing cached
-    ranker.clear_cache()
+    CACHE.clear()
 
 
 def test_the_cache_counts_what_an_index_grows_and_stays_bounded(monkeypatch):
@@ -222,31 +222,31 @@ def test_the_cache_counts_what_an_index_grows_and_stays_bounded(monkeypatch):
     keys = [("grow", i) for i in range(len(docs))]
 
     def consistent():
-        return ranker._cached[0] == sum(a.weight for a in ranker._cache.values())
+        return CACHE.units == sum(a.weight for a in CACHE.entries.values())
 
-    ranker.clear_cache()
+    CACHE.clear()
     rank("lantern flickers", docs, 5, keys=keys, indexed=True)
     assert consistent()
-    grown = [a for a in ranker._cache.values() if a.index.extra]
-    assert grown and all(a.weight > a.length + ranker.STEM_WEIGHT * len(a.index.words) for a in grown)
-    total = ranker._cached[0]
-    monkeypatch.setattr(ranker, "CACHE_CODE_POINTS", total // 2)   # enforced as it grows:
+    grown = [a for a in CACHE.entries.values() if a.index.extra]
+    assert grown and all(a.weight > a.length + search_docs.STEM_WEIGHT * len(a.index.words) for a in grown)
+    total = CACHE.units
+    monkeypatch.setattr(search_docs, "CACHE_CODE_POINTS", total // 2)   # enforced as it grows:
     rank("where is the lantern", docs, 5, keys=[("again", i) for i in range(len(docs))], indexed=True)
-    assert consistent() and ranker._cached[0] <= total // 2 and len(ranker._cache) < len(docs)
-    ranker.clear_cache()
-    assert ranker._cached[0] == 0 and not any(a.index.cached for a in grown)
+    assert consistent() and CACHE.units <= total // 2 and len(CACHE.entries) < len(docs)
+    CACHE.clear()
+    assert CACHE.units == 0 and not any(a.index.cached for a in grown)
     monkeypatch.undo()
     # an analysis cached unindexed (the scan) indexed in its place, a key given twice,
     # one moved from the key it had before (``former``): still counted once each
     rank("lantern", docs[:4], 5, keys=keys[:4])
-    assert consistent() and all(ranker._cache[k].index is None for k in keys[:4])
+    assert consistent() and all(CACHE.entries[k].index is None for k in keys[:4])
     rank("lantern", docs[:4] + docs[:1], 5, keys=keys[:4] + keys[:1], indexed=True)
-    assert consistent() and len(ranker._cache) == 4 and all(ranker._cache[k].index for k in keys[:4])
-    moved = ranker._cache[keys[0]]
+    assert consistent() and len(CACHE.entries) == 4 and all(CACHE.entries[k].index for k in keys[:4])
+    moved = CACHE.entries[keys[0]]
     rank("lantern", docs[:5], 5, keys=[("moved", 0)] + keys[1:5], indexed=True,
          former=lambda i: keys[0] if i == 0 else None)
-    assert consistent() and keys[0] not in ranker._cache and ranker._cache[("moved", 0)] is moved
-    ranker.clear_cache()
+    assert consistent() and keys[0] not in CACHE.entries and CACHE.entries[("moved", 0)] is moved
+    CACHE.clear()
 
 
 @settings(max_examples=400, deadline=None)
@@ -256,10 +256,9 @@ def test_the_cache_counts_what_an_index_grows_and_stays_bounded(monkeypatch):
 def test_the_scanner_leaving_out_a_longer_literal_finds_the_same_words(text, literals):
     """A literal that is another one followed by word characters is left out of the
     scan; one like "3.5" after "3" is not (its "." is no word character)."""
-    alts = "|".join(f"{re.escape(p)}(?<!{ranker._BEFORE}.{{{len(p)}}})"
-                    for p in sorted(set(literals), key=lambda p: (-len(p), p)))
-    every = re.compile(f"(?:{alts}){ranker._WORDCHAR}*", re.S)
-    assert ranker._scanner(literals).findall(text) == every.findall(text)
+    alts = match._NUMBERS + [match._alternative(p) for p in sorted(set(literals), key=lambda p: (-len(p), p))]
+    every = re.compile(f"(?:{'|'.join(alts)}){analysis.WORD_CHAR}*", re.S)
+    assert match.scanner(literals).findall(text) == every.findall(text)
 
 
 def test_a_number_is_a_whole_word_for_the_search_as_for_recall():
@@ -272,16 +271,77 @@ def test_a_number_is_a_whole_word_for_the_search_as_for_recall():
         assert [h.doc for h in rank("3.5", docs, 5, indexed=indexed)] == [0]
 
 
-@settings(max_examples=300, deadline=None)
-@given(texts=st.lists(st.lists(st.sampled_from(["3", "3.5", "35", "1,200", "1", "d20", "20", " ", ".",
-                                                 ",", "\n", "x", "夜"]), max_size=25).map("".join),
-                      min_size=1, max_size=4),
-       query=st.sampled_from(["3", "3.5", "1", "20", "d20", "1,200"]))
-def test_numeric_terms_count_whole_words(texts, query):
-    units = [(d, analyzer.fold(t)) for d, t in enumerate(texts)]      # (exchange, its text)
-    stems = analyzer.Stems()
-    terms = analyzer.query_terms(query, stems)
-    got = ranker._word_tfs(terms, units, stems)
-    for t in terms:
-        want = {at: c for at, f in units if (c := analyzer.words(f).count(t.value))}
-        assert got[t] == want
+def test_an_irregular_form_is_quoted_where_it_was_ranked():
+    """``find`` ranks an exchange saying ``found``: its quote is the message saying it
+    (one matcher ranks and quotes)."""
+    docs = [doc("We searched the docks all night.", "Wynros found the cursed map.")]
+    [hit] = rank("find", docs, 5)
+    assert (hit.message_index, hit.text) == (1, "Wynros found the cursed map.")
+
+
+# Latin (with the letters of "ying" and accents), Cyrillic with ё, irregular forms,
+# CJK, ASCII digits and the separators of numbers, punctuation.
+scan_pieces = st.sampled_from(list("abdeilnrsty éßаеёиклнорт夜の森.,:'\n 3") + [
+    "dying", "lying", "ying", "cries", "cry", "found", "finds", "went", "go", "нашла", "найти",
+    "чёрный", "черные", "3.5", "1,200", "10:30", "森key", "3.5abc", "the", "ran", "running"])
+scan_text = st.lists(scan_pieces, max_size=40).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(texts=st.lists(scan_text, min_size=1, max_size=4), pick=st.integers(0, 10_000),
+       extra=st.sampled_from(["die", "cry", "find", "go", "найти", "черный", "3", "3.5", "夜の", "run", ""]))
+def test_the_scan_and_the_index_count_the_same(texts, pick, extra):
+    """The same term counts per exchange and per line, and so the same ranking, whether
+    a term is scanned for or looked up in the exchanges' word counts."""
+    docs = [doc(t) for t in texts]
+    words = [w for t in texts for w in analysis.words(analysis.fold(t))]
+    query = " ".join(filter(None, [words[pick % len(words)] if words else "", extra]))
+    s = Stems()
+    terms = analysis.query_terms(query, s)
+    assume(terms)
+    an = [search_docs.analyze(d, s) for d in docs]
+    scan, index = match.Matcher(terms, s), match.Matcher(terms, s)
+    index.pin(an)
+    columns = index.columns(an)
+    for d, a in enumerate(an):
+        want = {t: c for t in terms if (c := columns[t].get(d) if t.kind == "w" else a.text.count(t.value))}
+        assert scan.counts(a.text) == want, (query, texts[d])
+        assert scan.line_counts(a.text) == index.indexed_line_counts(a), (query, texts[d])
+    assert rank(query, docs, 10, excerpts=False) == rank(query, docs, 10, indexed=True, excerpts=False)
+
+
+def test_a_new_vocabulary_registers_the_cached_indexes_again():
+    """Resetting the vocabularies (not the analyses) leaves no cached index counted in
+    the new vocabulary as if registered there: the ranking is the same."""
+    docs = [doc("The whales sang at the port.", "Whale songs drift."), doc("A whale sings below the port."),
+            doc("Nothing to see."), doc("Whaling ships in port.")]
+    keys = [("forget", i) for i in range(len(docs))]
+    CACHE.clear()
+    expected = rank("whales singing at the port", docs, 5, keys=keys, indexed=True, excerpts=False)
+    stems._VOCABULARIES.clear()
+    assert rank("whales singing at the port", docs, 5, keys=keys, indexed=True, excerpts=False) == expected
+    CACHE.clear()
+
+
+def test_one_reset_empties_every_memo_and_each_is_bounded():
+    from multillm_edge.core import recall
+    docs = [doc("Ｔｈｅ whales — sang “at” the port."), doc("A whale sings below the port 夜の森.")]
+    rank("whales singing", docs, 5, keys=[("reset", 0), ("reset", 1)], indexed=True)
+    recall._STARTS.keep("page", [0])
+    parts = STATE._parts
+    assert {"analyses", "vocabularies", "cuts by characters", "cuts by bytes", "simple characters",
+            "irregular forms by stem", "exchange starts"} <= set(parts)
+    assert all(isinstance(b, int) and b > 0 for b in STATE.bounds().values())
+    assert all(len(p.entries if hasattr(p, "entries") else p) for p in parts.values())
+    STATE.reset()
+    assert not any(len(p.entries if hasattr(p, "entries") else p) for p in parts.values())
+    assert CACHE.units == 0
+
+
+def test_the_term_cap_counts_a_term_by_a_probe_that_does_not_depend_on_set_order():
+    """A word term's rarity probe is its shortest query word or start, the first in
+    order among equals (``got`` and ``get`` tie: ``get``), whatever the hash seed."""
+    terms = [analysis.Term("w", "get", frozenset({"got"}))] + [
+        analysis.Term("w", f"word{i}", frozenset({f"word{i}"})) for i in range(8)]
+    texts = ["they get it, get on and get going"] * 20
+    assert ranker._rarest(terms, texts, 8) == terms[1:]

@@ -372,7 +372,7 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
             g = groups[gi]
             if g.kind == exchange:
                 offset = g.start - base
-                out.append(paged(recall.Paged, (items[g.start:g.end], (sha, offset), page, offset,
+                out.append(paged(recall.Paged, (items[g.start:g.end], recall.doc_key(sha, offset), page, offset,
                                                 raw[gi] if a != b else None)))
     return out
 

@@ -4,7 +4,7 @@ with no tool call.
 
 Pure and deterministic: the query is the request's latest genuine user text, the
 documents are the exchanges this plan pages (nothing else: no storage read, no model),
-ranked by the search's ranker (search.rank). A moment is recalled only when
+ranked by the search's ranker (search.rank, the query analysed once: search.prepare). A moment is recalled only when
 
 - the query has at least ``MIN_TERMS`` distinct content terms (stop words left out), so
   a turn like "*I nod.*" (one content word) recalls nothing;
@@ -28,8 +28,8 @@ from hashlib import sha256
 from typing import Callable, NamedTuple, Sequence
 
 from .. import formats
-from ..search import Scoring, analyzer, page_texts, rank
-from ..search.ranker import ELLIPSIS, EXCERPT_MAX
+from ..search import ELLIPSIS, EXCERPT_MAX, STATE, Scoring, doc_key, page_texts, prepare, rank  # noqa: F401
+from ..search.state import Memo
 
 SHARE = 0.15            # of the candidate's budget, at most
 MAX_BYTES = 8192        # and never more than this
@@ -46,7 +46,7 @@ INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the ex
 #: Where each exchange of a recalled moment's page starts, by the page's SHA-256 (the
 #: same pages are quoted turn after turn); at most this many pages, then emptied.
 STARTS_PAGES = 1024
-_STARTS: dict = {}
+_STARTS = STATE.part("exchange starts", lambda: Memo(STARTS_PAGES))
 
 
 class Moment(NamedTuple):
@@ -98,12 +98,13 @@ class _Texts(Sequence):
 
 def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], int]) -> list:
     """The moments to recall (best first), ``size_of(text(moments))`` ≤ ``room_bytes``."""
-    terms = len(analyzer.query_terms(query, analyzer.Stems(True))) if query else 0
+    q = prepare(query, SCORING) if query else None     # analysed once: counted, then ranked
+    terms = len(q.terms) if q else 0
     if terms < MIN_TERMS or not paged or room_bytes <= 0:
         return []
     floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
-    hits = rank(query, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING,
+    hits = rank(q, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING,
                 excerpts=False, former=partial(_former_key, paged))
     out: list = []
     for hit in hits:
@@ -123,7 +124,7 @@ def _former_key(paged: list, i: int):
     """The key exchange ``i``'s analysis had while it was paged alone (a block page
     closed over it since): None when it is paged alone."""
     alone = paged[i].alone
-    return None if alone is None else (sha256(alone).hexdigest(), 0)
+    return None if alone is None else doc_key(sha256(alone).hexdigest(), 0)
 
 
 def _moment(p: Paged, hit, texts: list) -> Moment | None:
@@ -131,9 +132,7 @@ def _moment(p: Paged, hit, texts: list) -> Moment | None:
     page, offset = p.page, p.offset
     starts = _STARTS.get(page.sha256)
     if starts is None:
-        if len(_STARTS) >= STARTS_PAGES:
-            _STARTS.clear()
-        starts = _STARTS[page.sha256] = formats.exchange_starts(page.items)
+        starts = _STARTS.keep(page.sha256, formats.exchange_starts(page.items))
     if offset not in starts:
         return None
     lines = tuple((role, t if len(t) <= EXCERPT_MAX else t[:EXCERPT_MAX - 1] + ELLIPSIS)

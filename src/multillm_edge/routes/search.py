@@ -41,7 +41,7 @@ from ..base.jsonbytes import compact
 from ..base.platform import Platform
 from ..base.timing import LogRecord
 from ..core import validation
-from ..search import page_texts, rank
+from ..search import doc_key, page_texts, rank
 from ..service import bodies
 from ..service.access import SESSION_HEADER, Reader, key_digest, paging_enabled, request_context, row_misses
 from ..storage import store
@@ -120,7 +120,7 @@ def _exchange_docs(rows: list, pages: list) -> tuple[list, list, list]:
                 continue
             at[same] = len(docs)
             docs.append(texts)
-            keys.append((row["sha256"], a))     # as recall keys it: (page, item offset)
+            keys.append(doc_key(row["sha256"], a))     # as recall keys it
             where.append((row, n))
     return docs, keys, where
 

@@ -1,14 +1,15 @@
-"""The search analyzer: what a page or query turns into (docs/design.md §6.1)."""
+"""The search's analysis and stems: what a page or query turns into (docs/design.md §6.1)."""
 
-from multillm_edge.search import analyzer
+from multillm_edge.search import STATE, analysis, stems as stems_module
+from multillm_edge.search.stems import Stems
 
 
 def terms(q):
-    return [(t.kind, t.value) for t in analyzer.query_terms(q, analyzer.Stems())]
+    return [(t.kind, t.value) for t in analysis.query_terms(q, Stems())]
 
 
 def test_nfkc_and_casefold_fold_fullwidth_ligatures_and_case():
-    assert analyzer.fold("ＩＬＳＡＢＥＴＨ ﬁre Straße ΣΊΣΥΦΟΣ") == "ilsabeth fire strasse σίσυφοσ"
+    assert analysis.fold("ＩＬＳＡＢＥＴＨ ﬁre Straße ΣΊΣΥΦΟΣ") == "ilsabeth fire strasse σίσυφοσ"
     assert terms("ＰＲＯＭＩＳＥＳ") == terms("promises") == [("w", "promis")]
 
 
@@ -34,7 +35,7 @@ def test_cjk_runs_become_bigrams_and_a_lone_char_itself():
     assert terms("夜の森へ") == [("c", "夜の"), ("c", "の森"), ("c", "森へ")]
     assert terms("ア") == [("c", "ア")]
     assert terms("김치찌개") == [("c", "김치"), ("c", "치찌"), ("c", "찌개")]
-    assert analyzer.cjk_terms(analyzer.fold("ｱｲ")) == ["アイ"]       # halfwidth katakana by NFKC
+    assert analysis.cjk_terms(analysis.fold("ｱｲ")) == ["アイ"]       # halfwidth katakana by NFKC
 
 
 def test_stopwords_go_even_when_nothing_else_is_left():
@@ -43,13 +44,13 @@ def test_stopwords_go_even_when_nothing_else_is_left():
 
 
 def test_plain_mode_does_not_stem():
-    assert [t.value for t in analyzer.query_terms("promised", analyzer.Stems(False))] == ["promised"]
+    assert [t.value for t in analysis.query_terms("promised", Stems(False))] == ["promised"]
 
 
 def test_each_word_is_stemmed_once():
-    s = analyzer.Stems()
+    s = Stems()
     s("running")
-    s._en = None        # a second call would need the stemmer
+    s.stem = None       # a second call would need the stemmer
     assert s("running") == "run"
 
 
@@ -59,19 +60,19 @@ def test_fold_equals_whole_text_nfkc_for_every_stable_character():
 
     from hypothesis import given, settings, strategies as st
     stable = [chr(c) for c in range(sys.maxunicode + 1)
-              if not analyzer._UNSTABLE_RE.fullmatch("a" + chr(c)) and not 0xd800 <= c < 0xe000]
+              if not analysis._UNSTABLE_RE.fullmatch("a" + chr(c)) and not 0xd800 <= c < 0xe000]
     assert all(unicodedata.normalize("NFKC", c) == c and not unicodedata.combining(c) for c in stable)
     pieces = st.sampled_from(list("aeoAкaかカハ가各\u0301\u0308\u3099\u309a\u309b（ＡｱﾞｶﾞﬁⅣ²\u1161\u11a8 \n？！：）…\u00a0\u3000ㄱㅏ") + stable[::997])
 
     @settings(max_examples=1500, deadline=None)
     @given(st.lists(pieces, max_size=40).map("".join))
     def same(text):
-        assert analyzer.fold(text) == unicodedata.normalize("NFKC", text).casefold()
+        assert analysis.fold(text) == unicodedata.normalize("NFKC", text).casefold()
     same()
 
 
 def test_irregular_forms_stem_with_their_verb():
-    from multillm_edge.search.analyzer import Stems, variants
+    from multillm_edge.search.stems import variants
     st = Stems()
     assert st("found") == st("finding") == st("find")
     assert st("stole") == st("stolen") == st("stealing")
@@ -95,19 +96,19 @@ bag_text = st.lists(st.sampled_from(list(
 @settings(max_examples=1500, deadline=None)
 @given(text=bag_text)
 def test_word_bag_holds_the_words_each_as_often(text):
-    assert Counter(analyzer.word_bag(text)) == Counter(analyzer.words(text))
-    assert [Counter(b) for b in analyzer.line_bags(text)] == [
-        Counter(analyzer.words(line)) for line in text.split("\n")]
+    assert Counter(analysis.word_bag(text)) == Counter(analysis.words(text))
+    assert [Counter(b) for b in analysis.line_bags(text)] == [
+        Counter(analysis.words(line)) for line in text.split("\n")]
 
 
 def test_word_bag_cuts_many_cjk_characters_and_numbers_as_words_does():
     cjk = "".join(chr(0x4E00 + i) for i in range(40)) + " tea and 夜cake"
-    assert sorted(analyzer.word_bag(cjk)) == sorted(analyzer.words(cjk)) == ["and", "cake", "tea"]
-    assert sorted(analyzer.word_bag("pi is 3.14, or ٣.١")) == sorted(["pi", "is", "3.14", "or", "٣.١"])
+    assert sorted(analysis.word_bag(cjk)) == sorted(analysis.words(cjk)) == ["and", "cake", "tea"]
+    assert sorted(analysis.word_bag("pi is 3.14, or ٣.١")) == sorted(["pi", "is", "3.14", "or", "٣.١"])
 
 
 def test_forms_lead_from_a_stem_back_to_its_words():
-    s = analyzer.Stems()
+    s = Stems()
     s.known(Counter(["whales", "whale", "whaling", "sing"]))
     assert {"whales", "whale"} <= set(s.forms("whale")) and "sing" in s.forms("sing")
     s.pin({"whale": frozenset({"whale"})})
@@ -119,18 +120,24 @@ def test_forms_lead_from_a_stem_back_to_its_words():
     "aAΣσς\u0301\u0327\u0345ﬁＫ①ßİ\u1100\u1161\u11a8가夜\u3099か\ud800 \n")), max_size=12), max_size=4))
 def test_folding_messages_joined_by_newlines_is_folding_each(texts):
     """An exchange's texts are folded joined: a newline composes with nothing."""
-    assert analyzer.fold("\n".join(texts)) == "\n".join(analyzer.fold(t) for t in texts)
+    assert analysis.fold("\n".join(texts)) == "\n".join(analysis.fold(t) for t in texts)
 
 
 def waits_as_it_must(word: str) -> None:
-    """What lets a word wait to be stemmed until a stem it may have is asked for."""
-    if analyzer.waits(word):
-        assert word.startswith(analyzer.stem_prefix(analyzer.Stems()._stem(word))), word
+    """What lets a word wait to be stemmed until a stem it may have is asked for; and
+    the one prefix rule the scan reads: every word starts with one of its stem's
+    ``starts`` (ё read as е)."""
+    s = Stems()
+    if stems_module.waits(word):
+        assert word.startswith(stems_module.stem_prefix(s.stem(word))), word
+    plain = word.replace("ё", "е")
+    assert any(plain.startswith(p.replace("ё", "е")) for p in stems_module.starts(s.stem(word), s)), word
 
 
 @settings(max_examples=3000, deadline=None)
 @given(word=st.text(alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyzéßüàçñ"
-                                                  "абвгдеёжзийклмнопрстуфхцчшщъыьэюя0")), min_size=1, max_size=12))
+                                                  "абвгдеёжзийклмнопрстуфхцчшщъыьэюя0")), min_size=1, max_size=12)
+       | st.sampled_from(["ying", "yings", "ёё"]).flatmap(lambda tail: st.sampled_from(list("bdlétж")).map(lambda c: c + tail)))
 def test_a_word_that_waits_starts_with_its_stems_prefix(word):
     waits_as_it_must(word)
 
@@ -138,15 +145,16 @@ def test_a_word_that_waits_starts_with_its_stems_prefix(word):
 def test_the_words_snowball_rewrites_early_wait_only_where_they_may():
     # a vowel-initial word losing all but its first letter, the "ying" rule, Snowball's
     # exceptions, irregular forms, ё, a rewritten last letter, a lone letter
-    for word in "ued юей lying vyings skies нашла ran went сёстры possibilities hoping x".split():
+    for word in ("ued юей lying vyings dyings eying skies нашла нашёл ran went сёстры possibilities hoping x "
+                 "3.5 d20 cried cry").split():
         waits_as_it_must(word)
 
 
 def test_an_irregular_form_waits_under_its_verb_which_starts_with_its_stems_prefix():
     from multillm_edge.search import irregular
-    s = analyzer.Stems()
+    s = Stems()
     for form, verb in irregular.FORMS.items():
-        assert verb.startswith(analyzer.stem_prefix(s._stem(form))), (form, verb)
+        assert verb.startswith(stems_module.stem_prefix(s.stem(form))), (form, verb)
 
 
 @settings(max_examples=300, deadline=None)
@@ -156,14 +164,14 @@ def test_an_irregular_form_waits_under_its_verb_which_starts_with_its_stems_pref
                       min_size=1, max_size=12),
        asked=st.sampled_from("whale sing die lie ёлк елк cri run уход ue u ю go find найт".split()))
 def test_forms_of_words_registered_to_wait_are_every_word_with_the_stem(words, asked):
-    analyzer.forget()
+    STATE.reset()
     try:
-        s = analyzer.Stems()
+        s = Stems()
         s.known(Counter(words))
-        eager = {w for w in words if analyzer.Stems()._stem(w) == asked}
+        eager = {w for w in words if Stems().stem(w) == asked}
         assert set(s.forms(asked)) == eager
-        assert all(s(w) == s._stem(w) for w in words)       # each word's own stem, waiting or not
+        assert all(s(w) == s.stem(w) for w in words)       # each word's own stem, waiting or not
         assert set(s.forms(asked)) == eager                 # and asked again: each form once
         assert len(s.forms(asked)) == len(eager)
     finally:
-        analyzer.forget()
+        STATE.reset()

@@ -1,0 +1,202 @@
+"""A document's analysis and the isolate's cache of them (docs/design.md §6.1, §6.2):
+``analyze`` (folded text, lines, a trailing question, an optional word index),
+``analyses`` (cached under ``doc_key``, bounded LRU), the lines' counts kept with an
+index as they are made."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import NamedTuple, Sequence
+
+from .analysis import counts, fold, line_bags, word_bag
+from .state import STATE
+
+#: The cache's bound, in units: a folded code point (≤ 4 bytes), or 1/``STEM_WEIGHT``
+#: of an entry of an index's word counts (a dict slot, ~50 bytes): ~16 MiB at worst.
+CACHE_CODE_POINTS = 4 << 20
+STEM_WEIGHT = 16
+
+
+def doc_key(page_sha256: str, offset: int) -> tuple:
+    """The key an exchange's analysis is cached under, for search and recall alike:
+    its page's SHA-256 and its first item's offset there (a key never names two)."""
+    return (page_sha256, offset)
+
+
+class Index:
+    """An exchange's words, counted once, for ranking it again and again; the
+    vocabulary its words are registered in (its ``mark``), and its lines' counts."""
+    __slots__ = ("words", "vocabulary", "lines", "line_lengths", "edges", "extra", "cached")
+
+    def __init__(self, words: dict, vocabulary):
+        self.words = words              # word -> count
+        self.vocabulary = vocabulary    # Vocabulary.mark of the one it is registered in
+        self.lines: tuple | None = None         # word counts per line, made the
+        self.line_lengths: tuple | None = None  # first time its passages are scored
+        self.edges: dict = {}   # "first", "last", "?" (its question) line -> word counts
+        self.extra = 0          # cache units of those lines' counts (``Cache.grow``)
+        self.cached = False     # in the cache (what it grows counts against the bound)
+
+
+class Analysis(NamedTuple):
+    """What a document's scoring needs that does not depend on the query."""
+    text: str           # its messages' texts, NFKC + casefold, joined with "\n"
+    length: int         # code points of ``text``
+    lines: int          # lines of ``text``
+    question: str       # its last line when it asks (ends with "?", trailing space aside)
+    index: Index | None = None      # ``indexed`` ranking only
+
+    @property
+    def weight(self) -> int:
+        """Its units against the cache's bound (``CACHE_CODE_POINTS``)."""
+        index = self.index
+        return self.length + (STEM_WEIGHT * len(index.words) + index.extra if index else 0)
+
+
+_analysis = tuple.__new__     # _analysis(Analysis, (...)): a NamedTuple with no Python frame
+
+
+def analyze(texts: Sequence, stems=None) -> Analysis:
+    """The analysis of a document's ``(role, text)`` list; indexed with ``stems``."""
+    text = fold("\n".join([t for _, t in texts]))   # = the folds joined: "\n" is stable
+    return _analysis(Analysis, (text, len(text), text.count("\n") + 1, _question(text),
+                                _index(text, stems) if stems is not None else None))
+
+
+def _question(text: str) -> str:
+    text = text.rstrip()
+    return text[text.rfind("\n") + 1:] if text.endswith("?") else ""
+
+
+def _index(text: str, stems) -> Index:
+    """The words of ``text`` counted in C, each registered in the vocabulary."""
+    words = counts(word_bag(text))
+    stems.known(words)
+    return Index(words, stems.vocabulary.mark)
+
+
+class Cache:
+    """key -> Analysis, least recently used first, at most ``CACHE_CODE_POINTS`` units."""
+
+    def __init__(self):
+        self.entries: OrderedDict = OrderedDict()
+        self.units = 0
+
+    @property
+    def bound(self) -> int:
+        return CACHE_CODE_POINTS
+
+    def keep(self, key, fresh: Analysis) -> None:
+        """Keep ``fresh`` under ``key``, most recently used, counted in place of what
+        was there; the caller keeps the bound (``evict``)."""
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.uncount(old)
+        self.entries[key] = fresh
+        self.units += fresh.weight
+        if fresh.index is not None:
+            fresh.index.cached = True
+
+    def uncount(self, gone: Analysis) -> None:
+        self.units -= gone.weight
+        if gone.index is not None:
+            gone.index.cached = False
+
+    def grow(self, index: Index, made) -> None:
+        """Count the word counts just made for ``index`` (lines, an edge line)."""
+        units = STEM_WEIGHT * sum(map(len, made))
+        index.extra += units
+        if index.cached:
+            self.units += units
+            self.evict()
+
+    def evict(self) -> None:
+        while self.units > CACHE_CODE_POINTS and self.entries:
+            self.uncount(self.entries.popitem(last=False)[1])
+
+    def clear(self) -> None:
+        for a in self.entries.values():
+            if a.index is not None:
+                a.index.cached = False
+        self.entries.clear()
+        self.units = 0
+
+
+CACHE = STATE.part("analyses", Cache)
+
+
+def _usable(got, stems) -> bool:
+    return got is not None and (stems is None or got.index is not None)
+
+
+def analyses(docs: Sequence, keys: Sequence | None, stems=None, former=None) -> list:
+    """Each document's analysis (indexed with ``stems``): from the cache (a steady turn:
+    one lookup each), else under its ``former(i)`` key (when others were found), else
+    made and kept under its key."""
+    if keys is None:
+        return [analyze(docs[i], stems) for i in range(len(docs))]
+    entries = CACHE.entries
+    out = list(map(entries.get, keys))       # in C: a steady turn finds them all
+    missing = [i for i, got in enumerate(out) if not _usable(got, stems)]
+    if len(missing) < len(out):
+        skip = set(missing)
+        deque(map(entries.move_to_end, [k for i, k in enumerate(keys) if i not in skip]), 0)
+        if former is not None:
+            missing = [i for i in missing if not _moved(former(i), keys[i], out, i, stems)]
+    for i in missing:
+        got = entries.get(keys[i])       # an exchange said twice: made once
+        if not _usable(got, stems):
+            got = got._replace(index=_index(got.text, stems)) if got is not None else analyze(docs[i], stems)
+            CACHE.keep(keys[i], got)
+        out[i] = got
+    if missing:
+        CACHE.evict()
+    return out
+
+
+def _moved(old, key, out: list, i: int, stems) -> bool:
+    """Move the analysis cached under ``old`` to ``key`` (``out[i]``), if usable."""
+    got = CACHE.entries.get(old) if old is not None else None
+    if not _usable(got, stems):
+        return False
+    CACHE.uncount(CACHE.entries.pop(old))
+    CACHE.keep(key, got)
+    out[i] = got
+    return True
+
+
+def line_words(a: Analysis) -> tuple:
+    """Each line's word counts (made once, in C, kept with the index)."""
+    index = a.index
+    if index.lines is None:
+        index.lines = tuple(map(counts, line_bags(a.text)))
+        CACHE.grow(index, index.lines)
+    return index.lines
+
+
+def line_lengths(a: Analysis) -> tuple:
+    """The code points of each line of ``a`` (kept with an index)."""
+    if a.index is None:
+        return tuple(map(len, a.text.split("\n")))
+    if a.index.line_lengths is None:
+        a.index.line_lengths = tuple(map(len, a.text.split("\n")))
+    return a.index.line_lengths
+
+
+def line_text(a: Analysis, which: str) -> str:
+    """Its "first" or "last" line, or its question ("?")."""
+    if which == "?":
+        return a.question
+    if which == "first":
+        i = a.text.find("\n")
+        return a.text if i < 0 else a.text[:i]
+    return a.text[a.text.rfind("\n") + 1:]
+
+
+def one_line_words(a: Analysis, which: str) -> dict:
+    """The word counts of ``line_text(a, which)`` of an indexed ``a`` (kept with it)."""
+    got = a.index.edges.get(which)
+    if got is None:
+        got = a.index.edges[which] = counts(word_bag(line_text(a, which)))
+        CACHE.grow(a.index, (got,))
+    return got
