@@ -570,13 +570,18 @@ def test_an_origin_the_edge_does_not_list_is_blocked_by_the_browser(page, edge, 
         other.close()
 
 
-def set_prompt_cache(page, on: bool):
+def set_checkbox(page, box: str, setting: str, on: bool):
+    """Tick or untick the extension's `#multillm_paging_<box>` and check the setting it stores."""
     open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
-    if not page.locator("#multillm_paging_prompt_cache").is_visible():
+    if not page.locator(f"#multillm_paging_{box}").is_visible():
         page.locator("#multillm_paging_settings .inline-drawer-toggle").click()
-    page.set_checked("#multillm_paging_prompt_cache", on)
-    assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.promptCache") is on
+    page.set_checked(f"#multillm_paging_{box}", on)
+    assert page.evaluate(f"() => SillyTavern.getContext().extensionSettings.multillm_paging.{setting}") is on
     close_drawers(page)
+
+
+def set_prompt_cache(page, on: bool):
+    set_checkbox(page, "prompt_cache", "promptCache", on)
 
 
 def set_window(page, on=None, percent=None):
@@ -938,12 +943,7 @@ def test_recalled_moments_are_counted_and_listed_as_the_wire_contract_says(page,
 
 
 def set_recall(page, on: bool):
-    open_drawer(page, "#extensions-settings-button .drawer-toggle", "#rm_extensions_block")
-    if not page.locator("#multillm_paging_recall").is_visible():
-        page.locator("#multillm_paging_settings .inline-drawer-toggle").click()
-    page.set_checked("#multillm_paging_recall", on)
-    assert page.evaluate("() => SillyTavern.getContext().extensionSettings.multillm_paging.recall") is on
-    close_drawers(page)
+    set_checkbox(page, "recall", "recall", on)
 
 
 def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from multillm_edge.core.pages import canonical_bytes
-from devkit.plans import body_size, created_tools, plan_paging, unpage
+from devkit.plans import body_size, created_tools, is_recall, plan_paging, unpage
 from multillm_edge import formats
 from multillm_edge.core import paging
 from multillm_edge.base.errors import EdgeError
@@ -513,6 +513,15 @@ def test_deterministic_and_candidates_share_pages(sc):
 
 # -- recall (docs/design.md §6.2) --------------------------------------------------
 
+def at_budget(sc):
+    """A scenario's body built, with a budget of 30-100 % of its upstream size:
+    (fmt, body, items, truth, budget, page_id_for, max_page, rule, search)."""
+    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule, search = sc
+    body, items, truth = build(fmt, segs, protected, tools_present)
+    budget = int(len(dumps(paging.strip_edge_fields(body))) * (0.3 + frac * 0.7))
+    return fmt, body, items, truth, budget, page_id_for, max_page, rule_for(rule, max_page), search
+
+
 def _plain_or_error(fmt, body, budget, page_id_for, max_page, rule, search):
     try:
         return plan_paging(fmt, body, budget, page_id_for, max_page_bytes=max_page, rule=rule,
@@ -526,12 +535,8 @@ def _plain_or_error(fmt, body, budget, page_id_for, max_page, rule, search):
 def test_recall_fits_exactly_never_413s_and_quotes_only_what_the_plan_pages(sc, pick, words):
     from multillm_edge.core import prepared, recall
     from multillm_edge.search import page_texts
-    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule, search = sc
-    rule = rule_for(rule, max_page)
-    body, items, truth = build(fmt, segs, protected, tools_present)
+    fmt, body, items, truth, budget, page_id_for, max_page, rule, search = at_budget(sc)
     original = dumps(body)
-    full = len(dumps(paging.strip_edge_fields(body)))
-    budget = int(full * (0.3 + frac * 0.7))
     # the query: words of one exchange of the history (so recall has something to find)
     texts = [t for g in truth for _, t in page_texts(items[g[0]:g[1]])] or ["nothing"]
     query = " ".join(texts[pick % len(texts)].split()[:words])
@@ -577,13 +582,8 @@ def _paged_items(fmt, body, plan) -> list:
 @SETTINGS
 @given(scenario, st.booleans())
 def test_prompt_cache_fits_where_the_seed_fits_reversibly_within_one_step(sc, recalling):
-    from devkit.plans import is_recall
-    fmt, segs, frac, protected, tools_present, max_page, page_id_for, rule, search = sc
-    rule = rule_for(rule, max_page)
-    body, items, truth = build(fmt, segs, protected, tools_present)
+    fmt, body, items, truth, budget, page_id_for, max_page, rule, search = at_budget(sc)
     original = dumps(body)
-    full = len(dumps(paging.strip_edge_fields(body)))
-    budget = int(full * (0.3 + frac * 0.7))
     seed = _plain_or_error(fmt, body, budget, page_id_for, max_page, rule, search)
 
     def planned():
