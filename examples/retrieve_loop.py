@@ -13,7 +13,7 @@ only that one is fetched, so it fits the window whatever the page's size:
     print((reply.model_extra or {}).get("context_recall"))   # what the edge brought back itself
 
 Declaring `multillm_context_recall` next to retrieval, the edge also quotes the stored
-exchanges most related to the latest user message in its marker (no tool call) and lists
+exchanges most related to the latest user message in a message before it (no tool call) and lists
 them in `context_recall`: `[{"page_id": "cp_…", "exchange": 3, "score": 7.41}]`, `[]` when
 nothing was relevant, absent when the request was not paged.
 

@@ -432,7 +432,7 @@ def search_and_recall(edge_url: str, key: str, session_id: str, history: list, s
             print(f"       {_c('36', 'recalled:')} {line[:110]}{'…' if len(line) > 110 else ''}")
     checks(bool(recalled) and bool(quoted) and "spiral stones" in quoted[-1]
            and r.headers.get("x-multillm-context-recall-count") == str(len(recalled)),
-           f"the provider got {len(recalled)} earlier moment(s) quoted verbatim in the marker, "
+           f"the provider got {len(recalled)} earlier moment(s) quoted verbatim before the latest turn, "
            "named in context_recall — no tool call, no extra model call",
            r.text[:300])
     checks(len(standin.received) == calls_before + 1, "one provider call for the turn, none for recall")

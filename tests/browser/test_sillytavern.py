@@ -989,7 +989,7 @@ def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
     recalled = page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.recall")
     count = int(RECALLED.match(indicator.inner_text().strip()).group(1))
     assert count == len(recalled) >= 1
-    # The best moment is the compass exchange, quoted verbatim in the marker; the
+    # The best moment is the compass exchange, quoted verbatim before the latest turn; the
     # extension keeps the moments most relevant first.
     best = max(recalled, key=lambda m: m["score"])
     assert recalled[0] == best

@@ -33,7 +33,7 @@ EXPECTED = [
     "messages equal the original exchange",
     "retrieval made no provider call",
     "search named the exchange that spoke of the spiral stones",
-    "earlier moment(s) quoted verbatim in the marker, named in context_recall",
+    "earlier moment(s) quoted verbatim before the latest turn, named in context_recall",
     "one provider call for the turn, none for recall",
 ]
 

@@ -1,5 +1,6 @@
 """Recall through the runner (Pyodide, real local D1 and R2; docs/design.md §6.2): the
-moment the player asks about reaches the provider quoted in the marker, in all three
+moment the player asks about reaches the provider quoted in a message right before the
+latest turn, in all three
 formats and in a stream, and the answer names it; the named exchange retrieves byte
 for byte."""
 
@@ -10,6 +11,7 @@ import pytest
 
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
+from devkit.plans import is_recall
 from devkit.runner import Edge
 from tests.e2e.test_generation import provider_reply
 
@@ -57,9 +59,11 @@ def test_the_moment_reaches_the_provider_and_is_retrievable(edge, provider, path
     assert r.headers["x-multillm-context-recall-count"] == "1"
     sent = provider.received[-1]
     assert len(sent.body) <= WINDOW - 200 - 256
-    text = sent.body.decode()
+    items = json.loads(sent.body)[MAKERS[path][1]]
+    assert is_recall(items[-2]) and items[-1]["content"] == ASK     # right before the latest turn
+    text = items[-2]["content"]
     assert f"[page_id {moment['page_id']}, exchange {moment['exchange']}]" in text
-    assert json.dumps("user: " + NEEDLE)[1:-1] in text
+    assert "user: " + NEEDLE in text
     got = edge.client.get(f"/v1/context/pages/{moment['page_id']}",
                           params={"roleplay_session_id": player.session, "exchange": moment["exchange"]},
                           headers={"Authorization": f"Bearer {player.key}"})

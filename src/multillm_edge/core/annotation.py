@@ -32,7 +32,7 @@ def pages_text(pages, rows, schema: dict) -> str:
 
 
 def recall_list(moments) -> list:
-    """``context_recall`` (docs/design.md §6.2): what the marker quotes, best first."""
+    """``context_recall`` (docs/design.md §6.2): what recall's message quotes, best first."""
     return [{"page_id": m.page_id, "exchange": m.exchange, "score": m.score} for m in moments]
 
 

@@ -39,7 +39,7 @@ def wants_paging(body: dict) -> bool:
 
 
 def wants_recall(body: dict) -> bool:
-    """Recalled moments in the marker (docs/design.md §6.2): declared next to retrieval."""
+    """Recalled moments before the latest turn (docs/design.md §6.2): declared next to retrieval."""
     return formats.RECALL_CAPABILITY in (body.get("capabilities") or ())
 
 
