@@ -52,9 +52,10 @@ from devkit import admin_sql  # noqa: E402
 from multillm_edge.storage import store  # noqa: E402
 from multillm_edge.core.config import split_model  # noqa: E402
 from multillm_edge.base.errors import EdgeError  # noqa: E402
+# The key format the edge reserves: never forwarded to the origin (docs/design.md §2).
+from multillm_edge.service.reserved_keys import KEY_PREFIX  # noqa: E402
 
 DB_BINDING = "INTELLIGENCE_DB"
-KEY_PREFIX = "rpk_"
 SESSION_PREFIX = "rps_"
 
 

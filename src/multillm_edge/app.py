@@ -15,6 +15,7 @@ from .formats import messages
 from .formats.registry import FORMATS
 from .routes import batch
 from .routes.generation import generate
+from .routes.misdirected import session_required
 from .routes.models import list_models
 from .routes.retrieval import SESSION_PARAM, retrieve_page
 from .routes.search import search_pages
@@ -22,6 +23,7 @@ from .routes.sessions import create_session, end_session
 from .base.http import Incoming, Outgoing, error_response, json_response
 from .service.access import SESSION_HEADER, paging_enabled, warner
 from .service.origin import forward
+from .service.reserved_keys import carries_roleplay_key
 from .storage import store
 
 
@@ -111,10 +113,18 @@ ROUTES = (
     Route(("GET", "HEAD"), "/healthz", healthz),
     *(Route(("POST",), f.CLIENT_PATH, generate, _roleplay, {"fmt": f.NAME}, f.ERROR_ENVELOPE)
       for f in FORMATS),
+    # The same paths with a roleplay key but no session: 400, never forwarded (§2).
+    *(Route(("POST",), f.CLIENT_PATH, session_required, carries_roleplay_key,
+            {"session_in": "X-Roleplay-Session-ID", "on": f.CLIENT_PATH}, f.ERROR_ENVELOPE)
+      for f in FORMATS),
     Route(("POST",), "/v1/roleplay/sessions", create_session, cors=True),
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session, cors=True),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param, cors=True),
+    Route(("GET",), "/v1/context/pages/{page_id}", session_required, carries_roleplay_key,
+          {"session_in": SESSION_PARAM, "on": "/v1/context/pages/{page_id}"}),
     Route(("POST",), "/v1/context/search", search_pages, _roleplay, cors=True),
+    Route(("POST",), "/v1/context/search", session_required, carries_roleplay_key,
+          {"session_in": "X-Roleplay-Session-ID", "on": "/v1/context/search"}),
     # A live roleplay key's models; any other request forwarded (routes/models.py)
     Route(("GET",), "/v1/models", list_models),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
@@ -123,6 +133,9 @@ ROUTES = (
     Route(("POST",), "/v1/batches", batch.create_batch),
 )
 FORWARD = Route((), "", forward)
+# An error the edge answers on a forwarded Anthropic path (a roleplay key refused, no
+# origin) is in Anthropic's envelope, as on its routes there (§8).
+FORWARD_MESSAGES = Route((), "", forward, envelope=messages.ERROR_ENVELOPE)
 PREFLIGHT = Route(("OPTIONS",), "", cors.preflight)   # for the log line: answered by base/cors.py
 
 
@@ -133,7 +146,8 @@ def route(req: Incoming) -> Route:
         if params is not None:
             req.params = params
             return r
-    return FORWARD
+    anthropic = req.path == messages.CLIENT_PATH or req.path.startswith(messages.CLIENT_PATH + "/")
+    return FORWARD_MESSAGES if anthropic else FORWARD
 
 
 async def handle(req: Incoming, platform: Platform) -> Outgoing:

@@ -125,25 +125,46 @@ def test_roleplay_requests_are_refused_alike(edge):
     assert edge.sent == []
 
 
-@pytest.mark.parametrize("path,body,ctype", [
+FORWARDED_BATCHES = [
     ("/v1/files", b.form(b.jsonl([b.item(1)])), b.content_type()),
     ("/v1/files", b"{}", "application/json"),
     ("/v1/messages/batches", json.dumps(b.inline([b.message_params()])).encode(), "application/json"),
-    ("/v1/batches", b'{"input_file_id":"file-1"}', "application/json")])
+    ("/v1/batches", b'{"input_file_id":"file-1"}', "application/json")]
+# Roleplay traffic whose keys are not of the reserved format (§2): forwarded without them.
+SESSION_ONLY = {"Authorization": "Bearer sk-other", "x-api-key": "sk-other", "X-Roleplay-Session-ID": SESSION}
+
+
+@pytest.mark.parametrize("path,body,ctype", FORWARDED_BATCHES)
 def test_forwarded_roleplay_requests_go_without_their_key(edge, path, body, ctype):
-    assert edge.request("POST", path, {**ROLEPLAY, "Content-Type": ctype}, body).status == 200
+    assert edge.request("POST", path, {**SESSION_ONLY, "Content-Type": ctype}, body).status == 200
     [sent] = edge.sent
     names = [k for k, _ in sent.headers]
     assert "authorization" not in names and "x-api-key" not in names
-    assert KEY not in repr(sent.headers) and sent.body == body
+    assert "sk-other" not in repr(sent.headers) and sent.body == body
     assert ("x-roleplay-session-id", SESSION) in sent.headers
+
+
+@pytest.mark.parametrize("flag", ["true", "false"])
+@pytest.mark.parametrize("path,body,ctype", FORWARDED_BATCHES)
+def test_a_roleplay_key_is_never_forwarded_with_a_batch(path, body, ctype, flag):
+    """A key of the reserved format is refused where the request would be forwarded
+    (docs/design.md §2): 403 for a live key, 401 for any other; the origin sees nothing."""
+    with make_edge(flag) as edge:
+        edge.seed_player("p_batch", KEY, SESSION)
+        for headers, status in [(ROLEPLAY, 403), ({"x-api-key": KEY}, 403),
+                                ({"Authorization": "Bearer rpk_unknown"}, 401)]:
+            r = edge.request("POST", path, {**headers, "Content-Type": ctype}, body)
+            assert r.status == status and edge.sent == [], (headers, r.body)
+            expected = "roleplay_key_not_accepted" if status == 403 else "invalid_api_key"
+            assert r.json()["error"]["code"] == expected
 
 
 def test_flag_off_forwards_everything_as_before():
     with make_edge("false") as edge:
-        cases = [("/v1/files", {**ROLEPLAY, "Content-Type": b.content_type()}, b.form(b.jsonl([b.item(1, CAP)]))),
-                 ("/v1/messages/batches", ROLEPLAY, json.dumps(b.inline([b.message_params(CAP)])).encode()),
-                 ("/v1/batches", ROLEPLAY, b"{}")]
+        cases = [("/v1/files", {**SESSION_ONLY, "Content-Type": b.content_type()},
+                  b.form(b.jsonl([b.item(1, CAP)]))),
+                 ("/v1/messages/batches", SESSION_ONLY, json.dumps(b.inline([b.message_params(CAP)])).encode()),
+                 ("/v1/batches", SESSION_ONLY, b"{}")]
         for path, headers, body in cases:
             assert edge.request("POST", path, headers, body).status == 200
             sent = edge.sent[-1]

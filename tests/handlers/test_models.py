@@ -1,7 +1,9 @@
 """`GET /v1/models` in-process (docs/design.md §2, "Model list"): a live roleplay key gets
-the models its principal may use from the edge; every other request reaches the origin
+the models its principal may use from the edge; an unknown or revoked key of the reserved
+format is a 401 and never reaches the origin; every other request reaches the origin
 exactly as a request without a key would."""
 
+import base64
 import json
 
 import pytest
@@ -91,15 +93,15 @@ def revoke(edge):
     edge.sql("UPDATE roleplay_keys SET revoked_at = 1")
 
 
-# Requests the edge does not answer: each must reach the origin exactly as the same
-# request without any key does (no oracle: unknown, revoked and absent keys look alike).
+# Requests with no key of the reserved format: each must reach the origin exactly as the
+# same request without any key does (no storage call, the client's headers untouched).
 NOT_ROLEPLAY = {
-    "unknown_key": ({"Authorization": "Bearer rpk_someone_else"}, None),
-    "unknown_x_api_key": ({"x-api-key": "rpk_someone_else"}, None),
-    "revoked_key": ({"Authorization": f"Bearer {KEY}"}, revoke),
+    "origin_key": ({"Authorization": "Bearer sk-flask-1"}, None),
+    "origin_x_api_key": ({"x-api-key": "sk-flask-1"}, None),
+    "prefix_inside_a_key": ({"Authorization": "Bearer sk-rpk_1"}, None),
     "empty_bearer": ({"Authorization": "Bearer  "}, None),
-    "basic_auth": ({"Authorization": "Basic cnBrOng="}, None),
-    "d1_failing": ({"Authorization": f"Bearer {KEY}"}, lambda e: setattr(e.executor, "failing", True)),
+    "basic_auth": ({"Authorization": "Basic cnBrOng="}, None),          # rpk:x
+    "d1_failing": ({"Authorization": "Bearer sk-flask-1"}, lambda e: setattr(e.executor, "failing", True)),
 }
 
 
@@ -121,30 +123,70 @@ def test_any_other_key_is_forwarded_as_a_request_without_one(case):
     assert (url, method, body) == (ORIGIN + "/v1/models?x=1", "GET", b"")
     assert sent == list(common.items()) + [(k.lower(), v) for k, v in headers.items()]
     assert edge.logs[-1]["route"] == "list_models" and "models" not in edge.logs[-1]
+    assert "d1_ms" not in edge.logs[-1]                    # no storage call
 
 
-def test_without_d1_the_request_is_forwarded():
+# Keys of the reserved format the edge does not know: 401, the origin never sees them.
+UNKNOWN = {
+    "unknown_key": ({"Authorization": "Bearer rpk_someone_else"}, None),
+    "unknown_x_api_key": ({"x-api-key": "rpk_someone_else"}, None),
+    "revoked_key": ({"Authorization": f"Bearer {KEY}"}, revoke),
+    "upper_case_prefix": ({"Authorization": "Bearer RPK_someone_else"}, None),
+    "tab_after_scheme": ({"Authorization": f"Bearer\t{KEY}"}, None),
+    "no_scheme": ({"Authorization": KEY}, None),
+    "origin_key_first": ({"Authorization": "Bearer sk-flask-1", "x-api-key": KEY}, None),
+    "basic_of_the_key": ({"Authorization": "Basic " + base64.b64encode(f"{KEY}:".encode()).decode()}, None),
+}
+
+
+@pytest.mark.parametrize("case", list(UNKNOWN))
+def test_an_unknown_or_revoked_roleplay_key_is_a_401_never_forwarded(case):
+    headers, prepare = UNKNOWN[case]
     with new_edge() as edge:
-        edge.unbound.add("INTELLIGENCE_DB")
+        if prepare:
+            prepare(edge)
+        r = edge.request("GET", "/v1/models", headers)
+        err = r.json()["error"]
+        assert (r.status, err["type"], err["code"]) == (401, "authentication_error", "invalid_api_key")
+        assert "rpk_" in err["message"] and not edge.sent
+        assert KEY not in repr(edge.logs)
+
+
+@pytest.mark.parametrize("unbound", [True, False])
+def test_without_d1_a_roleplay_key_is_a_503_never_forwarded(unbound):
+    with new_edge() as edge:
+        if unbound:
+            edge.unbound.add("INTELLIGENCE_DB")
+        else:
+            edge.executor.failing = True
         r = edge.request("GET", "/v1/models", {"x-api-key": KEY})
-        assert (r.status, r.body) == (200, ORIGIN_LIST) and len(edge.sent) == 1
+        assert r.status == 503 and not edge.sent
+        assert r.json()["error"]["code"] == ("storage_unavailable" if unbound else "storage_failed")
 
 
 def test_without_an_origin_a_request_the_edge_does_not_answer_is_a_503():
     with new_edge(FLASK_ORIGIN="") as edge:
         assert edge.request("GET", "/v1/models", {"x-api-key": KEY}).status == 200
-        r = edge.request("GET", "/v1/models", {"x-api-key": "rpk_unknown"})
+        assert edge.request("GET", "/v1/models", {"x-api-key": "rpk_unknown"}).status == 401
+        r = edge.request("GET", "/v1/models", {"x-api-key": "sk-flask-1"})
         assert (r.status, r.json()["error"]["code"]) == (503, "origin_not_configured")
 
 
 @pytest.mark.parametrize("method,path", [("HEAD", "/v1/models"), ("POST", "/v1/models"),
                                          ("GET", "/v1/models/fake:rp-small"), ("GET", "/v1/models/"),
                                          ("GET", "/v2/models")])
-def test_other_methods_and_paths_are_forwarded_with_a_live_key(edge, method, path):
+def test_other_methods_and_paths_refuse_a_roleplay_key(edge, method, path):
+    """A live key: 403 (valid, not for this path); an unknown one: 401. Never forwarded;
+    an origin key on the same request is (docs/design.md §2)."""
     r = edge.request(method, path, {"Authorization": f"Bearer {KEY}"})
+    assert r.status == 403 and not edge.sent
+    if method != "HEAD":
+        assert r.json()["error"]["code"] == "roleplay_key_not_accepted"
+    assert edge.request(method, path, {"Authorization": "Bearer rpk_unknown"}).status == 401 and not edge.sent
+    r = edge.request(method, path, {"Authorization": "Bearer sk-flask-1"})
     assert (r.status, r.body) == (200, ORIGIN_LIST)
     [sent] = edge.sent
-    assert sent.url == ORIGIN + path and ("authorization", f"Bearer {KEY}") in sent.headers
+    assert sent.url == ORIGIN + path and ("authorization", "Bearer sk-flask-1") in sent.headers
 
 
 def test_a_malformed_providers_setting_is_a_503_naming_it():

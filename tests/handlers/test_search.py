@@ -381,15 +381,26 @@ def test_503_d1_failure(edge, stored):
 
 
 def test_without_the_session_header_the_path_goes_to_the_origin(edge):
-    r = edge.request("POST", PATH, {"Authorization": f"Bearer {KEY}"}, {"query": "x"})
+    r = edge.request("POST", PATH, {"Authorization": "Bearer sk-origin"}, {"query": "x"})
     assert r.status == 200
     [sent] = edge.sent
     assert sent.url == "http://origin.test" + PATH and sent.json() == {"query": "x"}
+    assert ("authorization", "Bearer sk-origin") in sent.headers
+
+
+def test_a_roleplay_key_without_the_session_header_is_told_to_send_it(edge):
+    """Never forwarded (docs/design.md §2): 400 naming the header and how to get a session."""
+    r = edge.request("POST", PATH, {"Authorization": f"Bearer {KEY}"}, {"query": "x"})
+    err = r.json()["error"]
+    assert (r.status, err["code"], err["param"]) == (400, "roleplay_session_required", "X-Roleplay-Session-ID")
+    assert "POST /v1/roleplay/sessions" in err["message"] and not edge.sent
 
 
 def test_get_is_not_the_search_route(edge):
-    r = edge.request("GET", PATH, {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION})
+    r = edge.request("GET", PATH, {"Authorization": "Bearer sk-origin", "X-Roleplay-Session-ID": SESSION})
     assert edge.sent and edge.sent[-1].url.endswith(PATH) and r.status == 200
+    r = edge.request("GET", PATH, {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION})
+    assert (r.status, r.json()["error"]["code"]) == (403, "roleplay_key_not_accepted") and len(edge.sent) == 1
 
 
 # -- logs --------------------------------------------------------------------------

@@ -2,18 +2,19 @@
 
 A request carrying a live roleplay key gets the models its principal may use, in
 OpenAI's list shape, answered by the edge: what SillyTavern's Custom source checks on
-Connect. Every other request is forwarded to the origin unchanged, as before (a Flask
-client lists Flask's models with its own key):
+Connect. A request with no key of the reserved format (service/reserved_keys.py) is
+forwarded to the origin unchanged, as before (a Flask client lists Flask's models with
+its own key); one with such a key never is:
 
-1. no key (`Authorization: Bearer`, else `x-api-key`)            → forwarded, no storage call
-2. no D1 binding, or the one D1 read fails                        → forwarded (the edge cannot
-   tell a roleplay key from an origin's key; forwarding is what it did before)
-3. ONE D1 statement (store.load_principal_models): the key's facts and the models table
-4. unknown or revoked key                                         → forwarded: the origin gets
-   the same request as one with any key the edge does not know (no oracle on keys)
-5. no policy or no `chat` grant                                   → 403 `chat_not_granted`
-6. `PROVIDERS` malformed                                          → 503 `providers_misconfigured`
-7. 200: every `models` row whose name is `provider:model` and whose provider is configured
+1. no key of the reserved format in any credential header        → forwarded, no storage call
+2. the key the edge reads (`Authorization: Bearer`, else `x-api-key`) is not of the format
+   though another credential is                                   → 401, no storage call
+3. no D1 binding, or the one D1 read fails                        → 503 (never forwarded)
+4. ONE D1 statement (store.load_principal_models): the key's facts and the models table
+5. unknown or revoked key                                         → 401 `invalid_api_key`
+6. no policy or no `chat` grant                                   → 403 `chat_not_granted`
+7. `PROVIDERS` malformed                                          → 503 `providers_misconfigured`
+8. 200: every `models` row whose name is `provider:model` and whose provider is configured
    in `PROVIDERS` (generation's `unknown_model` for the rest), sorted by id;
    `cache-control: private, no-store` (the list is the key's)
 
@@ -23,11 +24,12 @@ an edge answer from a forwarded one. Logs: the count only, never the key or a na
 
 from __future__ import annotations
 
-from ..base.errors import EdgeError, StorageError
+from ..base.errors import EdgeError
 from ..base.http import NO_CACHE, Incoming, Outgoing, json_response
 from ..base.platform import Platform
 from ..core import config
-from ..service.access import check_principal, presented_key_digest
+from ..service.access import check_principal
+from ..service.reserved_keys import UnknownRoleplayKey, carries_roleplay_key, key_facts, roleplay_key_digest
 from ..service.origin import forward
 from ..storage import store
 
@@ -36,33 +38,17 @@ CREATED = 0
 
 
 async def list_models(req: Incoming, platform: Platform) -> Outgoing:
-    digest = presented_key_digest(req)
-    if digest is None:                                        # 1.
-        return await _forwarded(req, platform, "no_key")
-    facts = await _load(req, platform, digest)                # 2.-3.
-    if facts is None or facts.key_revoked:                    # 4.
-        return await _forwarded(req, platform, "not_roleplay")
-    check_principal(facts)                                    # 5.
-    usable = usable_models(facts.models, config.providers(platform.var("PROVIDERS")))   # 6.
+    if not carries_roleplay_key(req):                         # 1.
+        req.record.note(forwarded="not_roleplay")
+        return await forward(req, platform)
+    digest = roleplay_key_digest(req)
+    facts = None if digest is None else await key_facts(req, platform, digest, store.load_principal_models)  # 2.-4.
+    if facts is None or facts.key_revoked:                    # 5.
+        raise UnknownRoleplayKey()
+    check_principal(facts)                                    # 6.
+    usable = usable_models(facts.models, config.providers(platform.var("PROVIDERS")))   # 7.
     req.record.note(models=len(usable))
-    return json_response(200, model_list(usable), NO_CACHE)   # 7.
-
-
-async def _load(req: Incoming, platform: Platform, digest: str):
-    db = platform.db
-    if db is None:
-        return None
-    with req.record.wall("d1_ms"):
-        try:
-            return await store.load_principal_models(db, digest)
-        except StorageError:
-            req.record.note(storage="failed")
-            return None
-
-
-async def _forwarded(req: Incoming, platform: Platform, why: str) -> Outgoing:
-    req.record.note(forwarded=why)
-    return await forward(req, platform)
+    return json_response(200, model_list(usable), NO_CACHE)   # 8.
 
 
 def usable_models(names, providers: dict) -> list[str]:

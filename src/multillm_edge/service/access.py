@@ -23,26 +23,29 @@ from ..storage import store
 SESSION_HEADER = "x-roleplay-session-id"
 
 
-def presented_key_digest(req: Incoming) -> str | None:
-    """SHA-256 hex of the key the request carries (`Authorization: Bearer`, else
-    `x-api-key`), or None when it carries none."""
+def presented_key(req: Incoming) -> str | None:
+    """The key the request carries (`Authorization: Bearer`, scheme in any case, else
+    `x-api-key`), trimmed; None when it carries none."""
     key = None
     auth = req.header("authorization")
     if auth and auth[:7].lower() == "bearer ":
         key = auth[7:].strip()
     if not key:
         key = (req.header("x-api-key") or "").strip()
-    if not key:
-        return None
+    return key or None
+
+
+def digest(key: str) -> str:
+    """A key's SHA-256 hex: all the edge keeps or compares of it."""
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def key_digest(req: Incoming) -> str:
     """SHA-256 hex of the roleplay key; 401 if none."""
-    digest = presented_key_digest(req)
-    if digest is None:
+    key = presented_key(req)
+    if key is None:
         raise Unauthorized()
-    return digest
+    return digest(key)
 
 
 def database(platform: Platform) -> Database:

@@ -1,10 +1,12 @@
-"""Forwarding to the Flask origin (docs/design.md §7): unchanged, streamed both ways."""
+"""Forwarding to the Flask origin (docs/design.md §7): unchanged, streamed both ways;
+never a request carrying a roleplay-format key (§2, `reserved_keys`)."""
 
 from __future__ import annotations
 
 from ..base.errors import EdgeError
 from ..base.http import Incoming, Outgoing, forwardable
 from ..base.platform import Platform
+from .reserved_keys import carries_roleplay_key, refuse
 
 
 def origin_url(origin: str, req: Incoming) -> str:
@@ -14,7 +16,11 @@ def origin_url(origin: str, req: Incoming) -> str:
 
 async def forward(req: Incoming, platform: Platform, headers=None, body=None) -> Outgoing:
     """`req` to the origin; a route that read the body passes it (bytes or a stream)
-    and may pass the headers it keeps (docs/design.md §7.1)."""
+    and may pass the headers it keeps (docs/design.md §7.1). Every forward passes here,
+    so this is where a roleplay-format key is stopped: judged on the request as it
+    arrived, whatever headers a route keeps (§2)."""
+    if carries_roleplay_key(req):
+        raise await refuse(req, platform)
     origin = (platform.var("FLASK_ORIGIN") or "").strip()
     if not origin:
         raise EdgeError(503, "origin_not_configured", "FLASK_ORIGIN is not configured.")
