@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tests.hostile.generator import KEY, MODELS_LISTED, OTHER_KEY, Case
+from tests.hostile.generator import KEY, MODELS_LISTED, OTHER_KEY, RESERVED_TOKEN, Case
 
 
 @dataclass
@@ -31,6 +31,8 @@ def check_batch(case: Case, seen: Observed) -> None:
         assert err["code"] == "context_paging_unsupported", where
         assert err.get("line", err.get("param")) in (declares, f"requests[{declares}].params.capabilities"), where
         return
+    if "reserved" in case.notes:
+        return                                          # check_reserved
     assert seen.status == 200 and seen.origin_requests == 1, f"{seen.status} {seen.body[:300]!r}\n{where}"
     if seen.origin_seen is not None:
         [(headers, body)] = seen.origin_seen
@@ -100,6 +102,19 @@ def check_cors(case: Case, seen: Observed) -> None:
         assert seen.stored_after == seen.stored_before, where
 
 
+REFUSAL_CODES = {400: "roleplay_session_required", 401: "invalid_api_key", 403: "roleplay_key_not_accepted"}
+
+
+def check_reserved(case: Case, seen: Observed) -> None:
+    """A reserved-format key on a path the edge would forward: the edge answers (400
+    naming the session, 401, or 403 for a live key), the origin sees nothing (§2)."""
+    where = case.describe()
+    assert seen.status in case.notes["reserved"] and seen.origin_requests == 0, \
+        f"{seen.status} {seen.body[:300]!r}\n{where}"
+    if case.method != "HEAD":
+        assert json.loads(seen.body)["error"]["code"] == REFUSAL_CODES[seen.status], where
+
+
 def check_models(case: Case, seen: Observed) -> None:
     """`GET /v1/models` with a live roleplay key: the edge's list, the origin untouched;
     anything else reaches the origin once, its authorization headers as sent, and the
@@ -115,6 +130,8 @@ def check_models(case: Case, seen: Observed) -> None:
         if seen.headers is not None:
             assert dict(seen.headers).get("cache-control") == "private, no-store", where
         return
+    if case.notes["models"] == "refused":
+        return                                          # check_reserved
     assert seen.origin_requests == 1 and seen.status == 200, f"{seen.status} {seen.body[:300]!r}\n{where}"
     assert not seen.provider_requests and seen.stored_after == seen.stored_before, where
     if seen.origin_seen is not None:
@@ -136,6 +153,10 @@ def check(case: Case, seen: Observed) -> None:
             assert key not in headers and key.encode() not in body, f"roleplay key reached a provider\n{where}"
     if case.roleplay:
         assert seen.origin_requests == 0, f"roleplay traffic reached the origin\n{where}"
+    for headers, _ in seen.origin_seen or ():
+        assert not RESERVED_TOKEN.search(headers), f"a roleplay-format key reached the origin\n{where}"
+    if "reserved" in case.notes and case.notes.get("declares") is None:   # a declaring batch: 400 first
+        check_reserved(case, seen)
     if case.method != "HEAD" and (seen.status >= 400 and not relayed):
         doc = json.loads(seen.body)
         err = doc["error"]

@@ -12,8 +12,10 @@ value is printable ASCII (what an HTTP client can send); everything else is fair
 
 from __future__ import annotations
 
+import base64
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -44,7 +46,8 @@ class Case:
 
     @property
     def anthropic(self) -> bool:
-        return self.path.split("?")[0] in ("/v1/messages", "/v1/messages/batches")
+        path = self.path.split("?")[0]
+        return path == "/v1/messages" or path.startswith("/v1/messages/")
 
     def describe(self) -> str:
         body = self.body if len(self.body) < 400 else self.body[:200] + b"..." + self.body[-100:]
@@ -303,7 +306,8 @@ def other_route(rng: random.Random, n: int) -> Case:
     method = rng.choice(["GET", "POST", "PUT", "PATCH", "DELETE"])
     headers = {k: v for k, v in headers.items() if k != "X-Roleplay-Session-ID"}
     body = b"" if method == "GET" else rng.choice([b"", b"\x00\xff", b"[" * 3000, b'{"a":1}'])
-    return Case(n, "forward", method, path, headers, body, roleplay=False)
+    return Case(n, "forward", method, path, headers, body, roleplay=carries_reserved(headers),
+                notes=reserved_notes(method, path, headers))
 
 
 # ---------------------------------------------------------------------------
@@ -348,8 +352,97 @@ def models_case(rng: random.Random, n: int) -> Case:
     on_edge = (method == "GET" and path.split("?")[0] == "/v1/models"
                and (presented_key({k: v.strip() for k, v in headers.items()}) or "") in (KEY, OTHER_KEY))
     body = b"" if method in ("GET", "HEAD", "OPTIONS") else b'{"a":1}'
-    return Case(n, f"models:{how}", method, path, headers, body, roleplay=on_edge,
-                notes={"models": "edge" if on_edge else "forward"})
+    reserved = carries_reserved(headers)
+    notes = {"models": "edge" if on_edge else "refused" if reserved else "forward"}
+    if reserved and not on_edge:
+        notes.update(reserved_notes(method, path, headers))
+    return Case(n, f"models:{how}", method, path, headers, body, roleplay=on_edge or reserved, notes=notes)
+
+
+# ---------------------------------------------------------------------------
+# Reserved keys (docs/design.md §2, "Reserved key format"): a request carrying a key of
+# the admin CLI's format (`rpk_`, any letter case) in a credential header, however
+# spelled, never reaches the origin. `notes["reserved"]`: the statuses the edge may
+# answer instead — 400 on a roleplay path without its session, else 401 unless the key
+# the edge reads is live (403; `GET /v1/models` lists instead).
+# ---------------------------------------------------------------------------
+
+RESERVED_TOKEN = re.compile(r"(?<![A-Za-z0-9_\-])rpk_", re.IGNORECASE)   # where a key starts
+SESSION_PATHS = (*GENERATION.values(), "/v1/context/search")
+
+
+def carries_reserved(headers: dict) -> bool:
+    """Whether a credential header shows a reserved-format key (a Basic one, encoded,
+    only its case knows)."""
+    return any(k.lower() in ("authorization", "x-api-key") and RESERVED_TOKEN.search(v)
+               for k, v in headers.items())
+
+
+def reserved_notes(method: str, path: str, headers: dict, carried: bool | None = None) -> dict:
+    """`{"reserved": statuses}` for a request the edge would otherwise forward, else {}."""
+    if not (carried if carried is not None else carries_reserved(headers)):
+        return {}
+    bare, _, query = path.partition("?")
+    session = any(k.lower() == "x-roleplay-session-id" for k in headers)
+    if method == "POST" and bare in SESSION_PATHS:
+        return {} if session else {"reserved": (400,)}
+    if method == "GET" and bare.startswith("/v1/context/pages/"):
+        if "roleplay_session_id" in query:
+            return {}
+        # An HTTP client resolves "../" first: such a path may leave the edge's routes.
+        return {"reserved": (400, 401, 403) if "/.." in bare else (400,)}
+    live = (presented_key({k: v.strip() for k, v in headers.items()}) or "") in (KEY, OTHER_KEY)
+    if method == "GET" and bare == "/v1/models" and live:
+        return {}                                     # the edge's list (models_case)
+    return {"reserved": (403,) if live else (401,)}
+
+
+RESERVED_KEYS = [KEY, KEY, OTHER_KEY, REVOKED_KEY, "rpk_nope", "RPK_nope", "Rpk_" + "x" * 43]
+RESERVED_SPELLINGS = ["Bearer {}", "bearer {}", "BEARER {}", "Bearer\t{}", "Bearer   {}", "{}", "Token {}",
+                      "Token key={}", 'Bearer "{}"', "Bearer sk-origin, Bearer {}", "Bearer {}, Bearer sk-origin",
+                      "Bearer {},"]
+FORWARDED_ROUTES = [
+    *(("POST", p) for p in SESSION_PATHS), ("GET", f"/v1/context/pages/cp_{'A' * 43}"),
+    ("GET", "/v1/context/pages/cp_x?exchange=1"), ("DELETE", "/v1/context/pages/cp_x"),
+    ("GET", "/v1/models"), ("GET", "/v1/models?limit=1"), ("HEAD", "/v1/models"), ("POST", "/v1/models"),
+    ("GET", "/v1/models/fake:rp-small"), ("GET", "/v1/chat/completions"), ("DELETE", "/v1/responses/resp_1"),
+    ("GET", "/v1/messages/batches/b1"), ("POST", "/v1/files"), ("GET", "/v1/files"), ("POST", "/v1/batches"),
+    ("POST", "/v1/messages/batches"), ("OPTIONS", "/v1/chat/completions"), ("OPTIONS", "/api/chat"),
+    ("GET", "/api/characters?id=7"), ("POST", "/api/chat"), ("PUT", "/api/x"), ("PATCH", "/"),
+    ("GET", "/v1/roleplay/sessions"), ("GET", "/v1/roleplay/sessions/rps_x"), ("GET", "/healthzx")]
+
+
+def _basic(text: str, padded: bool) -> str:
+    token = base64.b64encode(text.encode()).decode()
+    return "Basic " + (token if padded else token.rstrip("="))
+
+
+def reserved_case(rng: random.Random, n: int) -> Case:
+    """Every forwarded path, with a live, revoked or unknown key of the format, spelled
+    every way a credential header may carry it."""
+    key = rng.choice(RESERVED_KEYS)
+    how = rng.choice(["authorization", "authorization", "authorization", "x_api_key", "behind_origin_key", "basic"])
+    if how == "authorization":
+        headers = {"Authorization": rng.choice(RESERVED_SPELLINGS).format(key)}
+    elif how == "x_api_key":
+        headers = {"x-api-key": key}
+    elif how == "behind_origin_key":
+        headers = {"Authorization": "Bearer sk-origin", "x-api-key": key}
+    else:
+        headers = {"Authorization": _basic(rng.choice([f"{key}:", f"me:{key}"]), rng.random() < 0.5)}
+    method, path = rng.choice(FORWARDED_ROUTES)
+    body = b""
+    if path == "/v1/files" and method == "POST" and rng.random() < 0.5:   # a batch upload, not declaring
+        headers["Content-Type"] = bt.content_type()
+        body = bt.form(bt.jsonl([bt.item(1)]))
+    elif path in GENERATION.values():
+        body = _dumps(rng, valid_body(rng, {v: k for k, v in GENERATION.items()}[path]))
+    elif method in ("POST", "PUT", "PATCH"):
+        body = rng.choice([b'{"a":1}', b"", b'{"query":"x"}'])
+    notes = reserved_notes(method, path, headers, carried=True)
+    if not notes:
+        notes = {"models": "edge"}
+    return Case(n, f"reserved:{how}", method, path, headers, body, notes=notes)
 
 
 # ---------------------------------------------------------------------------
@@ -397,8 +490,11 @@ def search_case(rng: random.Random, n: int) -> Case:
     if not roleplay:                      # without the session header: the origin's path
         headers = {k: v for k, v in headers.items() if k != "X-Roleplay-Session-ID"}
     method = "POST" if rng.random() < 0.95 else rng.choice(["GET", "PUT"])
+    notes = {"search": roleplay and method == "POST"}
+    if not notes["search"]:
+        notes.update(reserved_notes(method, SEARCH_PATH, headers))
     return Case(n, f"{kind}:{variant}", method, SEARCH_PATH, headers, body,
-                roleplay=roleplay and method == "POST", notes={"search": roleplay and method == "POST"})
+                roleplay=notes["search"] or carries_reserved(headers), notes=notes)
 
 
 def cases(seed: int, count: int):
@@ -418,6 +514,9 @@ def cases(seed: int, count: int):
             continue
         if rng.random() < 0.04:
             yield models_case(rng, n)
+            continue
+        if rng.random() < 0.04:
+            yield reserved_case(rng, n)
             continue
         fmt = rng.choice(list(GENERATION))
         doc = valid_body(rng, fmt)
@@ -543,8 +642,12 @@ def batch_case(rng, n) -> Case:
     if rng.random() < 0.15:
         return Case(n, "create_batch", "POST", "/v1/batches", headers,
                     json.dumps({"input_file_id": "file-1", "capabilities": CAP}).encode(),
-                    roleplay=False, notes={"declares": None})
-    return (upload_case if rng.random() < 0.7 else inline_case)(rng, n, headers)
+                    roleplay=carries_reserved(headers),
+                    notes={"declares": None, **reserved_notes("POST", "/v1/batches", headers)})
+    case = (upload_case if rng.random() < 0.7 else inline_case)(rng, n, headers)
+    case.notes.update(reserved_notes(case.method, case.path, headers))
+    case.roleplay = carries_reserved(headers)
+    return case
 
 
 # ---------------------------------------------------------------------------
@@ -602,6 +705,8 @@ def cors_case(rng: random.Random, n: int) -> Case:
         headers["X-Roleplay-Session-ID"] = SESSION
     routed = family in ("session_create", "session_end", "retrieve") or "X-Roleplay-Session-ID" in headers
     body = json.dumps({"query": f"{QUERY_MARK} lantern"}).encode() if method == "POST" else b""
-    return Case(n, f"cors:actual:{family}", method, path, headers, body, roleplay=routed,
-                notes={"cors": {"preflight": False, "edge": listed and routed, "origin": origin},
-                       "search": family == "search" and routed})
+    notes = {"cors": {"preflight": False, "edge": listed and routed, "origin": origin},
+             "search": family == "search" and routed}
+    if not routed and family != "healthz":
+        notes.update(reserved_notes(method, path, headers))
+    return Case(n, f"cors:actual:{family}", method, path, headers, body, roleplay=True, notes=notes)
