@@ -1,7 +1,8 @@
 """`GET /v1/models` through the runner (real Pyodide, real local D1), and the runner's
 EDGE_HOST: a live roleplay key gets its models from the edge, as the OpenAI SDK and
-SillyTavern's status check read them; any other request reaches the origin exactly as
-one without a key (docs/design.md §2, §9)."""
+SillyTavern's status check read them; an unknown or revoked key of the reserved format is
+a 401, and no request carrying one reaches the origin, on any path; any other request
+reaches the origin exactly as one without a key (docs/design.md §2, §9)."""
 
 import hashlib
 
@@ -66,12 +67,12 @@ def revoked_key(edge):
     return key
 
 
-@pytest.mark.parametrize("who", ["unknown", "revoked", "basic"])
+@pytest.mark.parametrize("who", ["origin", "basic"])
 def test_any_other_key_reaches_the_origin_as_a_request_without_one(edge, origin, who):
     common = {"Accept": "application/json", "User-Agent": "probe"}
     origin.clear()
     bare = edge.client.get("/v1/models?limit=5", headers=common)
-    auth = {"unknown": "Bearer rpk_nobody_knows", "revoked": f"Bearer {revoked_key(edge)}", "basic": "Basic eDp5"}[who]
+    auth = {"origin": "Bearer sk-flask-1", "basic": "Basic eDp5"}[who]
     other = edge.client.get("/v1/models?limit=5", headers={**common, "Authorization": auth})
     for r in (bare, other):
         assert (r.status_code, r.content, r.headers["x-origin"]) == (200, ORIGIN_LIST, "flask")
@@ -81,6 +82,41 @@ def test_any_other_key_reaches_the_origin_as_a_request_without_one(edge, origin,
     assert first.path == second.path == "/v1/models?limit=5"
     sent = lambda rec: sorted((k, v) for k, v in rec.raw_headers if k not in TRANSPORT)  # noqa: E731
     assert sent(second) == sorted(sent(first) + [("authorization", auth)])
+
+
+@pytest.mark.parametrize("who", ["unknown", "revoked"])
+def test_an_unknown_or_revoked_roleplay_key_is_a_401(edge, origin, who):
+    origin.clear()
+    auth = {"unknown": "Bearer rpk_nobody_knows", "revoked": f"Bearer {revoked_key(edge)}"}[who]
+    r = edge.client.get("/v1/models?limit=5", headers={"Authorization": auth})
+    assert (r.status_code, r.json()["error"]["code"]) == (401, "invalid_api_key")
+    assert origin.received == [] and auth[7:] not in edge.output()
+
+
+def test_a_roleplay_key_never_reaches_the_origin(edge, origin, key):
+    """The issue's reproduction (a generation without X-Roleplay-Session-ID reached the
+    origin with the key) and the other forwarded paths, through real HTTP: repeated
+    headers arrive as workerd joins them (docs/design.md §2, "Reserved key format")."""
+    origin.clear()
+    r = edge.client.post("/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                         json={"model": "fake:rp-small", "messages": [{"role": "user", "content": "hi"}]})
+    err = r.json()["error"]
+    assert (r.status_code, err["code"]) == (400, "roleplay_session_required")
+    assert "X-Roleplay-Session-ID" in err["message"] and "POST /v1/roleplay/sessions" in err["message"]
+    r = edge.client.post("/v1/messages", headers={"x-api-key": key}, json={"model": "fake:rp-small"})
+    assert r.status_code == 400 and r.json()["type"] == "error"          # Anthropic's envelope
+    for headers, status in [([("authorization", f"Bearer {key}")], 403),
+                            ([("authorization", "Bearer sk-origin"), ("authorization", f"bearer\t{key}")], 401),
+                            ([("authorization", "Bearer sk-origin"), ("x-api-key", key.upper())], 401),
+                            ([("x-api-key", "rpk_unknown")], 401)]:
+        r = edge.client.request("GET", "/api/characters", headers=headers)
+        assert r.status_code == status, (headers, r.text)
+    r = edge.client.request("OPTIONS", "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 403
+    assert origin.received == [] and key not in edge.output()
+    assert edge.client.get("/api/characters", headers={"Authorization": "Bearer sk-origin"}).status_code == 200
+    [got] = origin.received
+    assert got.headers["authorization"] == "Bearer sk-origin"
 
 
 def test_the_runner_listens_on_edge_host(edge, key):

@@ -50,3 +50,39 @@ def test_faults_are_503_before_dispatch(fault, code):
             [log] = [rec for rec in edge.logs if rec.get("route") == "generate"]
             assert log["r2_delete_failed"] == 1 and log["status"] == 503
             assert obj.split("/")[-1] not in json.dumps(edge.logs)
+
+
+@pytest.mark.parametrize("value", [None, "", "sk-bad\r\nX-Evil: 1"])
+def test_a_missing_provider_key_names_its_secret_and_where_to_set_it(value):
+    """docs/design.md §8: the secret the provider's PROVIDERS entry reads, .dev.vars with a
+    restart locally, `wrangler secret put` deployed; never the value."""
+    vars = rp.edge_vars("http://provider.test")
+    if value is None:
+        vars.pop("FAKE_API_KEY")
+    else:
+        vars["FAKE_API_KEY"] = value
+    with LocalEdge(vars) as edge:
+        edge.seed_player("p_faults", KEY, SESSION)
+        edge.set_model(MODEL, 6000, 1000)
+        r = edge.request("POST", "/v1/chat/completions",
+                         {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION}, rp.chat_body(3))
+        err = r.json()["error"]
+        assert (r.status, err["code"]) == (503, "provider_key_missing")
+        for part in ("provider fake", "secret FAKE_API_KEY", "api_key_secret", ".dev.vars",
+                     "restart the runner", "npx wrangler secret put FAKE_API_KEY"):
+            assert part in err["message"], part
+        assert "sk-bad" not in r.body.decode() and "sk-bad" not in json.dumps(edge.logs)
+
+
+def test_an_unknown_model_says_where_to_look():
+    with LocalEdge(rp.edge_vars("http://provider.test")) as edge:
+        edge.seed_player("p_faults", KEY, SESSION)
+        edge.set_model("nobody:m", 6000, 1000)                 # registered, no provider
+        for model in ("fake:not-registered", "nobody:m"):
+            r = edge.request("POST", "/v1/chat/completions",
+                             {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION},
+                             rp.chat_body(3, model=model))
+            err = r.json()["error"]
+            assert (r.status, err["code"]) == (400, "unknown_model")
+            assert "GET /v1/models" in err["message"] and "npm run admin -- model set" in err["message"]
+            assert edge.sent == []

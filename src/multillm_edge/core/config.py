@@ -286,12 +286,27 @@ def split_model(value) -> tuple[str, str]:
     return provider, model
 
 
-def provider_auth_headers(fmt: str, key: str, version: Optional[str] = None) -> dict[str, str]:
+def provider_auth_headers(fmt: str, key: str, version: Optional[str] = None,
+                          provider: Optional[Provider] = None) -> dict[str, str]:
     """Upstream auth headers, as wire format ``fmt`` declares them; ``version`` is the
-    client's value of the format's VERSION_HEADER, if it has one."""
+    client's value of the format's VERSION_HEADER, if it has one. A missing or unusable
+    key is a 503 naming ``provider``'s secret (never its value)."""
     if not isinstance(key, str) or not key or any(c in key for c in "\r\n\x00"):
-        raise EdgeError(503, "provider_key_missing", "Provider API key is missing or invalid.")
+        raise provider_key_missing(provider)
     return _formats.get(fmt).auth_headers(key, version)
+
+
+def provider_key_missing(provider: Optional[Provider]) -> EdgeError:
+    """503 saying which secret to set and where (docs/design.md §8): the name the
+    provider's PROVIDERS entry reads, never a value."""
+    if provider is None:
+        return EdgeError(503, "provider_key_missing", "Provider API key is missing or invalid.")
+    name = provider.api_key_secret
+    return EdgeError(503, "provider_key_missing",
+                     f"The API key of provider {provider.name} is missing or invalid: set the secret "
+                     f"{name} (its PROVIDERS entry's api_key_secret). Locally: a line {name}=… in "
+                     f".dev.vars, then restart the runner (npm start). Deployed: "
+                     f"npx wrangler secret put {name}.")
 
 
 # ---------------------------------------------------------------------------

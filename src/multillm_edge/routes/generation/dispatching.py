@@ -25,7 +25,7 @@ PASSED_HEADERS = ("accept", "anthropic-version", "anthropic-beta", "openai-beta"
 def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platform) -> list:
     key = platform.var(provider.api_key_secret)
     version = format_module(fmt).VERSION_HEADER
-    auth = config.provider_auth_headers(fmt, key, req.header(version) if version else None)
+    auth = config.provider_auth_headers(fmt, key, req.header(version) if version else None, provider)
     headers = [("content-type", "application/json")]
     headers += [(k, req.header(k)) for k in PASSED_HEADERS
                 if req.header(k) is not None and k not in auth]

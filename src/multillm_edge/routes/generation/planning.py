@@ -11,6 +11,11 @@ from ...core.pages import ROLEPLAY as AUTHORITY
 from ...storage import store
 from .scope import Scope, error
 
+#: Where an unknown model's caller looks next (docs/design.md §8).
+FIND_MODELS = ("GET /v1/models (same key) lists the models it can use; an operator registers one with "
+               "`npm run admin -- model set provider:model --input-tokens N --max-output-tokens M` "
+               "and its provider in PROVIDERS.")
+
 
 CAPABILITY, SEARCH_CAPABILITY = formats.RETRIEVE_CAPABILITY, formats.SEARCH_CAPABILITY
 
@@ -62,12 +67,12 @@ def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationCon
     for name in models:
         window = ctx.models.get(name)
         if window is None:
-            raise error("unknown_model", f"Unknown model: {name}.")
+            raise error("unknown_model", f"Unknown model: {name}. {FIND_MODELS}")
         provider = providers.get(config.split_model(name)[0])
         reservation = reserve if reserve is not None else window.max_output_tokens
         c = Candidate(name, provider, window, window.input_tokens - reservation - safety)
         if provider is None or not provider.serves(fmt):
-            c.skipped = error("unknown_model", f"No provider serves {name} in this format.")
+            c.skipped = error("unknown_model", f"No provider serves {name} in this format. {FIND_MODELS}")
         out.append(c)
     if all(c.skipped for c in out):
         raise out[0].skipped
