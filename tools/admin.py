@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Admin CLI for the roleplay edge (docs/design.md §10).
 
-    npm run admin -- [--local|--remote] [--persist-to DIR] [--json] [--print-sql] <command>
+    npm run admin -- [--local|--remote] [--persist-to DIR] [--json] [--print-sql [--out FILE]] <command>
 
     key create     --principal P                        prints the new key ONCE
     key revoke     --key-sha256 HEX                     the digest, or a prefix (>= 12) only it has
@@ -21,10 +21,12 @@ with `admin_sql.inline`
 and run by `npx wrangler d1 execute INTELLIGENCE_DB --local|--remote --json --command`
 from the repository root. `--local` (the default) applies the migrations first, so a
 fresh state works. `--remote` needs `npx wrangler login` (or CLOUDFLARE_API_TOKEN) and
-wrangler.toml's database_id (`npm run cloudflare:setup`). `--print-sql` runs nothing: it
-prints the statements, for `npx wrangler d1 execute INTELLIGENCE_DB --remote --file FILE`
-(or `--command`); a new key then goes to stderr, never into the SQL. Keys are generated
-here and stored only as their SHA-256 hex.
+wrangler.toml's database_id (`npm run cloudflare:setup`; without it the CLI says so and
+runs nothing). `--print-sql` runs nothing: it prints the statements (or writes them to
+`--out FILE`), for `npx wrangler d1 execute INTELLIGENCE_DB --remote --file FILE` (or
+`--command`); a new key then goes to stderr, never into the SQL. Keys are generated
+here and stored only as their SHA-256 hex. Tables show stored times as UTC dates;
+`--json` keeps them as seconds since the epoch.
 `--json` prints one JSON object on stdout (for scripts and tests); `--no-migrate`
 skips the migration step when the local state is known to be current.
 """
@@ -42,6 +44,8 @@ import shlex
 import subprocess
 import sys
 import time
+import tomllib
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -266,19 +270,29 @@ def table(rows: list[dict], empty: str) -> str:
     if not rows:
         return empty
     cols = list(rows[0])
-    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    cells = [[_cell(r.get(c), c) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
 
 
-def _cell(v) -> str:
+def _cell(v, column: str = "") -> str:
     if v is None:
         return "-"
     if isinstance(v, list):
         return ",".join(map(str, v))
+    if column.endswith("_at") and isinstance(v, int) and not isinstance(v, bool):
+        return utc(v)
     return str(v)
+
+
+def utc(epoch: int) -> str:
+    """A stored time (seconds since the epoch) as the table shows it; --json keeps the number."""
+    try:
+        return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return str(epoch)
 
 
 def listing(rows: list[dict], empty: str):
@@ -385,8 +399,11 @@ def _common(defaults: bool) -> argparse.ArgumentParser:
                    help="--local: skip applying migrations (state known to be current)")
     p.add_argument("--print-sql", action="store_true",
                    help="run nothing; print the statements for `wrangler d1 execute --file`")
+    p.add_argument("--out", metavar="FILE",
+                   help="--print-sql: write the statements to FILE instead of stdout")
     if defaults:
-        p.set_defaults(remote=False, persist_to=None, json=False, no_migrate=False, print_sql=False)
+        p.set_defaults(remote=False, persist_to=None, json=False, no_migrate=False, print_sql=False,
+                       out=None)
     return p
 
 
@@ -464,13 +481,35 @@ def _limit(p, func) -> None:
     p.set_defaults(func=func)
 
 
+def remote_database_missing(config: Path = REPO_ROOT / "wrangler.toml") -> str | None:
+    """Why --remote cannot run, or None: wrangler.toml's INTELLIGENCE_DB needs its
+    database_id (without one, wrangler answers with an unrelated token error)."""
+    try:
+        blocks = tomllib.loads(config.read_text()).get("d1_databases") or []
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        return f"--remote reads {config.name}, which could not be read ({type(e).__name__})"
+    if any(b.get("binding") == DB_BINDING and b.get("database_id") for b in blocks):
+        return None
+    return (f"--remote needs the database_id of {DB_BINDING} in {config.name}, which is not set: "
+            "run `npm run cloudflare:setup` (after `npx wrangler login`) to create the database and "
+            "write it; or use --print-sql --out FILE and apply FILE with "
+            "`npx wrangler d1 execute INTELLIGENCE_DB --remote --file FILE`")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.remote and args.persist_to:
         print("admin: --persist-to applies to --local only", file=sys.stderr)
         return 2
+    if args.out and not args.print_sql:
+        print("admin: --out applies to --print-sql only", file=sys.stderr)
+        return 2
     if args.print_sql:
         return print_sql(args)
+    missing = remote_database_missing() if args.remote else None
+    if missing:
+        print(f"admin: {missing}", file=sys.stderr)
+        return 2
     try:
         if not args.remote and not args.no_migrate:
             apply_local_migrations(args.persist_to)
@@ -500,8 +539,15 @@ def print_sql(args) -> int:
     except (AdminError, ValueError) as e:
         print(f"admin: {e}", file=sys.stderr)
         return 1
-    print("-- for: npx wrangler d1 execute INTELLIGENCE_DB --remote --file FILE")
-    print("\n".join(db.statements))
+    sql = ("-- for: npx wrangler d1 execute INTELLIGENCE_DB --remote --file FILE\n"
+           + "\n".join(db.statements) + "\n")
+    if args.out:
+        # `npm run` starts this in the repository root; a relative FILE is the caller's:
+        # where npm was run from (INIT_CWD), as the shell's `> FILE` would have been.
+        out = Path(os.environ.get("INIT_CWD") or ".") / args.out
+        out.write_text(sql, encoding="utf-8")
+    else:
+        sys.stdout.write(sql)
     if args.func is cmd_key_create:
         print(f"The key (shown once; the SQL holds only its SHA-256): {result['key']}\n"
               f"If {args.principal} has no policy granting chat, it gets 403 chat_not_granted; "

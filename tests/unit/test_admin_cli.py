@@ -5,8 +5,10 @@ import asyncio
 import hashlib
 import json
 import shutil
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -193,6 +195,70 @@ def test_print_sql_runs_nothing_and_its_sql_runs_as_printed(tmp_path):
     shown = cli_json("principal", "show", EVIL, "--no-migrate", persist=state)
     assert shown["policy_revision"] == 2 and shown["grants"] == ["chat"] and shown["active_keys"] == 1
     assert cli_json("model", "show", "openai:gpt-4o-mini", "--no-migrate", persist=state)["input_tokens"] == 128000
+
+
+def readme_block(marker: str) -> list[str]:
+    """The lines of README.md's fenced block that holds ``marker``."""
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
+    [block] = [b for b in blocks if marker in b]
+    return block.splitlines()
+
+
+def test_the_readmes_print_sql_recipe_runs_as_printed(tmp_path):
+    """README (Configuration, admin CLI): each `$` line run exactly as printed, from a
+    folder of the clone (npm runs the script in the repository root); the file it writes
+    is what the README shows and `wrangler d1 execute --local --file` applies it."""
+    block = readme_block("--print-sql --out")
+    commands = [line[2:] for line in block if line.startswith("$ ")]
+    assert commands[0].startswith("npm run admin -- --print-sql --out key.sql ") and commands[1] == "cat key.sql"
+    where = Path(tempfile.mkdtemp(dir=ROOT, prefix=".readme-recipe-"))
+    try:
+        runs = [subprocess.run(c, shell=True, cwd=where, capture_output=True, text=True, timeout=180)
+                for c in commands]
+        assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+        printed = runs[1].stdout.splitlines()
+        shown = block[block.index("$ cat key.sql") + 1:]
+        assert printed[:2] == shown[:2] and len(printed) == len(shown) == 3
+        assert re.fullmatch(r"VALUES \('[0-9a-f]{64}', 'alice', [0-9]+, NULL\);", printed[2])
+        key = runs[0].stderr.split("SHA-256): ", 1)[1].split()[0]
+        assert key.startswith("rpk_") and not (ROOT / "key.sql").exists()
+        state = tmp_path / "state"
+        assert cli("key", "list", persist=state).returncode == 0             # migrations applied
+        proc = subprocess.run([*admin._wrangler(), "d1", "execute", "INTELLIGENCE_DB", "--local",
+                               "--persist-to", str(state), "--file", str(where / "key.sql"), "--yes"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert d1("SELECT key_sha256, principal FROM roleplay_keys", state) == [
+            {"key_sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": "alice"}]
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_out_applies_to_print_sql_only(tmp_path):
+    proc = cli("--out", str(tmp_path / "x.sql"), "model", "list", persist=tmp_path / "s")
+    assert proc.returncode == 2 and "--out applies to --print-sql only" in proc.stderr
+    assert not (tmp_path / "x.sql").exists() and not (tmp_path / "s").exists()
+
+
+def test_remote_without_a_database_id_says_to_run_cloudflare_setup(tmp_path):
+    """Instead of wrangler's unrelated token error (README: admin CLI)."""
+    toml = tmp_path / "wrangler.toml"
+    toml.write_text('[[d1_databases]]\nbinding = "INTELLIGENCE_DB"\ndatabase_name = "x"\n')
+    why = admin.remote_database_missing(toml)
+    assert "npm run cloudflare:setup" in why and "database_id" in why
+    toml.write_text('[[d1_databases]]\nbinding = "INTELLIGENCE_DB"\ndatabase_id = "1f0c2d3e"\n')
+    assert admin.remote_database_missing(toml) is None
+    if admin.remote_database_missing() is not None:          # the repository's wrangler.toml has none
+        proc = subprocess.run([sys.executable, str(ROOT / "tools" / "admin.py"), "--remote", "key", "list"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "npm run cloudflare:setup" in proc.stderr and not proc.stdout
+
+
+def test_tables_show_times_as_utc_dates():
+    text = admin.table([{"key_prefix": "3770d5356da5", "principal": "alice", "created_at": 1796178361,
+                         "revoked_at": None, "active_pages": 3}], "none")
+    assert re.split(r"\s{2,}", text.splitlines()[1]) == ["3770d5356da5", "alice", "2026-12-02 02:26:01Z", "-", "3"]
+    assert admin.utc(0) == "1970-01-01 00:00:00Z" and admin.utc(10 ** 20) == str(10 ** 20)
 
 
 def test_lists_show_digest_prefixes_only_and_a_key_without_policy_says_how_to_grant(tmp_path):
