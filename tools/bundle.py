@@ -4,7 +4,8 @@
     python3 tools/bundle.py vendor            lay out python_modules/ as `pywrangler sync` does
     python3 tools/bundle.py check [--outdir DIR]
                                               vendor, `wrangler deploy --dry-run --outdir DIR`,
-                                              then check every imported module is uploaded
+                                              then check every imported module is uploaded;
+                                              without --outdir, in a temporary folder it removes
 
 `check` exits 1 when the Worker imports a module the upload lacks. Run the upload itself
 with `EDGE_BUNDLE_DIR=DIR npm run dev`. Needs no network: the wheels come from
@@ -31,12 +32,13 @@ def vendor() -> int:
     return 0
 
 
-def check(outdir: Path) -> int:
+def check(outdir: Path, kept: bool = True) -> int:
     bundle.vendor(ROOT)
     upload = bundle.dry_run(ROOT, outdir)
     report = check_upload(ROOT, upload.files())
     w = report.walk
-    print(f"upload: {len(upload.files())} modules in {outdir}; Total Upload: {upload.total()}")
+    where = outdir if kept else "a temporary folder (removed after the check; --outdir DIR keeps it)"
+    print(f"upload: {len(upload.files())} modules in {where}; Total Upload: {upload.total()}")
     print(f"imported: {len(w.files)} modules of the upload, {len(w.provided)} from Pyodide or the runtime, "
           f"optional and absent: {', '.join(sorted(w.optional)) or 'none'}")
     if not report.ok:
@@ -55,7 +57,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "vendor":
         return vendor()
-    return check(args.outdir or Path(tempfile.mkdtemp(prefix="edge-upload-")))
+    if args.outdir:
+        return check(args.outdir)
+    with tempfile.TemporaryDirectory(prefix="edge-upload-") as tmp:
+        return check(Path(tmp), kept=False)
 
 
 if __name__ == "__main__":

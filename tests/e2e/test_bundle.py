@@ -4,6 +4,9 @@ and the check says so when one is missing."""
 
 from __future__ import annotations
 
+import importlib.util
+import tempfile
+
 import pytest
 
 from devkit import bundle
@@ -55,3 +58,20 @@ def test_a_module_the_upload_lacks_is_reported(deploy_bundle):
     dropped = "python_modules/snowballstemmer/greek_stemmer.py"
     report = check_upload(project, upload.files() - {dropped})
     assert report.not_uploaded == {dropped} and not report.ok
+
+
+def test_check_removes_its_temporary_folder(tmp_path, monkeypatch, capsys):
+    """`tools/bundle.py check` without --outdir leaves nothing in the temporary folder
+    (issue 39: /tmp/edge-upload-* stayed behind); with --outdir the upload is kept."""
+    spec = importlib.util.spec_from_file_location("bundle_tool", bundle.ROOT / "tools" / "bundle.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr(tool, "ROOT", bundle.stage(tmp_path / "project"))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    assert tool.main(["check"]) == 0
+    assert "every module the Worker imports is uploaded" in capsys.readouterr().out
+    assert list(temp.iterdir()) == []
+    assert tool.main(["check", "--outdir", str(tmp_path / "kept")]) == 0
+    assert (tmp_path / "kept" / "entry.py").is_file()
