@@ -89,4 +89,8 @@ def test_a_corrupted_object_is_503_and_no_header_goes_to_the_origin(edge, server
     n = len(origin.received)
     headers = {"Authorization": player.headers()["Authorization"]}
     r = edge.client.post("/v1/context/search", json={"query": "x"}, headers=headers)
+    # without the header, a roleplay key is told to send it, never forwarded (§2)
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "roleplay_session_required")
+    assert len(origin.received) == n
+    r = edge.client.post("/v1/context/search", json={"query": "x"}, headers={"Authorization": "Bearer sk-origin"})
     assert len(origin.received) == n + 1 and origin.received[-1].path == "/v1/context/search"
