@@ -253,8 +253,9 @@ async def cmd_key_create(db, a):
 
 def grant_command(a, print_sql: bool = False) -> str:
     where = " --print-sql" if print_sql else " --remote" if a.remote else ""
+    out = " --out policy.sql" if print_sql else ""      # npm's banner never in the file
     return (f"npm run admin --{where} policy set --principal {shlex.quote(a.principal)} "
-            "--revision 1 --grants chat --retention standard")
+            f"--revision 1 --grants chat --retention standard{out}")
 
 
 async def cmd_key_revoke(db, a):

@@ -5,7 +5,10 @@ formats (type swaps at every path, deletions, wrong containers, depth around the
 and far beyond it, huge and tiny numbers, NaN/Infinity, model names around their length
 limit and far beyond it, duplicate keys, lone surrogates, NUL, non-UTF-8 bytes), odd and
 empty headers, session and retrieval ids with traversal and SQL metacharacters,
-forwarded requests, the model list with live, unknown, revoked and odd keys, and CORS preflights and actual requests (odd and huge Origin,
+forwarded requests, the model list with live, unknown, revoked and odd keys, every
+forwarded path with a roleplay-format key (live, revoked, unknown; every credential
+spelling — the origin must never see one, checks.py asserts it of every request that
+reaches it), and CORS preflights and actual requests (odd and huge Origin,
 Access-Control-Request-* values, on every route family). The same case runs in-process and through the runner. Every header
 value is printable ASCII (what an HTTP client can send); everything else is fair game.
 """

@@ -222,6 +222,8 @@ def test_the_readmes_print_sql_recipe_runs_as_printed(tmp_path):
         assert re.fullmatch(r"VALUES \('[0-9a-f]{64}', 'alice', [0-9]+, NULL\);", printed[2])
         key = runs[0].stderr.split("SHA-256): ", 1)[1].split()[0]
         assert key.startswith("rpk_") and not (ROOT / "key.sql").exists()
+        said = runs[0].stderr.splitlines()
+        assert said[0].replace(key, "rpk_…") == re.sub(r"rpk_\S+", "rpk_…", block[1]) and said[1] == block[2]
         state = tmp_path / "state"
         assert cli("key", "list", persist=state).returncode == 0             # migrations applied
         proc = subprocess.run([*admin._wrangler(), "d1", "execute", "INTELLIGENCE_DB", "--local",
