@@ -15,7 +15,7 @@ from .formats import messages
 from .formats.registry import FORMATS
 from .routes import batch
 from .routes.generation import generate
-from .routes.misdirected import session_required
+from .routes.misdirected import HEADER, session_required
 from .routes.models import list_models
 from .routes.retrieval import SESSION_PARAM, retrieve_page
 from .routes.search import search_pages
@@ -109,22 +109,24 @@ def _session_param(req: Incoming) -> bool:
     return SESSION_PARAM in req.query     # without it: a managed handle, the origin's
 
 
+def _needs_session(method: str, pattern: str, where: str = HEADER, envelope: Envelope = EDGE_ENVELOPE) -> Route:
+    """The path of a roleplay route whose session is missing, with a roleplay key: 400
+    naming ``where`` (the header or the query parameter), never forwarded (§2)."""
+    return Route((method,), pattern, session_required, carries_roleplay_key,
+                 {"session_in": where, "on": pattern}, envelope)
+
+
 ROUTES = (
     Route(("GET", "HEAD"), "/healthz", healthz),
     *(Route(("POST",), f.CLIENT_PATH, generate, _roleplay, {"fmt": f.NAME}, f.ERROR_ENVELOPE)
       for f in FORMATS),
-    # The same paths with a roleplay key but no session: 400, never forwarded (§2).
-    *(Route(("POST",), f.CLIENT_PATH, session_required, carries_roleplay_key,
-            {"session_in": "X-Roleplay-Session-ID", "on": f.CLIENT_PATH}, f.ERROR_ENVELOPE)
-      for f in FORMATS),
+    *(_needs_session("POST", f.CLIENT_PATH, envelope=f.ERROR_ENVELOPE) for f in FORMATS),
     Route(("POST",), "/v1/roleplay/sessions", create_session, cors=True),
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session, cors=True),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param, cors=True),
-    Route(("GET",), "/v1/context/pages/{page_id}", session_required, carries_roleplay_key,
-          {"session_in": SESSION_PARAM, "on": "/v1/context/pages/{page_id}"}),
+    _needs_session("GET", "/v1/context/pages/{page_id}", SESSION_PARAM),
     Route(("POST",), "/v1/context/search", search_pages, _roleplay, cors=True),
-    Route(("POST",), "/v1/context/search", session_required, carries_roleplay_key,
-          {"session_in": "X-Roleplay-Session-ID", "on": "/v1/context/search"}),
+    _needs_session("POST", "/v1/context/search"),
     # A live roleplay key's models; any other request forwarded (routes/models.py)
     Route(("GET",), "/v1/models", list_models),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.

@@ -11,6 +11,7 @@ from ..base.errors import EdgeError
 from ..base.http import Incoming, Outgoing
 from ..base.platform import Platform
 
+HEADER = "X-Roleplay-Session-ID"
 HOW_TO_GET_ONE = ("Create a session with POST /v1/roleplay/sessions (same key; it answers "
                   "{\"session_id\": \"rps_…\"}) or `npm run admin -- session create --principal P`. "
                   "Requests with a roleplay key (rpk_…) are never forwarded to the origin.")
@@ -18,7 +19,7 @@ HOW_TO_GET_ONE = ("Create a session with POST /v1/roleplay/sessions (same key; i
 
 async def session_required(req: Incoming, platform: Platform) -> Outgoing:
     where, on = req.params["session_in"], req.params["on"]
-    how = "header" if where == "X-Roleplay-Session-ID" else "query parameter"
+    how = "header" if where == HEADER else "query parameter"
     raise EdgeError(400, "roleplay_session_required",
                     f"A roleplay key needs the {where} {how} on {req.method} {on}. {HOW_TO_GET_ONE}",
                     param=where)

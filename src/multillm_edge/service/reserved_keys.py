@@ -58,7 +58,7 @@ def _decoded_basic(value: str):
 def reserved(value: str) -> bool:
     """Whether one credential header's value holds a key of the reserved format."""
     low = value.lower()     # the plain tests first: every forwarded request pays this
-    if "rpk_" in low and _RESERVED.search(value):
+    if KEY_PREFIX in low and _RESERVED.search(value):
         return True
     return "basic" in low and any(_RESERVED.search(text) for text in _decoded_basic(value))
 
@@ -80,20 +80,20 @@ async def refuse(req: Incoming, platform: Platform) -> EdgeError:
     """The answer to a request with a reserved-format key on a path the edge forwards:
     401 unless the key the edge reads is live, then 403. One D1 read, only for a key that
     could be live; without D1 (or when the read fails) 503: nothing is forwarded."""
-    digest = roleplay_key_digest(req)
-    facts = None if digest is None else await key_facts(req, platform, digest)
+    sha = roleplay_key_digest(req)
+    facts = None if sha is None else await key_facts(req, platform, sha)
     req.record.note(forwarded="refused_roleplay_key")
     if facts is None or facts.key_revoked:
         return UnknownRoleplayKey()
     return RoleplayKeyNotAccepted()
 
 
-async def key_facts(req: Incoming, platform: Platform, digest: str, load=store.load_principal):
+async def key_facts(req: Incoming, platform: Platform, sha: str, load=store.load_principal):
     """The key's facts as ``load`` reads them (None = unknown); 503 without D1 or when
     the read fails: a key of the reserved format is never forwarded instead."""
     db = database(platform)
     with req.record.wall("d1_ms"):
         try:
-            return await load(db, digest)
+            return await load(db, sha)
         except StorageError:
             raise StorageFailed("The roleplay key could not be checked.") from None
