@@ -32,7 +32,7 @@
 import { yaml } from '../../../../lib.js';
 import { slideWindow, windowBudget, windowNeeded, windowStep } from './window.js';
 import { figures, leadingComments, recallList } from './stream.js';
-import { StreamUsage, cacheUsage, usageText } from './usage.js';
+import { StreamUsage, askForUsage, cacheUsage, usageText } from './usage.js';
 
 const NAME = 'multillm_paging';
 const TOOL = 'multillm_context_retrieve';
@@ -197,16 +197,6 @@ function addEdgeFields(data, sessionId) {
     body.capabilities = [...caps, ...ours.filter(c => !caps.includes(c))];
     if (data.stream) askForUsage(body);
     data.custom_include_body = JSON.stringify(body);
-}
-
-/** A chat stream reports its usage only when asked (`stream_options.include_usage`): asked
- * unless the include body already says either way (README: Playing in SillyTavern). */
-function askForUsage(body) {
-    const options = body.stream_options;
-    if (options === undefined) body.stream_options = { include_usage: true };
-    else if (options && typeof options === 'object' && !Array.isArray(options) && options.include_usage === undefined) {
-        options.include_usage = true;
-    }
 }
 
 // ------------------------------------------------------------ sliding window

@@ -53,6 +53,18 @@ export function usageText(u) {
     return `input ${tokens(u.input)} tokens, ${share} % from the provider's cache${written}`;
 }
 
+/** A chat stream reports its usage only when asked: `stream_options.include_usage` is set
+ * in the request's include `body`, unless it already says either way (or `stream_options`
+ * is something else: the player's to mend). */
+export function askForUsage(body) {
+    const options = body.stream_options;
+    if (options === undefined) body.stream_options = { include_usage: true };
+    else if (options && typeof options === 'object' && !Array.isArray(options) && options.include_usage === undefined) {
+        options.include_usage = true;
+    }
+    return body;
+}
+
 /**
  * Reads a server-sent event stream piece by piece, however it is cut, for its usage: the
  * last `data:` event whose `usage` (or Anthropic's `message.usage`) names a cache figure.

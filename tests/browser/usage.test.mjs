@@ -3,7 +3,7 @@
 // answers and streams cut anywhere, and nothing when the provider says nothing.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { StreamUsage, cacheUsage, tokens, usageText } from '../../clients/sillytavern/usage.js';
+import { StreamUsage, askForUsage, cacheUsage, tokens, usageText } from '../../clients/sillytavern/usage.js';
 
 const OPENAI = { prompt_tokens: 41234, completion_tokens: 80, total_tokens: 41314,
     prompt_tokens_details: { cached_tokens: 37888, audio_tokens: 0 } };
@@ -93,4 +93,14 @@ test('a stream that reports no usage, or none about the cache, shows nothing', (
     readsAlike(': multillm-context-pages cp_a\n\n' + sse([chunk('"usage": {"prompt_cache_hit_tokens": 5}')]), null);
     readsAlike('data: {"usage": {broken\n\n', null);
     readsAlike('', null);
+});
+
+test('a stream asks for usage unless the include body already says', () => {
+    assert.deepEqual(askForUsage({ capabilities: ['x'] }), { capabilities: ['x'], stream_options: { include_usage: true } });
+    assert.deepEqual(askForUsage({ stream_options: { include_obfuscation: false } }),
+        { stream_options: { include_obfuscation: false, include_usage: true } });
+    assert.deepEqual(askForUsage({ stream_options: { include_usage: false } }), { stream_options: { include_usage: false } });
+    for (const odd of [null, 'yes', [1]]) assert.deepEqual(askForUsage({ stream_options: odd }), { stream_options: odd });
+    const asked = askForUsage({});
+    assert.deepEqual(askForUsage(asked), { stream_options: { include_usage: true } });     // sent again: unchanged
 });
