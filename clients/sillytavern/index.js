@@ -280,36 +280,19 @@ function showCount() {
     const out = on ? Number(state?.left_out || 0) : 0;
     el.replaceChildren();
     if (n > 0) {
-        const line = document.createElement('div');
-        line.innerHTML = '<i class="fa-solid fa-box-archive"></i> ';
-        const text = document.createElement('span');
         const f = state.figures;
-        text.textContent = `${n} page${n === 1 ? '' : 's'} stored`
-            + (f ? ` · ${kib(f.active_bytes)} of ${kib(f.limit_bytes)} KiB` : '');
-        line.append(text);
-        el.append(line);
+        el.append(iconLine('fa-box-archive', `${n} page${n === 1 ? '' : 's'} stored`
+            + (f ? ` · ${kib(f.active_bytes)} of ${kib(f.limit_bytes)} KiB` : '')));
     }
     const recalled = on && settings().recall && Array.isArray(state?.recall) ? state.recall.length : 0;
     if (recalled > 0) {
-        const line = document.createElement('div');
-        line.className = 'multillm-recall-note';
-        line.innerHTML = '<i class="fa-solid fa-wand-magic-sparkles"></i> ';
-        const text = document.createElement('span');
-        text.textContent = `${recalled} moment${recalled === 1 ? '' : 's'} recalled`;
-        line.append(text);
-        line.title = 'Stored exchanges the edge brought back for the latest message (Extensions → Stored context lists them).';
-        el.append(line);
+        el.append(iconLine('fa-wand-magic-sparkles', `${recalled} moment${recalled === 1 ? '' : 's'} recalled`,
+            'multillm-recall-note', 'Stored exchanges the edge brought back for the latest message (Extensions → Stored context lists them).'));
     }
     const cache = on ? usageText(state?.usage) : null;
     if (cache) {
-        const line = document.createElement('div');
-        line.className = 'multillm-cache-note';
-        line.innerHTML = '<i class="fa-solid fa-bolt"></i> ';
-        const text = document.createElement('span');
-        text.textContent = cache;
-        line.append(text);
-        line.title = 'What the provider reported for the latest request: its input, and the share its prompt cache served (billed at its cached price).';
-        el.append(line);
+        el.append(iconLine('fa-bolt', cache, 'multillm-cache-note',
+            'What the provider reported for the latest request: its input, and the share its prompt cache served (billed at its cached price).'));
     }
     if (out > 0) {
         const note = document.createElement('div');
@@ -321,6 +304,18 @@ function showCount() {
 }
 
 const kib = (bytes) => Math.round(Number(bytes) / 1024);
+
+/** One line of the indicator: a Font Awesome icon, then `text` (never parsed as HTML). */
+function iconLine(icon, text, className = '', title = '') {
+    const line = document.createElement('div');
+    line.className = className;
+    line.title = title;
+    line.innerHTML = `<i class="fa-solid ${icon}"></i> `;
+    const span = document.createElement('span');
+    span.textContent = text;
+    line.append(span);
+    return line;
+}
 
 /** The moments the edge recalled for the latest request ([] when none or not paged). */
 function recordRecall(moments) {
