@@ -78,6 +78,11 @@ export class StreamUsage {
 
     /** Feeds the next piece of text; `ended`: the stream ended after it. */
     push(text, ended = false) {
+        // A long line arriving in many pieces is split once, when it ends: linear.
+        if (!ended && !text.includes('\n')) {
+            this.rest += text;
+            return this;
+        }
         const lines = (this.rest + text).split('\n');
         this.rest = ended ? '' : lines.pop();
         for (const line of lines) this.line(line.replace(/\r$/, ''));
