@@ -52,11 +52,13 @@ class ScriptedModel:
     """The stand-in provider. `script(body)` → ("tool", page_id) | ("call", (tool name,
     arguments)) | ("text", text); the reply is streamed (SSE) or whole, as the request asks.
     `usage`, when set, is reported as a provider does: in a whole answer, and as a stream's
-    last event (`choices: []`) only when the request asks (`stream_options.include_usage`)."""
+    last event (`choices: []`) only when the request asks (`stream_options.include_usage`).
+    `pause`: seconds a stream waits between its events (a slow model, for Stop)."""
 
     def __init__(self):
         self.script = lambda body: ("text", "…")
         self.usage = None
+        self.pause = 0.0
         self._lock = threading.Lock()
         self.n = 0
 
@@ -91,7 +93,7 @@ class ScriptedModel:
             sse = [b"data: " + json.dumps({"id": f"chatcmpl-{self.n}", "object": "chat.completion.chunk",
                                            "created": 0, "model": "rp-st", **c}).encode() + b"\n\n"
                    for c in chunks] + [b"data: [DONE]\n\n"]
-            return Reply(headers=[("content-type", "text/event-stream")], chunks=sse)
+            return Reply(headers=[("content-type", "text/event-stream")], chunks=sse, delay=self.pause)
 
 
 @pytest.fixture(scope="module")

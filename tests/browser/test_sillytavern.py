@@ -1072,3 +1072,36 @@ def test_the_player_sees_what_the_providers_cache_served(page, edge, provider):
     finally:
         provider.model.usage = None
         set_streaming(page, False)
+
+
+def test_stop_still_ends_the_request_while_the_extension_reads_the_stream(page, edge, provider):
+    """The extension reads its copy of a stream to the end for the usage; the player's Stop
+    still ends the request all the way to the provider (no tokens billed past it), and the
+    stopped turn shows no cache use."""
+    to_recall_chat(page)
+    set_streaming(page, True)
+    begun = "Aurore starts to tell the tale of the " + "long, long " * 400
+    provider.clear()
+    provider.model.script = lambda body: ("text", begun)
+    provider.model.usage = {"prompt_tokens": 41234, "prompt_tokens_details": {"cached_tokens": 37888}}
+    # 15 s between events. SillyTavern 1.19 shows a stream's text a pause late (its server
+    # compresses the stream; the edge relays each event at once): a first event of 4 KB
+    # shows after the first pause, so Stop falls in the second, while the extension is
+    # still reading its copy.
+    provider.model.pause = 15.0
+    try:
+        send(page, "Tell me the whole tale, slowly.")
+        page.locator("#chat .mes_text").filter(has_text=begun.strip()).wait_for(timeout=90_000)
+        page.click("#mes_stop")
+        deadline = time.monotonic() + 20
+        while not (provider.sent and provider.sent[-1].closed_at):
+            assert time.monotonic() < deadline, "the provider's stream was not ended by Stop"
+            time.sleep(0.2)
+        assert not provider.sent[-1].done
+        wait_idle(page)
+        assert page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.usage") is None
+        assert page.locator(CACHE_NOTE).count() == 0
+    finally:
+        provider.model.pause = 0.0
+        provider.model.usage = None
+        set_streaming(page, False)
