@@ -22,6 +22,9 @@
 // - prompt cache (setting "Keep the provider's prompt cache warm"): the request declares
 //   `multillm_context_prompt_cache`, so the edge moves the paged boundary in steps and the
 //   prompt starts as the last one did; the sliding window cuts in steps too (window.js);
+// - cache use: the provider's usage on the edge's answer (a stream's final usage event,
+//   which the extension asks for with `stream_options.include_usage`) says how much of the
+//   input its prompt cache served; the indicator and the panel show it (usage.js);
 // - the "Stored context" panel: the player searches the stored exchanges and opens the
 //   one a hit quotes, or one of the moments recalled for the latest message;
 // - sessions, pages and search are called from the page: through SillyTavern's CORS
@@ -29,6 +32,7 @@
 import { yaml } from '../../../../lib.js';
 import { slideWindow, windowBudget, windowNeeded, windowStep } from './window.js';
 import { figures, leadingComments, recallList } from './stream.js';
+import { StreamUsage, askForUsage, cacheUsage, usageText } from './usage.js';
 
 const NAME = 'multillm_paging';
 const TOOL = 'multillm_context_retrieve';
@@ -191,6 +195,7 @@ function addEdgeFields(data, sessionId) {
     const ours = [...CAPABILITIES, ...(settings().recall ? [RECALL_CAPABILITY] : []),
         ...(settings().promptCache ? [PROMPT_CACHE_CAPABILITY] : [])];
     body.capabilities = [...caps, ...ours.filter(c => !caps.includes(c))];
+    if (data.stream) askForUsage(body);
     data.custom_include_body = JSON.stringify(body);
 }
 
@@ -275,25 +280,19 @@ function showCount() {
     const out = on ? Number(state?.left_out || 0) : 0;
     el.replaceChildren();
     if (n > 0) {
-        const line = document.createElement('div');
-        line.innerHTML = '<i class="fa-solid fa-box-archive"></i> ';
-        const text = document.createElement('span');
         const f = state.figures;
-        text.textContent = `${n} page${n === 1 ? '' : 's'} stored`
-            + (f ? ` · ${kib(f.active_bytes)} of ${kib(f.limit_bytes)} KiB` : '');
-        line.append(text);
-        el.append(line);
+        el.append(iconLine('fa-box-archive', `${n} page${n === 1 ? '' : 's'} stored`
+            + (f ? ` · ${kib(f.active_bytes)} of ${kib(f.limit_bytes)} KiB` : '')));
     }
     const recalled = on && settings().recall && Array.isArray(state?.recall) ? state.recall.length : 0;
     if (recalled > 0) {
-        const line = document.createElement('div');
-        line.className = 'multillm-recall-note';
-        line.innerHTML = '<i class="fa-solid fa-wand-magic-sparkles"></i> ';
-        const text = document.createElement('span');
-        text.textContent = `${recalled} moment${recalled === 1 ? '' : 's'} recalled`;
-        line.append(text);
-        line.title = 'Stored exchanges the edge brought back for the latest message (Extensions → Stored context lists them).';
-        el.append(line);
+        el.append(iconLine('fa-wand-magic-sparkles', `${recalled} moment${recalled === 1 ? '' : 's'} recalled`,
+            'multillm-recall-note', 'Stored exchanges the edge brought back for the latest message (Extensions → Stored context lists them).'));
+    }
+    const cache = on ? usageText(state?.usage) : null;
+    if (cache) {
+        el.append(iconLine('fa-bolt', cache, 'multillm-cache-note',
+            'What the provider reported for the latest request: its input, and the share its prompt cache served (billed at its cached price).'));
     }
     if (out > 0) {
         const note = document.createElement('div');
@@ -306,6 +305,18 @@ function showCount() {
 
 const kib = (bytes) => Math.round(Number(bytes) / 1024);
 
+/** One line of the indicator: a Font Awesome icon, then `text` (never parsed as HTML). */
+function iconLine(icon, text, className = '', title = '') {
+    const line = document.createElement('div');
+    line.className = className;
+    line.title = title;
+    line.innerHTML = `<i class="fa-solid ${icon}"></i> `;
+    const span = document.createElement('span');
+    span.textContent = text;
+    line.append(span);
+    return line;
+}
+
 /** The moments the edge recalled for the latest request ([] when none or not paged). */
 function recordRecall(moments) {
     const state = chatState();
@@ -315,6 +326,33 @@ function recordRecall(moments) {
     }
     showCount();
     renderRecall();
+}
+
+/** What the provider's cache served for the latest request of the chat whose `state` it
+ * is ({input, cached, written}, or null: the provider said nothing). */
+function recordUsage(state, usage) {
+    if (state && (state.usage ?? null) !== usage) {
+        state.usage = usage;
+        ctx().saveMetadataDebounced();
+    }
+    showCount();
+    renderUsage();
+}
+
+/** Reads the rest of a stream's copy for its usage (its last events) without holding ST's
+ * copy back: not awaited. A stream stopped or broken reports nothing. */
+async function readStreamUsage(state, reader, decoder, text, ended) {
+    const usage = new StreamUsage().push(text, ended);
+    try {
+        while (!ended) {
+            const chunk = await reader.read();
+            ended = chunk.done;
+            usage.push(decoder.decode(chunk.value || new Uint8Array(), { stream: !ended }), ended);
+        }
+    } catch {
+        return;
+    }
+    recordUsage(state, usage.usage);
 }
 
 /** The page count and, from an edge that reports them, the session's figures. */
@@ -355,10 +393,12 @@ async function inspect(response) {
         head = leadingComments(text, ended);
     }
     if (!text.startsWith('{')) {
-        reader.cancel();
         // An unpaged stream carries no comment: the count stays, nothing was recalled.
         if (head.pages) recordPages(head.pages.length, head.session);
         recordRecall(head.recall || []);
+        // The usage comes last: until then the latest request has none.
+        recordUsage(chatState(), null);
+        readStreamUsage(chatState(), reader, decoder, text, ended);
         return undefined;
     }
     while (!ended) {
@@ -375,6 +415,7 @@ async function inspect(response) {
     }
     recordPages(Array.isArray(doc.context_pages) ? doc.context_pages.length : 0, figures(doc.context_session));
     recordRecall(recallList(doc.context_recall));
+    recordUsage(chatState(), cacheUsage(doc.usage));
     return undefined;
 }
 
@@ -673,6 +714,21 @@ function momentHead(pageId, exchange, lead) {
     return { head, view };
 }
 
+/** What the provider's cache served for the latest request, in the Stored context panel. */
+function renderUsage() {
+    const line = document.getElementById('multillm_cache_usage');
+    if (!line) return;
+    const text = settings().enabled ? usageText(chatState()?.usage) : null;
+    line.textContent = text ? `Latest request: ${text}.` : '';
+}
+
+/** The open chat's figures: the indicator, and the panel's recalled moments and cache use. */
+function showChat() {
+    showCount();
+    renderRecall();
+    renderUsage();
+}
+
 /** The moments the edge recalled for the latest message, in the Stored context panel. */
 function renderRecall() {
     const list = document.getElementById('multillm_recall_list');
@@ -719,7 +775,7 @@ async function mountSettings() {
     $('#multillm_paging_enabled').prop('checked', s.enabled).on('change', function () {
         settings().enabled = this.checked;
         ctx().saveSettingsDebounced();
-        showCount();
+        showChat();
     });
     $('#multillm_paging_proxy').prop('checked', s.viaProxy).on('change', function () {
         settings().viaProxy = this.checked;
@@ -772,12 +828,10 @@ jQuery(async () => {
     watchGenerateResponses();
     eventSource.on(eventTypes.CHAT_COMPLETION_SETTINGS_READY, onSettingsReady);
     eventSource.on(eventTypes.CHAT_CHANGED, () => {
-        showCount();
-        renderRecall();
+        showChat();
         $('#multillm_search_results').empty();
     });
     eventSource.on(eventTypes.CHAT_DELETED, endSession);
     eventSource.on(eventTypes.GROUP_CHAT_DELETED, endSession);
-    showCount();
-    renderRecall();
+    showChat();
 });

@@ -50,10 +50,15 @@ def tier_clock():
 
 class ScriptedModel:
     """The stand-in provider. `script(body)` → ("tool", page_id) | ("call", (tool name,
-    arguments)) | ("text", text); the reply is streamed (SSE) or whole, as the request asks."""
+    arguments)) | ("text", text); the reply is streamed (SSE) or whole, as the request asks.
+    `usage`, when set, is reported as a provider does: in a whole answer, and as a stream's
+    last event (`choices: []`) only when the request asks (`stream_options.include_usage`).
+    `pause`: seconds a stream waits between its events (a slow model, for Stop)."""
 
     def __init__(self):
         self.script = lambda body: ("text", "…")
+        self.usage = None
+        self.pause = 0.0
         self._lock = threading.Lock()
         self.n = 0
 
@@ -75,16 +80,20 @@ class ScriptedModel:
             if not body.get("stream"):
                 doc = {"id": f"chatcmpl-{self.n}", "object": "chat.completion", "created": 0,
                        "model": "rp-st", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+                if self.usage is not None:
+                    doc["usage"] = self.usage
                 return Reply(chunks=[json.dumps(doc).encode()])
             delta = dict(message)
             if delta.get("tool_calls"):
                 delta["tool_calls"] = [{"index": 0, **delta["tool_calls"][0]}]
             chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
                       {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+            if self.usage is not None and (body.get("stream_options") or {}).get("include_usage"):
+                chunks.append({"choices": [], "usage": self.usage})
             sse = [b"data: " + json.dumps({"id": f"chatcmpl-{self.n}", "object": "chat.completion.chunk",
                                            "created": 0, "model": "rp-st", **c}).encode() + b"\n\n"
                    for c in chunks] + [b"data: [DONE]\n\n"]
-            return Reply(headers=[("content-type", "text/event-stream")], chunks=sse)
+            return Reply(headers=[("content-type", "text/event-stream")], chunks=sse, delay=self.pause)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""The SillyTavern extension's sliding window (clients/sillytavern/window.js) under
-`node --test`: pure functions, no SillyTavern or browser needed."""
+"""The SillyTavern extension's pure modules (clients/sillytavern/window.js, stream.js,
+usage.js) under `node --test`: no SillyTavern or browser needed."""
 
 from __future__ import annotations
 
@@ -10,20 +10,29 @@ from devkit.runner import ROOT
 from examples.context_tools import WINDOW_STEP, slide_window
 
 
-def test_window_logic_under_node():
-    r = subprocess.run(["node", "--test", str(ROOT / "tests" / "browser" / "window.test.mjs")],
+def node_test(name: str, tests: int) -> None:
+    """Runs tests/browser/<name> under `node --test`: every one of its `tests` passes."""
+    r = subprocess.run(["node", "--test", str(ROOT / "tests" / "browser" / name)],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "# fail 0" in r.stdout and "# pass 10" in r.stdout
+    assert "# fail 0" in r.stdout and f"# pass {tests}" in r.stdout
+
+
+def test_window_logic_under_node():
+    node_test("window.test.mjs", 10)
 
 
 def test_stream_head_reading_under_node():
     """The leading SSE comments (pages, figures, recalled moments) read whole however
     the stream is cut (clients/sillytavern/stream.js)."""
-    r = subprocess.run(["node", "--test", str(ROOT / "tests" / "browser" / "stream.test.mjs")],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "# fail 0" in r.stdout and "# pass 4" in r.stdout
+    node_test("stream.test.mjs", 4)
+
+
+def test_usage_reading_under_node():
+    """The provider's cache usage in its four shapes, from whole answers and from streams
+    cut anywhere; nothing when it says nothing; a stream asks for it unless the player's
+    include body already says (clients/sillytavern/usage.js)."""
+    node_test("usage.test.mjs", 7)
 
 
 SLIDE = """

@@ -1017,3 +1017,91 @@ def test_relevant_moments_come_back_without_a_tool_call(page, edge, provider):
         f"user: {RECALL_MOMENT[0]}", f"assistant: {RECALL_MOMENT[1]}"]
     panel.screenshot(path=str(DOCS / "sillytavern-recall.png"))
     close_drawers(page)
+
+
+# --- what the provider's cache served, shown to the player (README: Playing in SillyTavern)
+
+CACHE_NOTE = "#multillm_paging_indicator .multillm-cache-note"
+
+
+def test_the_player_sees_what_the_providers_cache_served(page, edge, provider):
+    """The stand-in provider reports cached tokens: in OpenAI's shape on a whole answer, in
+    Anthropic's (its `input_tokens` counts no cache read or write) as a stream's last event,
+    which the extension asked for (`stream_options.include_usage`). The top of the chat and
+    the Stored context panel show the input and the share the cache served; SillyTavern's
+    answer is what the provider streamed; a provider that says nothing shows nothing."""
+    to_recall_chat(page)
+    bodies = generate_bodies(page)
+    turns = [  # (streamed, usage the provider reports, the line the player reads)
+        (False, {"prompt_tokens": 41234, "completion_tokens": 12, "total_tokens": 41246,
+                 "prompt_tokens_details": {"cached_tokens": 37888}},
+         "input 41k tokens, 92 % from the provider's cache"),
+        (True, {"input_tokens": 1200, "cache_read_input_tokens": 36000, "cache_creation_input_tokens": 2800,
+                "output_tokens": 9},
+         "input 40k tokens, 90 % from the provider's cache, 2.8k written to it"),
+        (True, None, None),
+    ]
+    try:
+        for n, (streamed, usage, line) in enumerate(turns):
+            answer = f"Aurore counts the coins twice ({n}), ночью."
+            set_streaming(page, streamed)
+            provider.clear()
+            provider.model.usage = usage
+            provider.model.script = lambda body: ("text", answer)
+            clear_toasts(page)
+            send(page, f"How much did the ferry cost ({n})?")
+            page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+            wait_idle(page)
+            # SillyTavern got the answer as the provider sent it, whatever the extension read.
+            assert page.evaluate("() => SillyTavern.getContext().chat.at(-1).mes") == answer
+            [req] = chat_requests(provider)
+            asked = {"stream_options": {"include_usage": True}} if streamed else {}
+            assert {k: v for k, v in req.json().items() if k == "stream_options"} == asked
+            assert {k: v for k, v in json.loads(bodies[-1]["custom_include_body"]).items()
+                    if k == "stream_options"} == asked
+            if line:
+                page.locator(CACHE_NOTE).filter(has_text=line).wait_for(timeout=10_000)
+                assert page.locator(CACHE_NOTE).inner_text().strip() == line
+            else:
+                page.wait_for_function("() => SillyTavern.getContext().chatMetadata.multillm_paging.usage === null")
+                assert page.locator(CACHE_NOTE).count() == 0
+            panel = open_stored_context(page)
+            assert panel.locator("#multillm_cache_usage").inner_text() == (f"Latest request: {line}." if line else "")
+            close_drawers(page)
+            assert toasts(page) == []
+    finally:
+        provider.model.usage = None
+        set_streaming(page, False)
+
+
+def test_stop_still_ends_the_request_while_the_extension_reads_the_stream(page, edge, provider):
+    """The extension reads its copy of a stream to the end for the usage; the player's Stop
+    still ends the request all the way to the provider (no tokens billed past it), and the
+    stopped turn shows no cache use."""
+    to_recall_chat(page)
+    set_streaming(page, True)
+    begun = "Aurore starts to tell the tale of the " + "long, long " * 400
+    provider.clear()
+    provider.model.script = lambda body: ("text", begun)
+    provider.model.usage = {"prompt_tokens": 41234, "prompt_tokens_details": {"cached_tokens": 37888}}
+    # 15 s between events. SillyTavern 1.19 shows a stream's text a pause late (its server
+    # compresses the stream; the edge relays each event at once): a first event of 4 KB
+    # shows after the first pause, so Stop falls in the second, while the extension is
+    # still reading its copy.
+    provider.model.pause = 15.0
+    try:
+        send(page, "Tell me the whole tale, slowly.")
+        page.locator("#chat .mes_text").filter(has_text=begun.strip()).wait_for(timeout=90_000)
+        page.click("#mes_stop")
+        deadline = time.monotonic() + 20
+        while not (provider.sent and provider.sent[-1].closed_at):
+            assert time.monotonic() < deadline, "the provider's stream was not ended by Stop"
+            time.sleep(0.2)
+        assert not provider.sent[-1].done
+        wait_idle(page)
+        assert page.evaluate("() => SillyTavern.getContext().chatMetadata.multillm_paging.usage") is None
+        assert page.locator(CACHE_NOTE).count() == 0
+    finally:
+        provider.model.pause = 0.0
+        provider.model.usage = None
+        set_streaming(page, False)
