@@ -1,0 +1,47 @@
+// The stand-in provider for `npm start` with no provider key (docs/design.md §9): with
+// EDGE_STANDIN=1 the runner starts devkit/standin.py as its child and adds it to the
+// Worker's PROVIDERS as `standin`, for this run only. Nothing here reaches the upload:
+// a deployed Worker serves the stand-in only if an operator configures it.
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+export const STANDIN = "standin";
+const KEY_SECRET = "STANDIN_API_KEY";
+
+// The Worker's PROVIDERS (a JSON string or a TOML table) as an object, or null if invalid.
+function providersOf(value) {
+  if (value === undefined || value === null || value === "") return {};
+  if (typeof value === "object") return Array.isArray(value) ? null : value;
+  try {
+    const parsed = JSON.parse(value);
+    return parsed && typeof parsed === "object" && !Array.isArray(parsed) ? parsed : null;
+  } catch {
+    return null;
+  }
+}
+
+// Start the stand-in; resolves to the vars that point the Worker at it ({} if not served).
+// The child exits when its stdin closes, so it never outlives the runner.
+export async function standInVars(root, vars, log) {
+  const providers = providersOf(vars.PROVIDERS);
+  if (providers === null || STANDIN in providers) {
+    log(JSON.stringify({ runner: "standin", served: false,
+      reason: providers === null ? "PROVIDERS is invalid" : "PROVIDERS already names standin" }));
+    return {};
+  }
+  const venv = join(root, ".venv", "bin", "python");
+  const child = spawn(existsSync(venv) ? venv : "python3", ["-m", "devkit.standin"],
+    { cwd: root, stdio: ["pipe", "pipe", "inherit"] });
+  const stop = () => { if (child.exitCode === null) child.kill("SIGTERM"); };
+  process.on("exit", stop);
+  const first = await new Promise((done, fail) => {
+    createInterface({ input: child.stdout }).once("line", done);
+    child.once("exit", (code) => fail(new Error(`the stand-in exited (${code})`)));
+  });
+  const { url, model } = JSON.parse(first);
+  log(JSON.stringify({ runner: "standin", served: true, url, model }));
+  const entry = { base_url: `${url}/v1`, formats: ["chat", "responses", "messages"], api_key_secret: KEY_SECRET };
+  return { PROVIDERS: JSON.stringify({ ...providers, [STANDIN]: entry }), [KEY_SECRET]: "standin-local-only" };
+}
