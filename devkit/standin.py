@@ -18,14 +18,16 @@ import json
 import re
 import sys
 import time
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from devkit.fakes import FakeServer, Received, Reply
 
 PROVIDER = "standin"
 MODEL = f"{PROVIDER}:roleplay"
 #: A small window, so a chat of a few dozen exchanges pages (README: Quick start).
-WINDOW_TOKENS, MAX_OUTPUT_TOKENS = 4000, 512
+WINDOW_TOKENS, MAX_OUTPUT_TOKENS = 8000, 512
 API_KEY_SECRET = "STANDIN_API_KEY"
 FORMATS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 SEARCH, RETRIEVE = "multillm_context_search", "multillm_context_retrieve"
@@ -34,6 +36,46 @@ MARKER_START = "[multillm context]"
 RECALL_START = "Earlier moments that may be relevant"
 PAGE_ID = re.compile(r"cp_[A-Za-z0-9_-]+")
 LATEST_SHOWN = 60        # characters of the latest user message the reply quotes
+
+
+# --------------------------------------------------------------- when it is served
+
+DOTENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
+
+
+def dotenv(text: str) -> dict[str, str]:
+    """A .dev.vars file as the runner reads it (runner/dev.mjs parseDotenv)."""
+    out = {}
+    for line in text.splitlines():
+        m = DOTENV_LINE.match(line)
+        if m:
+            v = m.group(2).strip()
+            out[m.group(1)] = v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v
+    return out
+
+
+def provider_key_configured(local: dict[str, str], toml_vars: dict) -> bool:
+    """Whether a provider PROVIDERS names has its key: `local` (.dev.vars) overrides the
+    [vars] of wrangler.toml, and secrets come from `local` only. An unreadable PROVIDERS
+    counts as none configured (the Worker reports it: /healthz config_errors)."""
+    providers = local.get("PROVIDERS", toml_vars.get("PROVIDERS", "{}"))
+    if isinstance(providers, str):
+        try:
+            providers = json.loads(providers or "{}")
+        except ValueError:
+            return False
+    if not isinstance(providers, dict):
+        return False
+    return any(isinstance(p, dict) and local.get(str(p.get("api_key_secret")), "").strip()
+               for p in providers.values())
+
+
+def wanted(root: Path, vars_file: Path | None = None) -> bool:
+    """`npm start` serves the stand-in when no provider key is configured."""
+    local_file = vars_file or root / ".dev.vars"
+    local = dotenv(local_file.read_text(encoding="utf-8")) if local_file.exists() else {}
+    toml_vars = tomllib.loads((root / "wrangler.toml").read_text(encoding="utf-8")).get("vars", {})
+    return not provider_key_configured(local, toml_vars)
 
 
 # --------------------------------------------------------------- what reached it
