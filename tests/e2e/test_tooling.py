@@ -60,7 +60,7 @@ def run_setup(tmp_path, script, *args):
     project = tmp_path / "project"
     (project / "scripts").mkdir(parents=True)
     for name in ("package.json", "package-lock.json", "pyproject.toml", "requirements-test.txt",
-                 "scripts/setup.sh", "scripts/setup-browser.sh"):
+                 "requirements-examples.txt", "scripts/setup.sh", "scripts/setup-browser.sh"):
         (project / name).write_bytes((ROOT / name).read_bytes())
     bin_dir, log = fake_tools(tmp_path)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "SILLYTAVERN_DIR": str(tmp_path / "st")}
@@ -70,9 +70,11 @@ def run_setup(tmp_path, script, *args):
     return log.read_text()
 
 
-def test_npm_start_setup_installs_the_worker_only(tmp_path):
+def test_npm_start_setup_installs_the_worker_and_the_examples_only(tmp_path):
+    """`npm start` installs what the examples import (README: Examples), not the test tiers."""
     calls = run_setup(tmp_path, "setup.sh")
     assert "npm ci" in calls and "-m pip download" in calls and "snowballstemmer==" in calls
+    assert "-m pip install --quiet --disable-pip-version-check -r requirements-examples.txt" in calls
     assert "requirements-test.txt" not in calls and "sillytavern" not in calls and "apt-get" not in calls
 
 
