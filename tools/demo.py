@@ -150,7 +150,7 @@ def exchanges_of(history: list[dict]) -> list[list[dict]]:
 def paged_runs(history: list[dict], by_sha: dict):
     """(number of the first exchange, the messages, the page) for each run of the client's
     consecutive exchanges whose compact JSON is a page's bytes (a page may hold a block
-    of exchanges, docs/design.md §5.6), in history order."""
+    of exchanges, docs/design.md §5.7), in history order."""
     exchanges = exchanges_of(history)
     for a in range(len(exchanges)):
         for b in range(a + 1, len(exchanges) + 1):

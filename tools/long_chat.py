@@ -11,8 +11,8 @@ exchanges (each a user line and the narrator's answer), and the latest user mess
 capabilities retrieve and search (`--recall` adds recall). The model defaults to the
 stand-in `npm start` serves with no provider key (devkit/standin.py), whose window is
 small enough that the chat pages. It saves the whole answer (`--out`, default
-answer.json) and prints the reply (or the tool call the model made), then `# ` lines:
-the pages of the request and the moments recalled. An HTTP or connection error is one
+answer.json) and prints the reply (or the tool call the model made), then the number of
+pages in the request and the moments recalled. An HTTP or connection error is one
 line on stderr and exit status 1. Standard library only.
 """
 
@@ -102,9 +102,9 @@ def show(answer: dict) -> None:
     if message.get("content"):
         print(message["content"])
     pages = answer.get("context_pages")
-    print(f"# pages in this request: {len(pages)}" if pages is not None else "# not paged")
+    print(f"pages in this request: {len(pages)}" if pages is not None else "not paged")
     for m in answer.get("context_recall") or []:
-        print(f"# recalled: {m['page_id']} exchange {m['exchange']} (score {m['score']})")
+        print(f"recalled: {m['page_id']} exchange {m['exchange']} (score {m['score']})")
 
 
 def main(argv=None) -> int:
