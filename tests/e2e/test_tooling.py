@@ -83,8 +83,13 @@ def test_the_test_and_browser_setup_adds_the_tiers(tmp_path):
     assert "-r requirements-test.txt" in calls and "install --no-audit --no-fund --loglevel=error --no-save sillytavern@1.19.0" in calls
 
 
-def demo_credentials(state):
-    env = {**__import__("os").environ, "EDGE_STATE_DIR": str(state)}
+def demo_credentials(state, provider_key=""):
+    """tools/demo_credentials.py on `state`, the vars `.dev.vars.example` with `provider_key`
+    as the OpenAI key."""
+    vars_file = state.parent / "vars.env"
+    vars_file.write_text((ROOT / ".dev.vars.example").read_text().replace(
+        "OPENAI_API_KEY=\n", f"OPENAI_API_KEY={provider_key}\n"))
+    env = {**__import__("os").environ, "EDGE_STATE_DIR": str(state), "EDGE_VARS_FILE": str(vars_file)}
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "demo_credentials.py")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -96,7 +101,12 @@ def test_npm_start_makes_the_demo_key_once_and_reuses_it(tmp_path):
     state = tmp_path / "state"
     first = demo_credentials(state)
     assert first["reused"] is False and first["key"].startswith("rpk_")
+    assert first["standin"] == "standin:roleplay"              # no provider key: the stand-in serves
     assert demo_credentials(state) == {**first, "reused": True}
+    models = wrangler("d1", "execute", "INTELLIGENCE_DB", "--local", "--persist-to", str(state), "--json",
+                      "--command", "SELECT input_tokens FROM models WHERE model = 'standin:roleplay'")
+    assert json.loads(models.stdout)[0]["results"] == [{"input_tokens": 8000}]
+    assert demo_credentials(state, provider_key="sk-real")["standin"] is None
     keys = wrangler("d1", "execute", "INTELLIGENCE_DB", "--local", "--persist-to", str(state), "--json",
                     "--command", "SELECT COUNT(*) AS n FROM roleplay_keys")
     assert json.loads(keys.stdout)[0]["results"] == [{"n": 1}]               # one key, not one per start
