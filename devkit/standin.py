@@ -1,8 +1,8 @@
 """The stand-in provider: a local model that needs no key and tells what reached it.
 
 `npm start` serves it through the local runner when no provider key is configured
-(`runner/dev.mjs`, `EDGE_STANDIN=1`, docs/design.md §9), `npm run demo` runs it in its own
-process; it is never part of the uploaded Worker. It answers the three wire formats
+(`runner/standin.mjs`, `EDGE_STANDIN=1`, docs/design.md §9) and `npm run demo` runs it
+inside the demo's process; it is never part of the uploaded Worker. It answers the three wire formats
 (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`), streaming or not, and its
 reply says what reached it: how many messages, whether a marker and how many page
 handles, how many recalled moments, and the start of the latest user message. When the
@@ -28,7 +28,6 @@ PROVIDER = "standin"
 MODEL = f"{PROVIDER}:roleplay"
 #: A small window, so a chat of a few dozen exchanges pages (README: Quick start).
 WINDOW_TOKENS, MAX_OUTPUT_TOKENS = 8000, 512
-API_KEY_SECRET = "STANDIN_API_KEY"
 FORMATS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 SEARCH, RETRIEVE = "multillm_context_search", "multillm_context_retrieve"
 # The edge's own texts (src/multillm_edge/formats, core/recall), read as a provider would.
