@@ -39,6 +39,7 @@ export async function standInVars(root, vars, log) {
   const first = await new Promise((done, fail) => {
     createInterface({ input: child.stdout }).once("line", done);
     child.once("exit", (code) => fail(new Error(`the stand-in exited (${code})`)));
+    child.once("error", fail);          // no Python to start it with
   });
   const { url, model } = JSON.parse(first);
   log(JSON.stringify({ runner: "standin", served: true, url, model }));
