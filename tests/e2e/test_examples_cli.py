@@ -1,15 +1,19 @@
 """The examples as a newcomer runs them after `npm start` (README: Examples), against
 the runner's stand-in model: `--history FILE` continues one chat in one session, a
 failed run stores nothing and leaves no session open, and an HTTP or connection error
-is one line with its status, code and message — never a traceback."""
+is one line with its status, code and message — never a traceback. So is the quick
+start's tools/long_chat.py."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from devkit import roleplay as rp
 from devkit import standin
-from devkit.runner import Edge
+from devkit.runner import ROOT, Edge
 from tests.support.examples import reported, run_example
 
 EXAMPLES = [("context_tools",), ("retrieve_loop",), ("context_tools_sdks", "--api", "messages")]
@@ -72,3 +76,15 @@ def test_a_refused_key_is_one_line(edge):
                        key="rpk_not_a_key_the_edge_knows")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("error: 4") and "Traceback" not in done.stderr
+
+
+def test_the_quick_starts_chat_says_what_is_missing_in_one_line(tmp_path):
+    """tools/long_chat.py (README: Quick start): no credentials, or no edge, is one line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KEY", "SESSION", "EDGE_URL")}
+    command = [sys.executable, str(ROOT / "tools" / "long_chat.py")]
+    bare = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and "set KEY and SESSION (npm start prints them)" in bare.stderr
+    env.update(KEY="rpk_x", SESSION="rps_x", EDGE_URL="http://127.0.0.1:9")
+    away = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert away.returncode == 1 and away.stdout == "" and not (tmp_path / "answer.json").exists()
+    assert away.stderr.splitlines() == ["error: cannot reach the edge: [Errno 111] Connection refused"]
