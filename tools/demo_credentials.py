@@ -6,7 +6,8 @@ registers two models; it keeps the key and session in .wrangler/demo-credentials
 (git-ignored, local state only; in EDGE_STATE_DIR when set). Later starts check both are still valid in the local
 D1 (one statement) and reuse them; a wiped state or a revoked key makes new ones.
 With no provider key configured, `npm start` serves the stand-in provider
-(devkit/standin.py): its model is registered too, on any start that lacks it.
+(devkit/standin.py): its model is registered too, on any start that lacks it, and
+removed by a start that finds a provider key.
 Prints the credentials as JSON on stdout, `standin` the stand-in's model id (or null).
 """
 
@@ -37,6 +38,9 @@ SELECT (SELECT COUNT(*) FROM roleplay_keys WHERE key_sha256 = ?1 AND principal =
        (SELECT COUNT(*) FROM models WHERE model = ?4) AS standin
 """
 STANDIN_MODEL = (standin.MODEL, standin.WINDOW_TOKENS, standin.MAX_OUTPUT_TOKENS)
+# Once a provider key is set the stand-in is not served: its model goes, or /healthz
+# would name `standin` under missing_providers.
+SQL_DROP_STANDIN = "DELETE FROM models WHERE model = ?1"
 
 
 def _args():
@@ -75,6 +79,8 @@ async def credentials(with_standin: bool) -> tuple[dict, bool]:
         if valid:
             if with_standin and not registered:
                 await set_models(db, [STANDIN_MODEL])
+            elif registered and not with_standin:
+                await db.run(SQL_DROP_STANDIN, [standin.MODEL])
             return creds, True
     except (OSError, ValueError, KeyError, TypeError):
         pass

@@ -103,10 +103,13 @@ def test_npm_start_makes_the_demo_key_once_and_reuses_it(tmp_path):
     assert first["reused"] is False and first["key"].startswith("rpk_")
     assert first["standin"] == "standin:roleplay"              # no provider key: the stand-in serves
     assert demo_credentials(state) == {**first, "reused": True}
-    models = wrangler("d1", "execute", "INTELLIGENCE_DB", "--local", "--persist-to", str(state), "--json",
-                      "--command", "SELECT input_tokens FROM models WHERE model = 'standin:roleplay'")
-    assert json.loads(models.stdout)[0]["results"] == [{"input_tokens": 8000}]
-    assert demo_credentials(state, provider_key="sk-real")["standin"] is None
+    def standin_model():
+        done = wrangler("d1", "execute", "INTELLIGENCE_DB", "--local", "--persist-to", str(state), "--json",
+                        "--command", "SELECT input_tokens FROM models WHERE model = 'standin:roleplay'")
+        return json.loads(done.stdout)[0]["results"]
+    assert standin_model() == [{"input_tokens": 8000}]
+    # A provider key set: no stand-in, and its model goes (else /healthz: missing_providers).
+    assert demo_credentials(state, provider_key="sk-real")["standin"] is None and standin_model() == []
     keys = wrangler("d1", "execute", "INTELLIGENCE_DB", "--local", "--persist-to", str(state), "--json",
                     "--command", "SELECT COUNT(*) AS n FROM roleplay_keys")
     assert json.loads(keys.stdout)[0]["results"] == [{"n": 1}]               # one key, not one per start
