@@ -16,7 +16,8 @@ from devkit import standin
 from devkit.runner import ROOT, Edge
 from tests.support.examples import reported, run_example
 
-EXAMPLES = [("context_tools",), ("retrieve_loop",), ("context_tools_sdks", "--api", "messages")]
+EXAMPLES = [("context_tools",), ("retrieve_loop",), ("context_tools_sdks", "--api", "messages"),
+            ("context_tools_sdks", "--api", "responses")]
 
 
 @pytest.fixture(scope="module")
