@@ -22,15 +22,9 @@ function providersOf(value) {
   }
 }
 
-// Start the stand-in; resolves to the vars that point the Worker at it ({} if not served).
-// The child exits when its stdin closes, so it never outlives the runner.
-export async function standInVars(root, vars, log) {
-  const providers = providersOf(vars.PROVIDERS);
-  if (providers === null || STANDIN in providers) {
-    log(JSON.stringify({ runner: "standin", served: false,
-      reason: providers === null ? "PROVIDERS is invalid" : "PROVIDERS already names standin" }));
-    return {};
-  }
+// Start the stand-in (at the runner's start, while Pyodide loads); resolves to its URL
+// and a stop. The child exits when its stdin closes, so it never outlives the runner.
+export async function startStandIn(root) {
   const venv = join(root, ".venv", "bin", "python");
   const child = spawn(existsSync(venv) ? venv : "python3", ["-m", "devkit.standin"],
     { cwd: root, stdio: ["pipe", "pipe", "inherit"] });
@@ -41,7 +35,20 @@ export async function standInVars(root, vars, log) {
     child.once("exit", (code) => fail(new Error(`the stand-in exited (${code})`)));
     child.once("error", fail);          // no Python to start it with
   });
-  const { url, model } = JSON.parse(first);
+  return { ...JSON.parse(first), stop };
+}
+
+// The vars that point the Worker at a started stand-in ({} and the stand-in stopped if
+// PROVIDERS is invalid or already names one).
+export function standInVars(started, vars, log) {
+  const providers = providersOf(vars.PROVIDERS);
+  if (providers === null || STANDIN in providers) {
+    started.stop();
+    log(JSON.stringify({ runner: "standin", served: false,
+      reason: providers === null ? "PROVIDERS is invalid" : "PROVIDERS already names standin" }));
+    return {};
+  }
+  const { url, model } = started;
   log(JSON.stringify({ runner: "standin", served: true, url, model }));
   const entry = { base_url: `${url}/v1`, formats: ["chat", "responses", "messages"], api_key_secret: KEY_SECRET };
   return { PROVIDERS: JSON.stringify({ ...providers, [STANDIN]: entry }), [KEY_SECRET]: "standin-local-only" };

@@ -9,6 +9,7 @@ import pytest
 
 from devkit import roleplay as rp
 from devkit import standin
+from devkit.fakes import FakeServer
 from devkit.runner import Edge
 from tools import long_chat
 
@@ -161,3 +162,19 @@ def test_a_streamed_tool_call_and_the_turn_that_answers_it(edge, player):
     text = edge.client.post("/v1/chat/completions", headers=player.headers(), json=body).json()[
         "choices"][0]["message"]["content"]
     assert text.endswith('latest user message: "multillm_context_retrieve"; the last message is a tool result.')
+
+
+def test_an_operators_standin_provider_is_left_as_configured(tmp_path):
+    """PROVIDERS that already names `standin` keeps its own: the runner serves none."""
+    with FakeServer() as own:
+        providers = {"standin": {"base_url": own.url + "/v1", "formats": ["chat"], "api_key_secret": "OWN_KEY"}}
+        vars = {"CONTEXT_PAGING_ENABLED": "true", "MEDIA_SIGNING_SECRET": rp.SIGNING_SECRET,
+                "PROVIDERS": json.dumps(providers), "OWN_KEY": "sk-own"}
+        with Edge(tmp_path, vars=vars, extra_env={"EDGE_STANDIN": "1"}) as e:
+            rp.set_model(e, MODEL, standin.WINDOW_TOKENS, standin.MAX_OUTPUT_TOKENS)
+            p = rp.new_player(e)
+            r = e.client.post("/v1/chat/completions", headers=p.headers(),
+                              json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]})
+            assert r.status_code == 200 and r.json() == {"ok": True}       # the operator's server answered
+            assert own.received[0].headers["authorization"] == "Bearer sk-own"
+            assert [log["served"] for log in e.logs() if log.get("runner") == "standin"] == [False]
