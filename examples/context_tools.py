@@ -27,7 +27,7 @@ From the repository root, one turn against an edge (the reply, then `# ` lines: 
 session, the pages of the request, the moments recalled, the messages left out;
 `--help` for the rest):
 
-    ROLEPLAY_KEY=rpk_… python -m examples.context_tools --model openai:gpt-4o-mini \
+    ROLEPLAY_KEY=$KEY .venv/bin/python -m examples.context_tools --model standin:roleplay \
         --history chat.json "Where did we leave the silver compass?"
 """
 
@@ -44,6 +44,7 @@ import openai
 if __package__ in (None, ""):   # run as a file: the repository root, for `examples.…`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from examples._cli import open_session  # noqa: E402
 from examples.retrieve_loop import _assistant_message, fetch_page  # noqa: E402
 
 RETRIEVE, SEARCH = "multillm_context_retrieve", "multillm_context_search"
@@ -72,12 +73,6 @@ def context_recall(reply) -> list | None:
 def recall_lines(recall: list | None) -> list[str]:
     """What the edge brought back for the latest message, one line per exchange."""
     return [f"recalled: {m['page_id']} exchange {m['exchange']} (score {m['score']:.2f})" for m in recall or []]
-
-
-def open_session(http: httpx.Client, edge_url: str, key: str) -> str:
-    r = http.post(f"{edge_url.rstrip('/')}/v1/roleplay/sessions", headers={"Authorization": f"Bearer {key}"})
-    r.raise_for_status()
-    return r.json()["session_id"]
 
 
 def search_pages(http: httpx.Client, edge_url: str, key: str, session_id: str, args: dict) -> str:
@@ -238,20 +233,25 @@ def main(argv=None) -> None:
     p.add_argument("--no-window", action="store_true", help="never leave the oldest messages out")
     args = p.parse_args(argv)
     key = _cli.roleplay_key(p)
-    messages = _cli.load_history(args.history) + [{"role": "user", "content": args.message}]
-    with httpx.Client(timeout=120) as http:
-        session = Session(args.session or _cli.open_session(http, args.edge_url, key))
+    history = _cli.load_history(args.history)
+    messages = history.messages + [{"role": "user", "content": args.message}]
+    with httpx.Client(timeout=120) as http, _cli.session(http, args, key, history) as held:
+        session = Session(held.id)
         client = openai.OpenAI(api_key=key, base_url=args.edge_url.rstrip("/") + "/v1", max_retries=0)
-        reply = run_turn(client, http, args.edge_url, key, session, messages, model=args.model,
-                         window=not args.no_window, max_tokens=args.max_tokens)
+        try:
+            reply = run_turn(client, http, args.edge_url, key, session, messages, model=args.model,
+                             window=not args.no_window, max_tokens=args.max_tokens)
+        finally:
+            held.id = session.id        # a session replaced at its allowance (run_turn)
     message = reply.choices[0].message
     if not message.tool_calls:          # else the rounds ran out: not kept
         messages.append({"role": "assistant", "content": message.content})
-    _cli.save_history(args.history, messages)
+    _cli.save_history(args.history, session.id, messages)
     _cli.report(session.id, message.content, reply.model_extra)
     if session.left_out:
         print(f"# left out: {session.left_out} oldest messages (still in the history)")
 
 
 if __name__ == "__main__":
-    main()
+    from examples import _cli
+    sys.exit(_cli.run(main))

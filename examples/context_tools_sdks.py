@@ -14,8 +14,8 @@ is on the answer, `recall_lines(context_recall(reply))`.
 From the repository root, one turn against an edge (`--api responses` or `messages`;
 the reply, then `# ` lines: the session, the pages of the request, the moments recalled):
 
-    ROLEPLAY_KEY=rpk_… python -m examples.context_tools_sdks --api messages \
-        --model anthropic:claude-sonnet-4-5 --history chat.json "Who holds the compass?"
+    ROLEPLAY_KEY=$KEY .venv/bin/python -m examples.context_tools_sdks --api messages \
+        --model standin:roleplay --history chat.json "Who holds the compass?"
 """
 
 from __future__ import annotations
@@ -86,26 +86,27 @@ def main(argv=None) -> None:
                    help="the wire format: OpenAI Responses or Anthropic Messages")
     args = p.parse_args(argv)
     key = _cli.roleplay_key(p)
-    items = _cli.load_history(args.history) + [{"role": "user", "content": args.message}]
+    history = _cli.load_history(args.history)
+    items = history.messages + [{"role": "user", "content": args.message}]
     base = args.edge_url.rstrip("/")
-    with httpx.Client(timeout=120) as http:
-        session_id = args.session or _cli.open_session(http, base, key)
+    with httpx.Client(timeout=120) as http, _cli.session(http, args, key, history) as session:
         if args.api == "responses":
             import openai
             client = openai.OpenAI(api_key=key, base_url=base + "/v1", max_retries=0)
-            reply = responses_turn(client, http, base, key, session_id, items, model=args.model,
+            reply = responses_turn(client, http, base, key, session.id, items, model=args.model,
                                    max_output_tokens=args.max_tokens)
         else:
             import anthropic
             client = anthropic.Anthropic(api_key=key, base_url=base, max_retries=0)
-            reply = messages_turn(client, http, base, key, session_id, items, model=args.model,
+            reply = messages_turn(client, http, base, key, session.id, items, model=args.model,
                                   max_tokens=args.max_tokens)
     text = _reply_text(args.api, reply)
     if text:                            # else the rounds ran out on a tool call: not kept
         items.append({"role": "assistant", "content": text})
-    _cli.save_history(args.history, items)
-    _cli.report(session_id, text, getattr(reply, "model_extra", None))
+    _cli.save_history(args.history, session.id, items)
+    _cli.report(session.id, text, getattr(reply, "model_extra", None))
 
 
 if __name__ == "__main__":
-    main()
+    from examples import _cli
+    sys.exit(_cli.run(main))

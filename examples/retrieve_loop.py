@@ -23,7 +23,7 @@ tool-call messages and tool results of this turn, so the next turn sends them to
 From the repository root, one turn against an edge (the reply, then `# ` lines: the
 session, the pages of the request, the moments recalled; `--help` for the rest):
 
-    ROLEPLAY_KEY=rpk_… python -m examples.retrieve_loop --model openai:gpt-4o-mini \
+    ROLEPLAY_KEY=$KEY .venv/bin/python -m examples.retrieve_loop --model standin:roleplay \
         --history chat.json "What did we bury under the old mill?"
 """
 
@@ -130,18 +130,19 @@ def main(argv=None) -> None:
     p = _cli.parser(__doc__, "examples.retrieve_loop")
     args = p.parse_args(argv)
     key = _cli.roleplay_key(p)
-    messages = _cli.load_history(args.history) + [{"role": "user", "content": args.message}]
-    with httpx.Client(timeout=120) as http:
-        session_id = args.session or _cli.open_session(http, args.edge_url, key)
+    history = _cli.load_history(args.history)
+    messages = history.messages + [{"role": "user", "content": args.message}]
+    with httpx.Client(timeout=120) as http, _cli.session(http, args, key, history) as session:
         client = openai.OpenAI(api_key=key, base_url=args.edge_url.rstrip("/") + "/v1", max_retries=0)
-        reply = run_turn(client, args.edge_url, key, session_id, messages, model=args.model,
+        reply = run_turn(client, args.edge_url, key, session.id, messages, model=args.model,
                          max_tokens=args.max_tokens, http=http)
     message = reply.choices[0].message
     if not message.tool_calls:          # else a tool this loop does not run: not kept
         messages.append({"role": "assistant", "content": message.content})
-    _cli.save_history(args.history, messages)
-    _cli.report(session_id, message.content, reply.model_extra)
+    _cli.save_history(args.history, session.id, messages)
+    _cli.report(session.id, message.content, reply.model_extra)
 
 
 if __name__ == "__main__":
-    main()
+    from examples import _cli
+    sys.exit(_cli.run(main))

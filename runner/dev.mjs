@@ -15,6 +15,8 @@
 //                     and R2; and GET /cdn-cgi/handler/scheduled, which fires the Worker's
 //                     `scheduled` handler as `wrangler dev --test-scheduled` does
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
+//   EDGE_STANDIN=1    also serve the stand-in provider (devkit/standin.py) as `standin`
+//                     in PROVIDERS; `npm start` sets it when no provider key is configured
 //   EDGE_BUNDLE_DIR   run the upload instead of src/: a `wrangler deploy --dry-run --outdir`
 //                     directory (entry.py, multillm_edge/, python_modules/); no wheel
 //                     from .cache is installed (docs/deploy.md)
@@ -27,6 +29,7 @@ import { fileURLToPath } from "node:url";
 import { getPlatformProxy } from "wrangler";
 import { counts, faults, presentEnv } from "./bindings.mjs";
 import { loadWorker } from "./pyodide-host.mjs";
+import { startStandIn, standInVars } from "./standin.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const log = (line) => process.stdout.write(line.endsWith("\n") ? line : line + "\n");
@@ -60,6 +63,7 @@ const migrated = new Promise((done, fail) => execFile(process.execPath,
   [wranglerBin, "d1", "migrations", "apply", "INTELLIGENCE_DB", "--local", "--persist-to", stateDir],
   { cwd: root, env: { ...process.env, CI: "true", WRANGLER_SEND_METRICS: "false" } },
   (err, _out, stderr) => (err ? fail(new Error(`migrations failed: ${stderr}`)) : done())));
+const standIn = process.env.EDGE_STANDIN === "1" ? startStandIn(root) : null;
 const worker = loadWorker({
   root, srcDir: join(root, "src"), mainPath: process.env.EDGE_MAIN && resolve(process.env.EDGE_MAIN),
   bundleDir: process.env.EDGE_BUNDLE_DIR && resolve(process.env.EDGE_BUNDLE_DIR),
@@ -81,6 +85,7 @@ const overrides = process.env.EDGE_VARS_FILE ? parseDotenv(readFileSync(process.
 for (const name of (process.env.EDGE_UNBIND ?? "").split(",").filter(Boolean)) overrides[name] = null;
 const declared = declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8"));
 let proxy = await startProxy();
+if (standIn) Object.assign(overrides, standInVars(await standIn, { ...proxy.env, ...overrides }, log));
 let env = presentEnv(proxy.env, declared, overrides);
 
 const { main, pyodide } = await worker;

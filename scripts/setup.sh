@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the Worker and its local runner need: npm packages (wrangler, Pyodide),
-# a Python venv for the admin CLI, and the pinned wheels the runner loads into Pyodide.
+# a Python venv for the admin CLI and the examples (requirements-examples.txt), and the
+# pinned wheels the runner loads into Pyodide.
 # `setup.sh tests` adds the test dependencies (requirements-test.txt); the browser tier's
 # Chromium and SillyTavern are scripts/setup-browser.sh (`npm run setup:browser`).
 # Idempotent: each step is skipped while what it installed matches its lock file, so a
@@ -15,8 +16,13 @@ if [ "$(cat node_modules/.installed-from 2>/dev/null)" != "$want" ]; then
   echo "$want" > node_modules/.installed-from
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
+want=$(stamp requirements-examples.txt)
+if [ "$(cat .venv/.examples-from 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-examples.txt
+  echo "$want" > .venv/.examples-from
+fi
 if [ "${1:-}" = tests ]; then
-  want=$(stamp requirements-test.txt)
+  want=$(stamp requirements-test.txt requirements-examples.txt)
   if [ "$(cat .venv/.installed-from 2>/dev/null)" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
     echo "$want" > .venv/.installed-from

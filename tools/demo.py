@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """`npm run demo`: reversible context paging, end to end, with only local parts.
 
-1. a stand-in provider (a small local HTTP server answering OpenAI chat completions
-   and recording every request it receives);
+1. the stand-in provider `npm start` serves with no provider key (devkit/standin.py),
+   here in this process, recording every request it receives;
 2. the local runner (`node runner/dev.mjs`, real Pyodide + local D1/R2) with its own
    state under .wrangler/demo-state and a vars file turning paging on;
 3. a key, a policy, a session and a small model window, made with the admin CLI;
@@ -32,8 +32,9 @@ import openai
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from devkit.fakes import FakeServer, Reply  # noqa: E402  (the same local parts the tests use)
-from devkit.runner import Edge  # noqa: E402
+from devkit.runner import Edge  # noqa: E402  (the same local parts the tests use)
+from devkit.standin import StandIn  # noqa: E402
+from tools.long_chat import USER_LINES  # noqa: E402
 STATE = ROOT / ".wrangler" / "demo-state"
 PRINCIPAL = "demo-player"
 PROVIDER = "standin"
@@ -103,62 +104,6 @@ def compact(obj) -> bytes:
 
 
 # ---------------------------------------------------------------------------
-# The stand-in provider
-# ---------------------------------------------------------------------------
-
-NARRATION = [
-    "Aurore kneels by the stream and reads the mud: boot prints, three days old, heading north — "
-    "toward the ruined watchtower. «Whoever came this way was in a hurry,» she murmurs.",
-    "The wind turns. Somewhere beyond the pines a bell rings once, then falls silent. Aurore's hand "
-    "finds the hilt of her knife; the lantern's glow trembles on the wet bark.",
-    "She laughs, low and surprised. «You have a better eye than most city folk.» She passes you the "
-    "waterskin; it smells of juniper and smoke. 夜の森 is never this quiet, she adds.",
-    "The path narrows between two standing stones carved with spirals. Moss has eaten half the "
-    "runes, but Aurore traces one with a fingertip: a warning, or a welcome — she is not sure.",
-    "Night gathers. Aurore builds a small fire in the lee of a boulder and sets a pot of barley to "
-    "simmer. Above, the moon 🌙 slips between clouds like a coin between fingers.",
-]
-
-
-class StandIn(FakeServer):
-    """A local OpenAI-compatible chat completions server that records what it receives."""
-
-    def __init__(self):
-        super().__init__(self._reply)
-
-    def _reply(self, rec) -> Reply:
-        if rec.path != "/v1/chat/completions":
-            return Reply(status=404, chunks=[compact({"error": {"message": "not found"}})])
-        return Reply(chunks=[compact(self.answer(rec.json(), len(self.received)))])
-
-    @staticmethod
-    def answer(body: dict, n: int) -> dict:
-        last = body["messages"][-1]
-        tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
-        message: dict = {"role": "assistant", "content": None}
-        finish = "stop"
-        if last.get("role") == "user" and "roll" in str(last.get("content")).lower() \
-                and "roll_dice" in tools:
-            message["tool_calls"] = [{"id": f"call_standin_{n:03d}", "type": "function",
-                                      "function": {"name": "roll_dice",
-                                                   "arguments": '{"sides": 20, "reason": "perception"}'}}]
-            finish = "tool_calls"
-        elif last.get("role") == "tool":
-            roll = json.loads(last["content"]).get("roll")
-            message["content"] = (f"The die clatters on the stone: {roll}. "
-                                  + ("Aurore nods — you spot the snare wire glinting under the leaves."
-                                     if roll >= 10 else
-                                     "You see nothing; Aurore quietly steps over a snare you missed."))
-        else:
-            message["content"] = NARRATION[n % len(NARRATION)] + f" (reply {n})"
-        return {"id": f"chatcmpl-standin-{n}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model"),
-                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                "usage": {"prompt_tokens": len(compact(body)) // 4, "completion_tokens": 60,
-                          "total_tokens": len(compact(body)) // 4 + 60}}
-
-
-# ---------------------------------------------------------------------------
 # The admin CLI
 # ---------------------------------------------------------------------------
 
@@ -183,20 +128,10 @@ def admin(*args: str, secret_field: str | None = None) -> dict:
 # The roleplay
 # ---------------------------------------------------------------------------
 
-USER_LINES = [
-    "I follow Aurore along the riverbank, keeping my cloak tight against the cold. What do you see?",
-    "«Wait,» I whisper, crouching beside her. «Those prints — could they be the smugglers'?»",
-    "I offer her the last of my bread and ask how long she has been a ranger in these woods.",
-    "I climb onto the fallen oak to get a better view of the valley below. Any smoke? Any lights?",
-    "I ask Aurore about the spiral stones — who carved them, and what the old songs say about them.",
-    "I keep watch while she rests, listening for the bell. Naïve as it sounds, I hum to stay awake.",
-    "At dawn I wake her gently. «There's something moving by the ford — a cart, I think.»",
-]
-
-
 def user_turn(i: int) -> str:
     if i % 8 == 5:
-        return f"Turn {i}: I stop and study the undergrowth before stepping on. I roll for perception."
+        return (f"Turn {i}: I stop and study the undergrowth before stepping on. "
+                "I roll for perception (roll_dice).")
     return f"Turn {i}: " + USER_LINES[i % len(USER_LINES)]
 
 
@@ -210,6 +145,19 @@ def exchanges_of(history: list[dict]) -> list[list[dict]]:
         elif cur is not None:
             cur.append(m)
     return out
+
+
+def paged_runs(history: list[dict], by_sha: dict):
+    """(number of the first exchange, the messages, the page) for each run of the client's
+    consecutive exchanges whose compact JSON is a page's bytes (a page may hold a block
+    of exchanges, docs/design.md §5.7), in history order."""
+    exchanges = exchanges_of(history)
+    for a in range(len(exchanges)):
+        for b in range(a + 1, len(exchanges) + 1):
+            run = [m for e in exchanges[a:b] for m in e]
+            page = by_sha.get(hashlib.sha256(compact(run)).hexdigest())
+            if page:
+                yield a + 1, run, page
 
 
 def roll_result(i: int) -> int:
@@ -320,6 +268,7 @@ def run(checks: Checks) -> None:
         sent = last["sent"]
         note(f"client sent {len(sent)} messages ({kb(len(compact(sent)))}); "
              f"provider received {len(body['messages'])} messages ({kb(len(up.body))})")
+        note(f"the stand-in's answer: {last['completion'].choices[0].message.content}")
         markers = [m for m in body["messages"] if m["role"] == "user"
                    and isinstance(m.get("content"), str) and m["content"].startswith(MARKER_START)]
         checks(len(markers) >= 1, f"{len(markers)} marker message(s) (role user) in place of the paged exchanges")
@@ -353,12 +302,8 @@ def run(checks: Checks) -> None:
 
         step(6, "Retrieve one page as a client would, and verify it byte for byte")
         by_sha = {p["sha256"]: p for p in last["pages"]}
-        chosen = None
-        for n, exchange in enumerate(exchanges_of(history), 1):
-            digest = hashlib.sha256(compact(exchange)).hexdigest()
-            if digest in by_sha and any(m.get("tool_calls") for m in exchange):
-                chosen = (n, exchange, by_sha[digest])
-                break
+        chosen = next(((n, run, page) for n, run, page in paged_runs(history, by_sha)
+                       if any(m.get("tool_calls") for m in run)), None)
         if not checks(chosen is not None, "the client finds a paged exchange (one with a dice roll) by "
                                           "the SHA-256 of its own messages"):
             raise DemoFailed("no paged exchange matches the client's history")
@@ -366,8 +311,8 @@ def run(checks: Checks) -> None:
         expected = compact(exchange)
         calls_before = len(standin.received)
         url = f"/v1/context/pages/{page['page_id']}"
-        note(f"exchange #{n}: {len(exchange)} messages, {len(expected)} bytes, "
-             f"tool call {exchange[1]['tool_calls'][0]['id']}")
+        call = next(m for m in exchange if m.get("tool_calls"))["tool_calls"][0]
+        note(f"exchange #{n}…: {len(exchange)} messages, {len(expected)} bytes, tool call {call['id']}")
         print(f"     $ GET {url}?roleplay_session_id={session_id}   (Authorization: Bearer rpk_…)")
         r = httpx.get(runner.url + url, params={"roleplay_session_id": session_id},
                       headers={"Authorization": f"Bearer {key}"}, timeout=30)

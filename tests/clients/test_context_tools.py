@@ -253,7 +253,9 @@ def test_the_sdks_example_runs_a_turn_from_the_command_line(fmt, edge, provider,
     text, notes = reported(done.stdout)
     assert text == REPLY_TEXT and notes["session"] == [roleplayer.session]
     assert [name for _, name, _ in model.calls] == [SEARCH, RETRIEVE] and len(provider.received) == 3
-    saved = json.loads(history.read_text())
+    doc = json.loads(history.read_text())
+    assert doc["session_id"] == roleplayer.session
+    saved = doc["messages"]
     assert saved[:len(earlier)] == earlier and saved[len(earlier)] == {"role": "user", "content": last["content"]}
     assert saved[-1] == {"role": "assistant", "content": REPLY_TEXT}
     assert tool_results(fmt, {"input": saved[:-1], "messages": saved[:-1]}) == tool_results(fmt, model.bodies[-1])

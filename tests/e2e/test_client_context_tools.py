@@ -187,7 +187,9 @@ def test_context_tools_runs_a_turn_from_the_command_line(edge, provider, tmp_pat
     [session] = notes["session"]
     assert edge.sql("SELECT principal FROM roleplay_sessions WHERE session_id = ?1", session) == [{"principal": principal}]
     assert int(notes["pages in this request"][-1]) > 0
-    saved = json.loads(history.read_text())
+    doc = json.loads(history.read_text())
+    assert doc["session_id"] == session                  # kept with the history: the next run continues it
+    saved = doc["messages"]
     third = model.bodies[-1]["messages"]
     assert saved[:len(earlier)] == earlier and saved[-1] == {"role": "assistant", "content": FINAL}
     # the turn as the model last saw it: the new message, both tool calls and their results
@@ -198,4 +200,5 @@ def test_context_tools_runs_a_turn_from_the_command_line(edge, provider, tmp_pat
     again = run_example("context_tools", "--edge-url", edge.url, "--model", MODEL, "--session", session,
                         "--history", str(history), "And then?", key=key)
     assert again.returncode == 0, again.stderr
-    assert reported(again.stdout)[1]["session"] == [session] and len(json.loads(history.read_text())) == len(saved) + 2
+    assert reported(again.stdout)[1]["session"] == [session]
+    assert len(json.loads(history.read_text())["messages"]) == len(saved) + 2

@@ -187,7 +187,9 @@ def test_the_example_runs_a_turn_from_the_command_line(edge, provider, model, tm
     text, notes = reported(done.stdout)
     assert text == FINAL and notes["session"][0].startswith("rps_")
     assert int(notes["pages in this request"][0]) > 0 and len(provider.received) == 2
-    saved = json.loads(history.read_text())
+    doc = json.loads(history.read_text())
+    assert doc["session_id"] == notes["session"][0]       # kept with the history: the next run continues it
+    saved = doc["messages"]
     [page_id] = model.asked
     assert saved[:len(earlier)] == earlier
     assert saved[len(earlier)] == {"role": "user", "content": "Which lantern?"}

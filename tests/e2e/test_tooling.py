@@ -60,7 +60,7 @@ def run_setup(tmp_path, script, *args):
     project = tmp_path / "project"
     (project / "scripts").mkdir(parents=True)
     for name in ("package.json", "package-lock.json", "pyproject.toml", "requirements-test.txt",
-                 "scripts/setup.sh", "scripts/setup-browser.sh"):
+                 "requirements-examples.txt", "scripts/setup.sh", "scripts/setup-browser.sh"):
         (project / name).write_bytes((ROOT / name).read_bytes())
     bin_dir, log = fake_tools(tmp_path)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "SILLYTAVERN_DIR": str(tmp_path / "st")}
@@ -70,9 +70,11 @@ def run_setup(tmp_path, script, *args):
     return log.read_text()
 
 
-def test_npm_start_setup_installs_the_worker_only(tmp_path):
+def test_npm_start_setup_installs_the_worker_and_the_examples_only(tmp_path):
+    """`npm start` installs what the examples import (README: Examples), not the test tiers."""
     calls = run_setup(tmp_path, "setup.sh")
     assert "npm ci" in calls and "-m pip download" in calls and "snowballstemmer==" in calls
+    assert "-m pip install --quiet --disable-pip-version-check -r requirements-examples.txt" in calls
     assert "requirements-test.txt" not in calls and "sillytavern" not in calls and "apt-get" not in calls
 
 
@@ -81,8 +83,13 @@ def test_the_test_and_browser_setup_adds_the_tiers(tmp_path):
     assert "-r requirements-test.txt" in calls and "install --no-audit --no-fund --loglevel=error --no-save sillytavern@1.19.0" in calls
 
 
-def demo_credentials(state):
-    env = {**__import__("os").environ, "EDGE_STATE_DIR": str(state)}
+def demo_credentials(state, provider_key=""):
+    """tools/demo_credentials.py on `state`, the vars `.dev.vars.example` with `provider_key`
+    as the OpenAI key."""
+    vars_file = state.parent / "vars.env"
+    vars_file.write_text((ROOT / ".dev.vars.example").read_text().replace(
+        "OPENAI_API_KEY=\n", f"OPENAI_API_KEY={provider_key}\n"))
+    env = {**__import__("os").environ, "EDGE_STATE_DIR": str(state), "EDGE_VARS_FILE": str(vars_file)}
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "demo_credentials.py")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -94,7 +101,15 @@ def test_npm_start_makes_the_demo_key_once_and_reuses_it(tmp_path):
     state = tmp_path / "state"
     first = demo_credentials(state)
     assert first["reused"] is False and first["key"].startswith("rpk_")
+    assert first["standin"] == "standin:roleplay"              # no provider key: the stand-in serves
     assert demo_credentials(state) == {**first, "reused": True}
+    def standin_model():
+        done = wrangler("d1", "execute", "INTELLIGENCE_DB", "--local", "--persist-to", str(state), "--json",
+                        "--command", "SELECT input_tokens FROM models WHERE model = 'standin:roleplay'")
+        return json.loads(done.stdout)[0]["results"]
+    assert standin_model() == [{"input_tokens": 8000}]
+    # A provider key set: no stand-in, and its model goes (else /healthz: missing_providers).
+    assert demo_credentials(state, provider_key="sk-real")["standin"] is None and standin_model() == []
     keys = wrangler("d1", "execute", "INTELLIGENCE_DB", "--local", "--persist-to", str(state), "--json",
                     "--command", "SELECT COUNT(*) AS n FROM roleplay_keys")
     assert json.loads(keys.stdout)[0]["results"] == [{"n": 1}]               # one key, not one per start
