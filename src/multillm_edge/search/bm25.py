@@ -1,6 +1,6 @@
 """Okapi BM25 in one place (docs/design.md §6.1): k1 1.2, b 0.75, idf
-``ln(1 + (N - df + .5) / (df + .5))``; a term's part of every document's score added
-sparse (the documents holding it) or dense (a column, in list passes)."""
+``ln(1 + (N - df + .5) / (df + .5))``; a term's part of a document's score added for
+the documents holding it only (the others' is 0)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,19 @@ def idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def norms(lengths: list, avg: float) -> list:
-    """Each document's length normalization, ``K1 × (1 - B + B × length / avg)``."""
-    return [K1 * (1 - B + B * length / avg) for length in lengths]
+def norm(length: int, avg: float) -> float:
+    """A document's length normalization, ``K1 × (1 - B + B × length / avg)``."""
+    return K1 * (1 - B + B * length / avg)
 
 
-def dense(df: int, n: int) -> bool:
-    """A term in most of the ``n`` documents: added as a column (the same figures)."""
-    return 3 * df > n
+def norms(lengths: dict, avg: float) -> dict:
+    """{document: its ``norm``} of ``lengths`` ({document: length})."""
+    return {d: K1 * (1 - B + B * length / avg) for d, length in lengths.items()}
 
 
-def add(scores: list, weight: float, norm: list, tf: dict, col: list | None = None) -> list:
+def add(scores: list, weight: float, norm: dict, tf: dict) -> list:
     """``scores`` plus ``weight`` × BM25's tf part of each document holding the term
-    (``tf``: {document: count}; ``col``: every document's count, when dense)."""
-    if col is not None:
-        return [s + weight * (c * _K / (c + m)) if c else s for s, c, m in zip(scores, col, norm)]
+    (``tf``: {document: count}; ``norm``: theirs at least), in place."""
     for d, c in tf.items():
         scores[d] += weight * (c * _K / (c + norm[d]))
     return scores
@@ -36,5 +34,5 @@ def add(scores: list, weight: float, norm: list, tf: dict, col: list | None = No
 
 def score(tf: dict, length: int, weights: dict, avg: float) -> float:
     """The BM25 of one document (a passage): its terms' counts and its length."""
-    norm = K1 * (1 - B + B * length / avg)
-    return sum([weights[t] * (c * _K / (c + norm)) for t, c in tf.items()])
+    n = norm(length, avg)
+    return sum([weights[t] * (c * _K / (c + n)) for t, c in tf.items()])
