@@ -189,10 +189,10 @@ def test_a_question_ending_an_exchange_counts_for_the_answer_after_it():
 def test_line_idf_weighs_a_word_in_every_exchange_but_few_lines():
     an = [search_docs.analyze(doc("Ana: a\nBo: b\nBo: c\nBo: d")) for _ in range(4)]
     per_doc = {"ana": {d: 1 for d in range(4)}}
-    lines = sum(a.lines for a in an)
-    assert ranker._line_idf(per_doc, an, lines)["ana"] > 0.5
+    parts = ranker._Parts(an, None)
+    assert ranker._line_idf(per_doc, parts)["ana"] > 0.5
     # one line of four in each exchange: the idf of 4 lines in 16
-    assert ranker._line_idf(per_doc, an, lines)["ana"] == bm25.idf(16, 4)
+    assert ranker._line_idf(per_doc, parts)["ana"] == bm25.idf(16, 4)
 
 
 def test_an_indexed_ranking_is_the_same_after_the_vocabulary_is_emptied(monkeypatch):

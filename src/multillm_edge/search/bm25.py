@@ -24,12 +24,16 @@ def norms(lengths: dict, avg: float) -> dict:
     return {d: K1 * (1 - B + B * length / avg) for d, length in lengths.items()}
 
 
-def add(scores: list, weight: float, norm: dict, tf: dict) -> list:
-    """``scores`` plus ``weight`` × BM25's tf part of each document holding the term
-    (``tf``: {document: count}; ``norm``: theirs at least), in place."""
-    for d, c in tf.items():
-        scores[d] += weight * (c * _K / (c + norm[d]))
-    return scores
+def part(weight: float, norm: dict, tf: dict) -> dict:
+    """{document: ``weight`` × BM25's tf part} of each document holding the term (``tf``:
+    {document: count}; ``norm``: theirs at least)."""
+    return {d: weight * (c * _K / (c + norm[d])) for d, c in tf.items()}
+
+
+def add(scores: list, got: dict) -> None:
+    """Add a term's ``part`` to ``scores``, in place."""
+    for d, v in got.items():
+        scores[d] += v
 
 
 def score(tf: dict, length: int, weights: dict, avg: float) -> float:

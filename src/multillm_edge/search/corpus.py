@@ -15,21 +15,30 @@ from .state import STATE
 #: together: ~24 MiB at worst (measured: bench/README.md).
 CORPORA_KEPT = 8
 CORPUS_ENTRIES = 1 << 18
+#: What the corpus in use keeps of its rankings (``Corpus.kept``), in exchange entries
+#: (~100 bytes each), then emptied: ~3 MiB. Only the corpus last used keeps any.
+MEMO_ENTRIES = 1 << 15
 
 
 class Corpus:
     """The postings of ``docs`` (indexed analyses, oldest first), built as they come."""
-    __slots__ = ("docs", "postings", "size", "lines", "entries", "mark")
+    __slots__ = ("docs", "sizes", "postings", "size", "lines", "entries", "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
         self.docs: list = []
+        self.sizes: list = []           # code points of each
         self.postings: dict = {}        # word -> {exchange: count}, exchanges ascending
         self.size = self.lines = self.entries = 0   # code points, lines, postings entries
         self.mark = None    # the vocabulary every one of ``docs`` is registered in, when known
+        self.memo: dict = {}    # what a ranking derived from it alone (``kept``), until it changes
+        self.memo_entries = 0
         self.extend(docs)
 
     def extend(self, docs: list) -> None:
         """Append ``docs`` (their words, sizes and lines)."""
+        if not docs:
+            return
+        self.forget()
         postings, d, mark = self.postings, len(self.docs), self.mark
         for a in docs:
             words = a.index.words
@@ -46,9 +55,13 @@ class Corpus:
                 self.mark = None
             d += 1
         self.docs.extend(docs)
+        self.sizes.extend([a.length for a in docs])
 
     def cut(self, keep: int) -> None:
         """Drop the exchanges from ``keep`` on (their postings with them)."""
+        if keep >= len(self.docs):
+            return
+        self.forget()
         postings = self.postings
         for d in range(keep, len(self.docs)):
             a = self.docs[d]
@@ -61,10 +74,19 @@ class Corpus:
             self.lines -= a.lines
             self.entries -= len(a.index.words)
         del self.docs[keep:]
+        del self.sizes[keep:]
 
     def tf(self, forms) -> dict:
         """{exchange: count} of a term's ``forms`` (one word, or a tuple of them),
-        exchanges ascending."""
+        exchanges ascending; the same dict while the corpus is (never to be changed)."""
+        key = ("tf", forms if type(forms) is str else frozenset(forms))
+        got = self.memo.get(key)
+        if got is None:
+            got = self._keep(key, self._tf(forms))
+            self.memo[id(got)] = got
+        return got
+
+    def _tf(self, forms) -> dict:
         postings = self.postings
         if type(forms) is str:
             return dict(postings.get(forms, ()))
@@ -73,6 +95,29 @@ class Corpus:
             for d, c in postings.get(f, {}).items():
                 got[d] = got.get(d, 0) + c
         return dict(sorted(got.items()))
+
+    def kept(self, kind: str, tf: dict, make):
+        """``make()``, kept under (``kind``, ``tf``) while the corpus is when ``tf`` is
+        one of its own (``tf``): what depends on a term's counts and the corpus alone."""
+        if self.memo.get(id(tf)) is not tf:
+            return make()
+        key = (kind, id(tf))
+        got = self.memo.get(key)
+        if got is None:
+            got = self._keep(key, make())
+        return got
+
+    def _keep(self, key, value):
+        size = len(value) if type(value) is dict else 1
+        if self.memo_entries + size > MEMO_ENTRIES:
+            self.forget()       # its owned counts with it: what a ranking holds is made anew
+        self.memo[key] = value
+        self.memo_entries += size
+        return value
+
+    def forget(self) -> None:
+        self.memo.clear()
+        self.memo_entries = 0
 
 
 def shared(old: list, new: list) -> int:
@@ -116,6 +161,8 @@ class Corpora:
             best = Corpus()
         else:
             self.kept.remove(best)
+        if self.kept and self.kept[-1] is not best:
+            self.kept[-1].forget()      # the memo of the corpus last used only
         best.cut(common)
         best.extend(docs[common:])
         self.kept.append(best)

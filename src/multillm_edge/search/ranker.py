@@ -143,32 +143,84 @@ def _best(scores: list, held, k: int) -> list:
 
 def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None) -> tuple:
     """(each exchange's score, each found term's idf over exchanges, the exchanges
-    holding a term). Only those are looked at: the others score 0 (docs/design.md §6.2);
-    the sums over every exchange are the corpus's, or made here for a scan."""
+    holding a term). Only those are looked at: the others score 0 (docs/design.md §6.2).
+    A term's part that depends on its counts and the corpus alone is the corpus's
+    (``_Parts``), kept while the corpus is."""
     n, terms = len(an), matcher.terms
-    size, lines = (corpus.size, corpus.lines) if corpus is not None else (
-        sum([a.length for a in an]), sum([a.lines for a in an]))
+    parts = _Parts(an, corpus)
     asked = _asked(matcher, tfs, an, corpus is not None) if scoring.asked else {}
     per_doc, moved = _expanded(terms, tfs, asked)
     held = set().union(*per_doc.values())
-    avg = (size + sum(moved.values())) / n or 1.0
-    norm = bm25.norms({d: an[d].length + moved.get(d, 0) for d in held}, avg)
+    avg = (parts.size + sum(moved.values())) / n or 1.0
+    norm = None
     base, weights = [0.0] * n, {}
     for t, tf in per_doc.items():
         weights[t] = bm25.idf(n, len(tf))
-        bm25.add(base, weights[t], norm, tf)
+        if moved:       # lengths this query changed: its own norms
+            norm = norm or bm25.norms({d: an[d].length + moved.get(d, 0) for d in held}, avg)
+            bm25.add(base, bm25.part(weights[t], norm, tf))
+        else:
+            bm25.add(base, parts.base(tf, weights[t], avg))
     scores = list(base)
     if scoring.window:
-        wins = _windows(per_doc, an, size)
+        wins = [0.0] * n
+        for tf in per_doc.values():
+            bm25.add(wins, parts.window(tf))
         for d in held:
             scores[d] += scoring.window * wins[d]
     if scoring.passage:
         top = _best(scores, held, scoring.rerank)     # an exchange scores iff it holds a term
-        pidf = _line_idf(per_doc, an, lines) if scoring.lidf else weights
-        avg = size / (lines or 1) * 2     # a line pair's mean length
+        pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
+        avg = parts.size / (parts.lines or 1) * 2     # a line pair's mean length
         for d, p in passages(top, an, matcher, pidf, avg, corpus is not None).items():
             scores[d] += scoring.passage * p
     return scores, weights, held
+
+
+class _Parts:
+    """A term's parts of a ranking that depend on its counts (``tf``) and the exchanges
+    alone: kept by the corpus while it is (``Corpus.kept``), made each time for a scan."""
+
+    def __init__(self, an: list, corpus: Corpus | None):
+        self.an, self.corpus = an, corpus
+        self.sizes = corpus.sizes if corpus is not None else [a.length for a in an]
+        self.size = corpus.size if corpus is not None else sum(self.sizes)
+        self.lines = corpus.lines if corpus is not None else sum([a.lines for a in an])
+        self._norms = {}
+
+    def _kept(self, kind: str, tf: dict, make):
+        return make() if self.corpus is None else self.corpus.kept(kind, tf, make)
+
+    def base(self, tf: dict, weight: float, avg: float) -> dict:
+        """Its BM25 part over exchanges (``weight``: its idf; ``avg``: their mean length)."""
+        def make():
+            sizes = self.sizes
+            return bm25.part(weight, {d: bm25.norm(sizes[d], avg) for d in tf}, tf)
+        return self._kept("base", tf, make)
+
+    def window(self, tf: dict) -> dict:
+        """Its BM25 part over windows (an exchange and one each side) among all windows,
+        for the windows holding it: their counts summed, their code points too (each
+        exchange's counts in up to three windows)."""
+        return self._kept("window", tf, lambda: self._window(tf))
+
+    def _window(self, tf: dict) -> dict:
+        sizes, n, get = self.sizes, len(self.sizes), tf.get
+        near = set(tf)
+        near.update([d - 1 for d in tf if d])
+        near.update([d + 1 for d in tf if d + 1 < n])
+        counts = {e: get(e - 1, 0) + get(e, 0) + get(e + 1, 0) for e in near}
+        avg = (self.size if n == 1 else 3 * self.size - sizes[0] - sizes[-1]) / n or 1.0
+        norms = self._norms
+        for e in near - norms.keys():
+            norms[e] = bm25.norm(sum(sizes[max(0, e - 1):e + 2]), avg)
+        return bm25.part(bm25.idf(n, len(counts)), norms, counts)
+
+    def lines_held(self, tf: dict) -> int:
+        """Its line frequency taken as ``min(count, lines)`` per exchange (a line seldom
+        says a word twice)."""
+        an = self.an
+        return self._kept("lines", tf, lambda: sum(map(min, tf.values(), [an[d].lines for d in tf])))
 
 
 def _asked(matcher: Matcher, tfs: dict, an: list, indexed: bool) -> dict:
@@ -219,33 +271,10 @@ def _expanded(terms: list, tfs: dict, asked: dict) -> tuple:
     return per_doc, moved
 
 
-def _line_idf(per_doc: dict, an: list, lines: int) -> dict:
-    """Each term's idf with the line as the document (``lines`` of them): its line
-    frequency taken as ``min(count, lines)`` per exchange (a line seldom says a word
-    twice)."""
-    out = {}
-    for t, tf in per_doc.items():
-        held = sum(map(min, tf.values(), [an[d].lines for d in tf]))
-        out[t] = bm25.idf(lines, min(lines, held))
-    return out
-
-
-def _windows(per_doc: dict, an: list, size: int) -> list:
-    """The BM25 of each exchange's window (it and one exchange each side) among all
-    windows, for the windows holding a term (0.0 elsewhere). ``size``: the exchanges'
-    code points (each counts in up to three windows)."""
-    n = len(an)
-    avg = (size if n == 1 else 3 * size - an[0].length - an[-1].length) / n or 1.0
-    out, norm = [0.0] * n, {}
-    for t, tf in per_doc.items():
-        sparse: dict = {}       # the windows holding it
-        for d, c in tf.items():
-            for e in range(max(0, d - 1), min(n, d + 2)):
-                sparse[e] = sparse.get(e, 0) + c
-        for e in sparse.keys() - norm.keys():
-            norm[e] = bm25.norm(sum([an[x].length for x in range(max(0, e - 1), min(n, e + 2))]), avg)
-        bm25.add(out, bm25.idf(n, len(sparse)), norm, sparse)
-    return out
+def _line_idf(per_doc: dict, parts: _Parts) -> dict:
+    """Each term's idf with the line as the document (``parts.lines`` of them)."""
+    lines = parts.lines
+    return {t: bm25.idf(lines, min(lines, parts.lines_held(tf))) for t, tf in per_doc.items()}
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:
