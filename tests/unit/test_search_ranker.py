@@ -303,7 +303,7 @@ def test_the_scan_and_the_index_count_the_same(texts, pick, extra):
     an = [search_docs.analyze(d, s) for d in docs]
     scan, index = match.Matcher(terms, s), match.Matcher(terms, s)
     corpus = Corpus(an)
-    index.pin(corpus)
+    index.pin(an, corpus)
     columns = index.columns(corpus)
     for d, a in enumerate(an):
         want = {t: c for t in terms if (c := columns[t].get(d) if t.kind == "w" else a.text.count(t.value))}

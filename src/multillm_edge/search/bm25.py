@@ -5,6 +5,7 @@ the documents holding it only (the others' is 0)."""
 from __future__ import annotations
 
 import math
+from operator import add as _plus
 
 K1, B = 1.2, 0.75
 _K = K1 + 1
@@ -19,19 +20,39 @@ def norm(length: int, avg: float) -> float:
     return K1 * (1 - B + B * length / avg)
 
 
-def norms(lengths: dict, avg: float) -> dict:
-    """{document: its ``norm``} of ``lengths`` ({document: length})."""
-    return {d: K1 * (1 - B + B * length / avg) for d, length in lengths.items()}
+def norms(lengths: list, avg: float) -> list:
+    """Each document's ``norm``."""
+    return [K1 * (1 - B + B * length / avg) for length in lengths]
 
 
-def part(weight: float, norm: dict, tf: dict) -> dict:
-    """{document: ``weight`` × BM25's tf part} of each document holding the term (``tf``:
-    {document: count}; ``norm``: theirs at least)."""
-    return {d: weight * (c * _K / (c + norm[d])) for d, c in tf.items()}
+def part(weight: float, norm, tf: dict, n: int):
+    """``weight`` × BM25's tf part of each of the ``n`` documents holding the term
+    (``tf``: {document: count}; ``norm``: their ``norm``, by document): {document:
+    part}, or, when most hold it (``dense``), every document's as a list (0.0 for the
+    others: added in C, and a score plus 0.0 is itself)."""
+    if not dense(len(tf), n):
+        return {d: weight * (c * _K / (c + norm[d])) for d, c in tf.items()}
+    col = [0.0] * n
+    for d, c in tf.items():
+        col[d] = weight * (c * _K / (c + norm[d]))
+    return col
 
 
-def add(scores: list, got: dict) -> None:
+def column_part(weight: float, norm: list, counts: list) -> list:
+    """``part`` of every document's count (``counts``, 0 where none)."""
+    return [weight * (c * _K / (c + m)) if c else 0.0 for c, m in zip(counts, norm)]
+
+
+def dense(df: int, n: int) -> bool:
+    """A term in most of the ``n`` documents: its part kept as a list."""
+    return 3 * df > n
+
+
+def add(scores: list, got) -> None:
     """Add a term's ``part`` to ``scores``, in place."""
+    if type(got) is list:
+        scores[:] = map(_plus, scores, got)
+        return
     for d, v in got.items():
         scores[d] += v
 

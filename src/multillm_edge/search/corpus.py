@@ -1,80 +1,95 @@
 """An indexed ranking's exchanges as one corpus, kept between turns (docs/design.md
-§6.2): each word's postings ({exchange: count}) and the code points and lines of them
-all, so that a recalling turn looks up its query's words instead of reading every
-exchange. A session's next turn pages the same exchanges, or those and a few more:
-its corpus is found by the exchanges' cached analyses (the same objects, compared in
-C), extended by what was appended, cut back to where it changed otherwise. Nothing in
-it depends on who asked: it is the analyses' content, which is shared already."""
+§6.2): the exchanges' word counts, code points and lines, their sums, and each word's
+postings ({exchange: count}) once a query asked for it, so that a recalling turn
+looks up its query's words instead of reading every exchange again.
+
+A session's next turn pages the same exchanges, or those and a few more: its corpus is
+found by the exchanges' word counts (the cached analyses' own dicts: compared in C,
+by identity first, else by content), extended by what was appended (the postings made
+so far with it), cut back where it changed otherwise (postings made again when asked).
+Everything in it is a function of those counts alone, so a ranking from it is the
+ranking from scratch; it holds nothing a principal or session could tell apart."""
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from .state import STATE
 
-#: Corpora kept, the least recently used dropped first, and the postings entries (one
-#: per distinct word of an exchange, ~100 bytes with its share of the dicts) they hold
-#: together: ~24 MiB at worst (measured: bench/README.md).
+#: Corpora kept, the least recently used dropped first, and the units they hold
+#: together (an exchange, or an entry of a posting or of a memo: ~100 bytes at most
+#: each, an exchange's word counts aside, which its cached analysis shares).
 CORPORA_KEPT = 8
-CORPUS_ENTRIES = 1 << 18
-#: What the corpus in use keeps of its rankings (``Corpus.kept``), in exchange entries
-#: (~100 bytes each), then emptied: ~3 MiB. Only the corpus last used keeps any.
+CORPUS_UNITS = 1 << 17
+#: What a corpus keeps of its rankings (``Corpus.kept``), in entries, then emptied.
 MEMO_ENTRIES = 1 << 15
+_WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
 
 
 class Corpus:
-    """The postings of ``docs`` (indexed analyses, oldest first), built as they come."""
-    __slots__ = ("docs", "sizes", "postings", "size", "lines", "entries", "mark", "memo", "memo_entries")
+    """The corpus of indexed analyses (oldest first), built as they come."""
+    __slots__ = ("words", "sizes", "lines_of", "size", "lines", "postings", "posted", "mark",
+                 "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
-        self.docs: list = []
-        self.sizes: list = []           # code points of each
-        self.postings: dict = {}        # word -> {exchange: count}, exchanges ascending
-        self.size = self.lines = self.entries = 0   # code points, lines, postings entries
-        self.mark = None    # the vocabulary every one of ``docs`` is registered in, when known
+        self.words: list = []       # each exchange's word counts (its index's)
+        self.sizes: list = []       # code points of each
+        self.lines_of: list = []    # lines of each
+        self.size = self.lines = 0  # their sums
+        self.postings: dict = {}    # word -> {exchange: count}, exchanges ascending: made when asked
+        self.posted = 0             # their entries
+        self.mark = None    # the vocabulary every exchange is registered in, when known
         self.memo: dict = {}    # what a ranking derived from it alone (``kept``), until it changes
         self.memo_entries = 0
         self.extend(docs)
 
+    @property
+    def units(self) -> int:
+        return len(self.words) + self.posted + self.memo_entries
+
     def extend(self, docs: list) -> None:
-        """Append ``docs`` (their words, sizes and lines)."""
+        """Append the analyses ``docs``: their counts, sizes and lines, and their words'
+        postings made so far."""
         if not docs:
             return
         self.forget()
-        postings, d, mark = self.postings, len(self.docs), self.mark
-        for a in docs:
-            words = a.index.words
-            for w, c in words.items():
-                p = postings.get(w)
-                if p is None:
-                    postings[w] = {d: c}
-                else:
-                    p[d] = c
-            self.size += a.length
-            self.lines += a.lines
-            self.entries += len(words)
-            if a.index.vocabulary is not mark:
-                self.mark = None
-            d += 1
-        self.docs.extend(docs)
-        self.sizes.extend([a.length for a in docs])
+        words = list(map(_WORDS, docs))
+        postings, d = self.postings, len(self.words)
+        if postings:
+            for counts in words:
+                for w in postings.keys() & counts.keys():
+                    postings[w][d] = counts[w]
+                    self.posted += 1
+                d += 1
+        sizes, lines = [a.length for a in docs], [a.lines for a in docs]
+        self.words += words
+        self.sizes += sizes
+        self.lines_of += lines
+        self.size += sum(sizes)
+        self.lines += sum(lines)
+        mark = self.mark
+        if any([a.index.vocabulary is not mark for a in docs]):
+            self.mark = None
 
     def cut(self, keep: int) -> None:
-        """Drop the exchanges from ``keep`` on (their postings with them)."""
-        if keep >= len(self.docs):
+        """Drop the exchanges from ``keep`` on (and the postings made: made again)."""
+        if keep >= len(self.words):
             return
         self.forget()
-        postings = self.postings
-        for d in range(keep, len(self.docs)):
-            a = self.docs[d]
-            for w in a.index.words:
-                p = postings[w]
-                del p[d]
-                if not p:
-                    del postings[w]
-            self.size -= a.length
-            self.lines -= a.lines
-            self.entries -= len(a.index.words)
-        del self.docs[keep:]
-        del self.sizes[keep:]
+        self.postings.clear()
+        self.posted = 0
+        self.size -= sum(self.sizes[keep:])
+        self.lines -= sum(self.lines_of[keep:])
+        del self.words[keep:], self.sizes[keep:], self.lines_of[keep:]
+
+    def posting(self, word: str) -> dict:
+        """{exchange: count} of ``word``, exchanges ascending (made once: never to be
+        changed by the caller)."""
+        got = self.postings.get(word)
+        if got is None:
+            got = self.postings[word] = {d: c for d, counts in enumerate(self.words) if (c := counts.get(word))}
+            self.posted += len(got) + 1
+        return got
 
     def tf(self, forms) -> dict:
         """{exchange: count} of a term's ``forms`` (one word, or a tuple of them),
@@ -87,19 +102,19 @@ class Corpus:
         return got
 
     def _tf(self, forms) -> dict:
-        postings = self.postings
         if type(forms) is str:
-            return dict(postings.get(forms, ()))
+            return dict(self.posting(forms))
         got: dict = {}
         for f in forms:
-            for d, c in postings.get(f, {}).items():
+            for d, c in self.posting(f).items():
                 got[d] = got.get(d, 0) + c
         return dict(sorted(got.items()))
 
     def kept(self, kind: str, tf: dict, make):
-        """``make()``, kept under (``kind``, ``tf``) while the corpus is when ``tf`` is
-        one of its own (``tf``): what depends on a term's counts and the corpus alone."""
-        if self.memo.get(id(tf)) is not tf:
+        """``make()``, kept under (``kind``, ``tf``) while the corpus is, when ``tf`` is
+        one of its own (``tf``) or None: what depends on a term's counts (if any) and
+        the corpus alone."""
+        if tf is not None and self.memo.get(id(tf)) is not tf:
             return make()
         key = (kind, id(tf))
         got = self.memo.get(key)
@@ -108,21 +123,21 @@ class Corpus:
         return got
 
     def _keep(self, key, value):
-        size = len(value) if type(value) is dict else 1
+        size = len(value) if type(value) in (dict, list) else 1
         if self.memo_entries + size > MEMO_ENTRIES:
-            self.forget()       # its owned counts with it: what a ranking holds is made anew
+            self.forget()       # its own counts with it: what a ranking holds is made anew
         self.memo[key] = value
         self.memo_entries += size
         return value
 
     def forget(self) -> None:
+        """Empty the memo (the corpus changed, or it is no longer the one in use)."""
         self.memo.clear()
         self.memo_entries = 0
 
 
 def shared(old: list, new: list) -> int:
-    """How many leading items ``old`` and ``new`` have in common (compared in C: the
-    same analysis objects, or equal ones)."""
+    """How many leading items ``old`` and ``new`` have in common (compared in C)."""
     n = min(len(old), len(new))
     if old[:n] == new[:n]:
         return n
@@ -137,42 +152,46 @@ def shared(old: list, new: list) -> int:
 
 
 class Corpora:
-    """The kept corpora, least recently used first; their entries together at most
-    ``CORPUS_ENTRIES``, at most ``CORPORA_KEPT`` of them."""
+    """The kept corpora, least recently used first: at most ``CORPORA_KEPT``, their
+    units together at most ``CORPUS_UNITS``; only the last used keeps a memo."""
 
     def __init__(self):
         self.kept: list = []
 
     @property
     def bound(self) -> int:
-        return CORPUS_ENTRIES
+        return CORPUS_UNITS
 
-    def of(self, docs: list) -> Corpus:
-        """The corpus of ``docs``: the kept one sharing most of its start with them,
-        cut where they part and extended by the rest; else a new one."""
+    def of(self, an: list) -> Corpus:
+        """The corpus of the analyses ``an``: the kept one sharing most of its start
+        with them, cut where they part and extended by the rest; else a new one."""
+        words = list(map(_WORDS, an))
         best, common = None, 0
         for c in reversed(self.kept):
-            got = shared(c.docs, docs)
+            got = shared(c.words, words)
             if got > common:
                 best, common = c, got
-                if got == len(c.docs) == len(docs):
+                if got == len(c.words) == len(words):
                     break
         if best is None:
             best = Corpus()
         else:
             self.kept.remove(best)
-        if self.kept and self.kept[-1] is not best:
-            self.kept[-1].forget()      # the memo of the corpus last used only
+        if self.kept:
+            self.kept[-1].forget()
         best.cut(common)
-        best.extend(docs[common:])
+        best.extend(an[common:])
         self.kept.append(best)
-        self._evict()
         return best
 
-    def _evict(self) -> None:
+    def trim(self) -> None:
+        """Drop the least recently used corpora over the bounds (after a ranking: the
+        postings it made count)."""
         kept = self.kept
-        while kept and (len(kept) > CORPORA_KEPT or sum(c.entries for c in kept) > CORPUS_ENTRIES):
+        while len(kept) > CORPORA_KEPT or (len(kept) > 1 and sum(c.units for c in kept) > CORPUS_UNITS):
             kept.pop(0)
+        if kept and kept[-1].units > CORPUS_UNITS:
+            kept.pop()      # alone over the bound: used once, not kept
 
     def clear(self) -> None:
         self.kept.clear()

@@ -117,10 +117,13 @@ class Matcher:
 
     # -- the index ---------------------------------------------------------------
 
-    def pin(self, corpus) -> None:
-        """Fix each word term's forms for this ranking, once the indexes of ``corpus``
-        (``corpus.Corpus``) are registered in the vocabulary (docs/design.md §6.2)."""
-        forms = _pinned_forms([t.value for t in self.words], corpus, self._stems)
+    def pin(self, an: list, corpus) -> None:
+        """Fix each word term's forms for this ranking, once the indexes ``an`` (those of
+        ``corpus.Corpus``) are registered in the vocabulary (docs/design.md §6.2): the
+        forms the exchanges hold (the others count 0 in each of their lines)."""
+        held = corpus.posting
+        forms = {v: frozenset([f for f in fs if held(f)]) for v, fs in
+                 _pinned_forms([t.value for t in self.words], an, corpus, self._stems).items()}
         self._stems.pin(forms)
         self._forms = [(t, _one(forms.get(t.value, ()))) for t in self.words]
         self.every = frozenset(f for fs in forms.values() for f in fs)
@@ -179,16 +182,17 @@ def _one(forms) -> str | tuple:
     return fs[0] if len(fs) == 1 else fs
 
 
-def _pinned_forms(values: list, corpus, stems) -> dict:
-    """stem -> the words having it, among them every word of ``corpus``'s indexes that
+def _pinned_forms(values: list, an: list, corpus, stems) -> dict:
+    """stem -> the words having it, among them every word of the indexes ``an`` that
     has it: from the vocabulary once each index is registered there (one registered in
-    another vocabulary registers again; none, when the corpus knows they all are); when
-    this call's words alone overflow the vocabulary, from the indexes' own words."""
+    another vocabulary registers again; none is looked at when ``corpus`` knows they all
+    are); when this call's words alone overflow the vocabulary, from the indexes' own
+    words."""
     stems.pin(None)
     for _ in range(2):
         vocabulary = stems.vocabulary
         if corpus.mark is not vocabulary.mark:
-            for a in corpus.docs:
+            for a in an:
                 if a.index.vocabulary is not vocabulary.mark:
                     stems.known(a.index.words)
                     a.index.vocabulary = stems.vocabulary.mark
@@ -196,7 +200,8 @@ def _pinned_forms(values: list, corpus, stems) -> dict:
             corpus.mark = vocabulary.mark
             return {v: frozenset(stems.forms(v)) for v in values}
     wanted, own = set(values), {v: set() for v in values}
-    for w in corpus.postings:
-        if (v := stems(w)) in wanted:
-            own[v].add(w)
+    for words in corpus.words:
+        for w in words:
+            if (v := stems(w)) in wanted:
+                own[v].add(w)
     return {v: frozenset(ws) for v, ws in own.items()}

@@ -5,6 +5,7 @@ of the best ones (``Scoring``); ties newest first; each hit quoted (``excerpt``)
 from __future__ import annotations
 
 from collections import Counter
+from operator import add as _plus
 from typing import NamedTuple, Sequence
 
 from . import bm25
@@ -81,6 +82,8 @@ def rank(query, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
     matcher = Matcher(_kept(q.terms, an, indexed), q.stems)
     tfs = _tfs(matcher, an, corpus)
     scores, weights, held = _scores(matcher, tfs, an, scoring, corpus)
+    if keys is not None and indexed:
+        CORPORA.trim()
     total = sum(weights.values())
     out = []
     for d in _best(scores, held, limit):
@@ -123,7 +126,7 @@ def _tfs(matcher: Matcher, an: list, corpus: Corpus | None) -> dict:
     """{term: {exchange: count}}: from the corpus's postings (forms pinned first) or by
     a scan."""
     if corpus is not None:
-        matcher.pin(corpus)
+        matcher.pin(an, corpus)
         out = matcher.columns(corpus)
         for t in matcher.cjk:
             out[t] = {d: c for d, a in enumerate(an) if (c := a.text.count(t.value))}
@@ -157,10 +160,10 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     for t, tf in per_doc.items():
         weights[t] = bm25.idf(n, len(tf))
         if moved:       # lengths this query changed: its own norms
-            norm = norm or bm25.norms({d: an[d].length + moved.get(d, 0) for d in held}, avg)
-            bm25.add(base, bm25.part(weights[t], norm, tf))
+            norm = norm or {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in held}
+            bm25.add(base, bm25.part(weights[t], norm, tf, n))
         else:
-            bm25.add(base, parts.base(tf, weights[t], avg))
+            bm25.add(base, parts.base(tf, weights[t]))
     scores = list(base)
     if scoring.window:
         wins = [0.0] * n
@@ -178,43 +181,55 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
 
 
 class _Parts:
-    """A term's parts of a ranking that depend on its counts (``tf``) and the exchanges
-    alone: kept by the corpus while it is (``Corpus.kept``), made each time for a scan."""
+    """What a ranking's scores are made of that depends on the exchanges alone (their
+    norms) or on a term's counts (``tf``) and them: kept by the corpus while it is
+    (``Corpus.kept``), made each time for a scan."""
 
     def __init__(self, an: list, corpus: Corpus | None):
         self.an, self.corpus = an, corpus
         self.sizes = corpus.sizes if corpus is not None else [a.length for a in an]
         self.size = corpus.size if corpus is not None else sum(self.sizes)
         self.lines = corpus.lines if corpus is not None else sum([a.lines for a in an])
-        self._norms = {}
 
-    def _kept(self, kind: str, tf: dict, make):
+    def _kept(self, kind: str, tf, make):
         return make() if self.corpus is None else self.corpus.kept(kind, tf, make)
 
-    def base(self, tf: dict, weight: float, avg: float) -> dict:
-        """Its BM25 part over exchanges (``weight``: its idf; ``avg``: their mean length)."""
+    def norms(self) -> list:
+        """Each exchange's length normalization, their mean length the average."""
+        n = len(self.sizes)
+        return self._kept("norms", None, lambda: bm25.norms(self.sizes, self.size / n or 1.0))
+
+    def window_norms(self) -> list:
+        """Each window's (an exchange and one each side), among all windows."""
         def make():
-            sizes = self.sizes
-            return bm25.part(weight, {d: bm25.norm(sizes[d], avg) for d in tf}, tf)
-        return self._kept("base", tf, make)
+            s, n = self.sizes, len(self.sizes)
+            lengths = [a + b + c for a, b, c in zip([0] + s[:-1], s, s[1:] + [0])]
+            return bm25.norms(lengths, sum(lengths) / n or 1.0)
+        return self._kept("window norms", None, make)
+
+    def base(self, tf: dict, weight: float) -> dict:
+        """Its BM25 part over exchanges (``weight``: its idf)."""
+        return self._kept("base", tf, lambda: bm25.part(weight, self.norms(), tf, len(self.sizes)))
 
     def window(self, tf: dict) -> dict:
-        """Its BM25 part over windows (an exchange and one each side) among all windows,
-        for the windows holding it: their counts summed, their code points too (each
-        exchange's counts in up to three windows)."""
+        """Its BM25 part over windows among all windows, for the windows holding it
+        (their counts summed: each exchange's in up to three windows)."""
         return self._kept("window", tf, lambda: self._window(tf))
 
-    def _window(self, tf: dict) -> dict:
-        sizes, n, get = self.sizes, len(self.sizes), tf.get
+    def _window(self, tf: dict):
+        n = len(self.sizes)
+        if bm25.dense(len(tf), n):      # in list passes, in C
+            col = [0] * n
+            for d, c in tf.items():
+                col[d] = c
+            counts = list(map(_plus, map(_plus, [0] + col[:-1], col), col[1:] + [0]))
+            return bm25.column_part(bm25.idf(n, n - counts.count(0)), self.window_norms(), counts)
+        get = tf.get
         near = set(tf)
         near.update([d - 1 for d in tf if d])
         near.update([d + 1 for d in tf if d + 1 < n])
         counts = {e: get(e - 1, 0) + get(e, 0) + get(e + 1, 0) for e in near}
-        avg = (self.size if n == 1 else 3 * self.size - sizes[0] - sizes[-1]) / n or 1.0
-        norms = self._norms
-        for e in near - norms.keys():
-            norms[e] = bm25.norm(sum(sizes[max(0, e - 1):e + 2]), avg)
-        return bm25.part(bm25.idf(n, len(counts)), norms, counts)
+        return bm25.part(bm25.idf(n, len(counts)), self.window_norms(), counts, n)
 
     def lines_held(self, tf: dict) -> int:
         """Its line frequency taken as ``min(count, lines)`` per exchange (a line seldom
