@@ -12,6 +12,7 @@ ranking from scratch; it holds nothing a principal or session could tell apart."
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from operator import attrgetter
 
 from .state import STATE
@@ -28,13 +29,14 @@ _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
 
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
-    __slots__ = ("words", "sizes", "lines_of", "size", "lines", "postings", "posted", "mark",
-                 "memo", "memo_entries")
+    __slots__ = ("words", "sizes", "lines_of", "asking", "size", "lines", "postings", "posted",
+                 "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
         self.sizes: list = []       # code points of each
         self.lines_of: list = []    # lines of each
+        self.asking: list = []      # those whose last line asks ("?"), ascending
         self.size = self.lines = 0  # their sums
         self.postings: dict = {}    # word -> {exchange: count}, exchanges ascending: made when asked
         self.posted = 0             # their entries
@@ -62,6 +64,7 @@ class Corpus:
                     self.posted += 1
                 d += 1
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
+        self.asking += [d for d, a in enumerate(docs, len(self.words)) if a.question]
         self.words += words
         self.sizes += sizes
         self.lines_of += lines
@@ -81,6 +84,7 @@ class Corpus:
         self.size -= sum(self.sizes[keep:])
         self.lines -= sum(self.lines_of[keep:])
         del self.words[keep:], self.sizes[keep:], self.lines_of[keep:]
+        del self.asking[bisect_left(self.asking, keep):]
 
     def posting(self, word: str) -> dict:
         """{exchange: count} of ``word``, exchanges ascending (made once: never to be

@@ -5,7 +5,8 @@ of the best ones (``Scoring``); ties newest first; each hit quoted (``excerpt``)
 from __future__ import annotations
 
 from collections import Counter
-from operator import add as _plus
+from itertools import repeat
+from operator import add as _plus, mul as _times
 from typing import NamedTuple, Sequence
 
 from . import bm25
@@ -151,7 +152,7 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     (``_Parts``), kept while the corpus is."""
     n, terms = len(an), matcher.terms
     parts = _Parts(an, corpus)
-    asked = _asked(matcher, tfs, an, corpus is not None) if scoring.asked else {}
+    asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
     per_doc, moved = _expanded(terms, tfs, asked)
     held = set().union(*per_doc.values())
     avg = (parts.size + sum(moved.values())) / n or 1.0
@@ -169,8 +170,11 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
         wins = [0.0] * n
         for tf in per_doc.values():
             bm25.add(wins, parts.window(tf))
-        for d in held:
-            scores[d] += scoring.window * wins[d]
+        if len(held) == n:      # every exchange: in C
+            scores = list(map(_plus, scores, map(_times, repeat(scoring.window), wins)))
+        else:
+            for d in held:
+                scores[d] += scoring.window * wins[d]
     if scoring.passage:
         top = _best(scores, held, scoring.rerank)     # an exchange scores iff it holds a term
         pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
@@ -190,6 +194,8 @@ class _Parts:
         self.sizes = corpus.sizes if corpus is not None else [a.length for a in an]
         self.size = corpus.size if corpus is not None else sum(self.sizes)
         self.lines = corpus.lines if corpus is not None else sum([a.lines for a in an])
+        # the exchanges whose last line asks, ascending
+        self.asking = corpus.asking if corpus is not None else [d for d, a in enumerate(an) if a.question]
 
     def _kept(self, kind: str, tf, make):
         return make() if self.corpus is None else self.corpus.kept(kind, tf, make)
@@ -238,14 +244,14 @@ class _Parts:
         return self._kept("lines", tf, lambda: sum(map(min, tf.values(), [an[d].lines for d in tf])))
 
 
-def _asked(matcher: Matcher, tfs: dict, an: list, indexed: bool) -> dict:
+def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) -> dict:
     """{exchange: (code points, {term: count}) of the question it answers}: the last
     line of the exchange before it, when that asks ("?") and holds a query term."""
-    last = len(an) - 1
+    last, held = len(an) - 1, set().union(*tfs.values())
     out = {}
-    for d in sorted(set().union(*tfs.values())):
-        a = an[d]
-        if a.question and d < last:
+    for d in parts.asking:
+        if d < last and d in held:
+            a = an[d]
             got = matcher.indexed_counts(a, "?") if indexed else matcher.counts(a.question)
             if got:
                 out[d + 1] = (len(a.question), got)
