@@ -67,10 +67,13 @@ def planned(chat: list, s: int, prompt_cache: bool, budget: int) -> tuple:
 
 
 def within_bounds() -> bool:
+    """The corpora within their bounds, each one's sums those of its exchanges."""
     kept = corpus.CORPORA.kept
     return len(kept) <= corpus.CORPORA_KEPT and (
         len(kept) <= 1 or sum(c.units for c in kept) <= corpus.CORPUS_UNITS) and all(
-        c.memo_entries <= corpus.MEMO_ENTRIES for c in kept)
+        c.memo_entries <= corpus.MEMO_ENTRIES and c.counted == sum(map(len, c.words))
+        and c.size == sum(c.sizes) and c.lines == sum(c.lines_of)
+        and c.posted == sum(len(p) + 1 for p in c.postings.values()) for c in kept)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -18,10 +18,10 @@ from operator import attrgetter
 from .state import STATE
 
 #: Corpora kept, the least recently used dropped first, and the units they hold
-#: together (an exchange, or an entry of a posting or of a memo: ~100 bytes at most
-#: each, an exchange's word counts aside, which its cached analysis shares).
+#: together: an exchange, an entry of its word counts (its cached analysis's own, while
+#: cached), of a posting or of a memo; ~80 bytes a unit (measured): ~20 MiB at worst.
 CORPORA_KEPT = 8
-CORPUS_UNITS = 1 << 17
+CORPUS_UNITS = 1 << 18
 #: What a corpus keeps of its rankings (``Corpus.kept``), in entries, then emptied.
 MEMO_ENTRIES = 1 << 15
 _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
@@ -29,11 +29,12 @@ _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
 
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
-    __slots__ = ("words", "sizes", "lines_of", "asking", "size", "lines", "postings", "posted",
-                 "mark", "memo", "memo_entries")
+    __slots__ = ("words", "counted", "sizes", "lines_of", "asking", "size", "lines", "postings",
+                 "posted", "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
+        self.counted = 0            # their entries
         self.sizes: list = []       # code points of each
         self.lines_of: list = []    # lines of each
         self.asking: list = []      # those whose last line asks ("?"), ascending
@@ -47,7 +48,7 @@ class Corpus:
 
     @property
     def units(self) -> int:
-        return len(self.words) + self.posted + self.memo_entries
+        return len(self.words) + self.counted + self.posted + self.memo_entries
 
     def extend(self, docs: list) -> None:
         """Append the analyses ``docs``: their counts, sizes and lines, and their words'
@@ -66,6 +67,7 @@ class Corpus:
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
         self.asking += [d for d, a in enumerate(docs, len(self.words)) if a.question]
         self.words += words
+        self.counted += sum(map(len, words))
         self.sizes += sizes
         self.lines_of += lines
         self.size += sum(sizes)
@@ -83,6 +85,7 @@ class Corpus:
         self.posted = 0
         self.size -= sum(self.sizes[keep:])
         self.lines -= sum(self.lines_of[keep:])
+        self.counted -= sum(map(len, self.words[keep:]))
         del self.words[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
 
