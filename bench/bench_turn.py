@@ -29,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -119,19 +120,22 @@ def steps(n: int) -> tuple[dict, int]:
 def recall_ranking(raw: bytes, budget: int, page_id_for) -> dict:
     """Recall's choice alone (docs/design.md §6.2) over one paged prefix, every query
     new (another port's number; its other words met before): "first", its corpus made
-    (the exchanges' analyses cached: a session's first turn, or after a step); "steady",
-    the corpus kept from the turn before (a next turn between steps)."""
+    (the exchanges' analyses cached: a session's first recalling turn here); "steady",
+    the corpus kept from the turn before (a next turn between steps); "grown", that
+    corpus one exchange short (a turn without the prompt cache: one more paged)."""
     b = validation.parse_request("chat", raw)
     prep = prepared.Prepared("chat", b, page_id_for, strip=paging.EDGE_FIELDS)
     fit = paging._fit(prep, budget - paging._recall_room(budget), paging.block_rule(paging.MAX_PAGE_BYTES))
     paged, asked = paging._paged_exchanges(prep, fit), iter(range(1 << 30))
 
-    def choose(first: bool):
-        if first:
+    def choose(how: str):
+        if how == "first":
             CORPORA.clear()
+        elif how == "grown" and CORPORA.kept:     # its last exchange appended again
+            CORPORA.kept[-1].cut(len(paged) - 1)
         query = f"*frowns* Port {next(asked) % len(paged)} again? What did the whales sing there?"
         recall.choose(query, paged, recall.MAX_BYTES, paging._recall_size)
-    return {"recall ranking, first": lambda: choose(True), "recall ranking, steady": lambda: choose(False)}
+    return {f"recall ranking, {how}": partial(choose, how) for how in ("first", "grown", "steady")}
 
 
 def measure(n: int) -> tuple[dict, int]:
@@ -167,6 +171,7 @@ def main(runtime: str = "CPython") -> int:
     row("recall cold / turn", lambda r: f"{r['turn + recall, cold'] / r['turn']:.2f}")
     row("recall new isolate / turn", lambda r: f"{r['turn + recall, new isolate'] / r['turn']:.2f}")
     row("recall ranking, steady / first", lambda r: f"{r['recall ranking, steady'] / r['recall ranking, first']:.2f}")
+    row("recall ranking, grown / first", lambda r: f"{r['recall ranking, grown'] / r['recall ranking, first']:.2f}")
     real_chats(runtime)
     sys.stdout.flush()
     return 0

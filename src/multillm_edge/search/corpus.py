@@ -6,7 +6,7 @@ looks up its query's words instead of reading every exchange again.
 A session's next turn pages the same exchanges, or those and a few more: its corpus is
 found by the exchanges' word counts (the cached analyses' own dicts: compared in C,
 by identity first, else by content), extended by what was appended (the postings made
-so far with it), cut back where it changed otherwise (postings made again when asked).
+so far with it), cut back where it changed otherwise (their entries dropped).
 Everything in it is a function of those counts alone, so a ranking from it is the
 ranking from scratch; it holds nothing a principal or session could tell apart."""
 
@@ -77,12 +77,17 @@ class Corpus:
             self.mark = None
 
     def cut(self, keep: int) -> None:
-        """Drop the exchanges from ``keep`` on (and the postings made: made again)."""
+        """Drop the exchanges from ``keep`` on, and their postings' entries (O(their
+        words))."""
         if keep >= len(self.words):
             return
         self.forget()
-        self.postings.clear()
-        self.posted = 0
+        postings = self.postings
+        if postings:
+            for d in range(keep, len(self.words)):
+                for w in postings.keys() & self.words[d].keys():
+                    del postings[w][d]
+                    self.posted -= 1
         self.size -= sum(self.sizes[keep:])
         self.lines -= sum(self.lines_of[keep:])
         self.counted -= sum(map(len, self.words[keep:]))
