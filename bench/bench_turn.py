@@ -29,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -39,8 +40,9 @@ for path in (SRC, HERE):
 from bench_paging import PRINCIPAL, REVISION, SESSION, SIGNER, roleplay_body  # noqa: E402
 from multillm_edge import formats  # noqa: E402
 from multillm_edge.routes import generation  # noqa: E402
-from multillm_edge.core import paging, prepared, validation  # noqa: E402
+from multillm_edge.core import paging, prepared, recall, validation  # noqa: E402
 from multillm_edge.search import STATE  # noqa: E402
+from multillm_edge.search.corpus import CORPORA  # noqa: E402
 from multillm_edge.search.docs import CACHE  # noqa: E402
 
 SIZES = (50, 200, 800)
@@ -111,7 +113,29 @@ def steps(n: int) -> tuple[dict, int]:
         "turn + recall, warm": lambda: whole_turn(recall_raw, True),
         "turn + recall, cold": lambda: whole_turn(recall_raw, True, cold=True),
         "turn + recall, new isolate": lambda: whole_turn(recall_raw, True, new=True),
+        **recall_ranking(recall_raw, budget, ids()),
     }, len(plan.pages)
+
+
+def recall_ranking(raw: bytes, budget: int, page_id_for) -> dict:
+    """Recall's choice alone (docs/design.md §6.2) over one paged prefix, every query
+    new (another port's number; its other words met before): "first", its corpus made
+    (the exchanges' analyses cached: a session's first recalling turn here); "steady",
+    the corpus kept from the turn before (a next turn between steps); "grown", that
+    corpus one exchange short (a turn without the prompt cache: one more paged)."""
+    b = validation.parse_request("chat", raw)
+    prep = prepared.Prepared("chat", b, page_id_for, strip=paging.EDGE_FIELDS)
+    fit = paging._fit(prep, budget - paging._recall_room(budget), paging.block_rule(paging.MAX_PAGE_BYTES))
+    paged, asked = paging._paged_exchanges(prep, fit), iter(range(1 << 30))
+
+    def choose(how: str):
+        if how == "first":
+            CORPORA.clear()
+        elif how == "grown" and CORPORA.kept:     # its last exchange appended again
+            CORPORA.kept[-1].cut(len(paged) - 1)
+        query = f"*frowns* Port {next(asked) % len(paged)} again? What did the whales sing there?"
+        recall.choose(query, paged, recall.MAX_BYTES, paging._recall_size)
+    return {f"recall ranking, {how}": partial(choose, how) for how in ("first", "grown", "steady")}
 
 
 def measure(n: int) -> tuple[dict, int]:
@@ -146,6 +170,8 @@ def main(runtime: str = "CPython") -> int:
     row("recall warm / turn", lambda r: f"{r['turn + recall, warm'] / r['turn']:.2f}")
     row("recall cold / turn", lambda r: f"{r['turn + recall, cold'] / r['turn']:.2f}")
     row("recall new isolate / turn", lambda r: f"{r['turn + recall, new isolate'] / r['turn']:.2f}")
+    row("recall ranking, steady / first", lambda r: f"{r['recall ranking, steady'] / r['recall ranking, first']:.2f}")
+    row("recall ranking, grown / first", lambda r: f"{r['recall ranking, grown'] / r['recall ranking, first']:.2f}")
     real_chats(runtime)
     sys.stdout.flush()
     return 0

@@ -5,7 +5,8 @@ import unicodedata
 
 from hypothesis import assume, given, settings, strategies as st
 
-from multillm_edge.search import EXCERPT_MAX, STATE, analysis, docs as search_docs, match, rank, ranker, stems
+from multillm_edge.search import EXCERPT_MAX, STATE, analysis, bm25, docs as search_docs, match, rank, ranker, stems
+from multillm_edge.search.corpus import Corpus
 from multillm_edge.search.docs import CACHE
 from multillm_edge.search.excerpt import ELLIPSIS
 from multillm_edge.search.ranker import BASELINE, PLAIN, Scoring
@@ -188,10 +189,10 @@ def test_a_question_ending_an_exchange_counts_for_the_answer_after_it():
 def test_line_idf_weighs_a_word_in_every_exchange_but_few_lines():
     an = [search_docs.analyze(doc("Ana: a\nBo: b\nBo: c\nBo: d")) for _ in range(4)]
     per_doc = {"ana": {d: 1 for d in range(4)}}
-    per_line = [a.lines for a in an]
-    assert ranker._line_idf(per_doc, per_line, {})["ana"] > 0.5
-    # a dense term's column counts the same
-    assert ranker._line_idf(per_doc, per_line, {"ana": [1] * 4}) == ranker._line_idf(per_doc, per_line, {})
+    parts = ranker._Parts(an, None)
+    assert ranker._line_idf(per_doc, parts)["ana"] > 0.5
+    # one line of four in each exchange: the idf of 4 lines in 16
+    assert ranker._line_idf(per_doc, parts)["ana"] == bm25.idf(16, 4)
 
 
 def test_an_indexed_ranking_is_the_same_after_the_vocabulary_is_emptied(monkeypatch):
@@ -301,8 +302,9 @@ def test_the_scan_and_the_index_count_the_same(texts, pick, extra):
     assume(terms)
     an = [search_docs.analyze(d, s) for d in docs]
     scan, index = match.Matcher(terms, s), match.Matcher(terms, s)
-    index.pin(an)
-    columns = index.columns(an)
+    corpus = Corpus(an)
+    index.pin(an, corpus)
+    columns = index.columns(corpus)
     for d, a in enumerate(an):
         want = {t: c for t in terms if (c := columns[t].get(d) if t.kind == "w" else a.text.count(t.value))}
         assert scan.counts(a.text) == want, (query, texts[d])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from functools import partial
 from hashlib import sha256
+from operator import itemgetter
 from typing import Callable, NamedTuple, Sequence
 
 from .. import formats
@@ -47,6 +48,9 @@ INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the ex
 #: same pages are quoted turn after turn); at most this many pages, then emptied.
 STARTS_PAGES = 1024
 _STARTS = STATE.part("exchange starts", lambda: Memo(STARTS_PAGES))
+
+
+_KEY = itemgetter(1)      # a Paged's key, in C
 
 
 class Moment(NamedTuple):
@@ -104,7 +108,7 @@ def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], in
         return []
     floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
-    hits = rank(q, texts, RANKED, keys=[p.key for p in paged], indexed=True, scoring=SCORING,
+    hits = rank(q, texts, RANKED, keys=list(map(_KEY, paged)), indexed=True, scoring=SCORING,
                 excerpts=False, former=partial(_former_key, paged))
     out: list = []
     for hit in hits:

@@ -1,6 +1,6 @@
 """Findable exchanges: the pure search core (docs/design.md §6.1, §6.2). Stdlib plus
 the pinned pure-Python ``snowballstemmer``; no ``js``. Layers, lowest first: state,
-analysis, stems, docs, match, bm25, passages, excerpt, ranker; ``texts`` apart."""
+analysis, stems, docs, corpus, match, bm25, passages, excerpt, ranker; ``texts`` apart."""
 
 from .docs import doc_key  # noqa: F401
 from .excerpt import ELLIPSIS, EXCERPT_MAX  # noqa: F401

@@ -117,10 +117,13 @@ class Matcher:
 
     # -- the index ---------------------------------------------------------------
 
-    def pin(self, an: list) -> None:
-        """Fix each word term's forms for this ranking, once the indexes ``an`` are
-        registered in the vocabulary (docs/design.md §6.2)."""
-        forms = _pinned_forms([t.value for t in self.words], an, self._stems)
+    def pin(self, an: list, corpus) -> None:
+        """Fix each word term's forms for this ranking, once the indexes ``an`` (those of
+        ``corpus.Corpus``) are registered in the vocabulary (docs/design.md §6.2): the
+        forms the exchanges hold (the others count 0 in each of their lines)."""
+        held = corpus.posting
+        forms = {v: frozenset([f for f in fs if held(f)]) for v, fs in
+                 _pinned_forms([t.value for t in self.words], an, corpus, self._stems).items()}
         self._stems.pin(forms)
         self._forms = [(t, _one(forms.get(t.value, ()))) for t in self.words]
         self.every = frozenset(f for fs in forms.values() for f in fs)
@@ -139,20 +142,9 @@ class Matcher:
                 got[t] = c
         return got
 
-    def columns(self, an: list) -> dict:
-        """{term: {exchange: count}} of the word terms from the indexes ``an``."""
-        words = [a.index.words for a in an]
-        out = {}
-        for t, f in self._forms:
-            if not f:           # no word of these exchanges has its stem
-                out[t] = {}
-                continue
-            first, *others = (f,) if type(f) is str else f
-            col = [w.get(first, 0) for w in words]
-            for x in others:
-                col = [c + w.get(x, 0) for c, w in zip(col, words)]
-            out[t] = {d: c for d, c in enumerate(col) if c}
-        return out
+    def columns(self, corpus) -> dict:
+        """{term: {exchange: count}} of the word terms, from ``corpus``'s postings."""
+        return {t: corpus.tf(f) if f else {} for t, f in self._forms}
 
     def indexed_counts(self, a, which: str) -> dict:
         """``counts`` of one line of an indexed ``a`` (``docs.line_text``), its words
@@ -190,23 +182,26 @@ def _one(forms) -> str | tuple:
     return fs[0] if len(fs) == 1 else fs
 
 
-def _pinned_forms(values: list, an: list, stems) -> dict:
+def _pinned_forms(values: list, an: list, corpus, stems) -> dict:
     """stem -> the words having it, among them every word of the indexes ``an`` that
     has it: from the vocabulary once each index is registered there (one registered in
-    another vocabulary registers again); when this call's words alone overflow the
-    vocabulary, from the indexes' own words."""
+    another vocabulary registers again; none is looked at when ``corpus`` knows they all
+    are); when this call's words alone overflow the vocabulary, from the indexes' own
+    words."""
     stems.pin(None)
     for _ in range(2):
         vocabulary = stems.vocabulary
-        for a in an:
-            if a.index.vocabulary is not vocabulary.mark:
-                stems.known(a.index.words)
-                a.index.vocabulary = stems.vocabulary.mark
+        if corpus.mark is not vocabulary.mark:
+            for a in an:
+                if a.index.vocabulary is not vocabulary.mark:
+                    stems.known(a.index.words)
+                    a.index.vocabulary = stems.vocabulary.mark
         if stems.vocabulary is vocabulary:
+            corpus.mark = vocabulary.mark
             return {v: frozenset(stems.forms(v)) for v in values}
     wanted, own = set(values), {v: set() for v in values}
-    for a in an:
-        for w in a.index.words:
+    for words in corpus.words:
+        for w in words:
             if (v := stems(w)) in wanted:
                 own[v].add(w)
     return {v: frozenset(ws) for v, ws in own.items()}

@@ -5,10 +5,13 @@ of the best ones (``Scoring``); ties newest first; each hit quoted (``excerpt``)
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
+from operator import add as _plus, mul as _times
 from typing import NamedTuple, Sequence
 
 from . import bm25
 from .analysis import Term, query_terms
+from .corpus import CORPORA, Corpus
 from .docs import analyses
 from .excerpt import quote
 from .match import Matcher
@@ -76,12 +79,15 @@ def rank(query, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
     if not q.terms or not docs or limit < 1:
         return []
     an = analyses(docs, keys, q.stems if indexed else None, former)
+    corpus = (CORPORA.of(an) if keys is not None else Corpus(an)) if indexed else None
     matcher = Matcher(_kept(q.terms, an, indexed), q.stems)
-    tfs = _tfs(matcher, an, indexed)
-    scores, weights = _scores(matcher, tfs, an, scoring, indexed)
+    tfs = _tfs(matcher, an, corpus)
+    scores, weights, held = _scores(matcher, tfs, an, scoring, corpus)
+    if keys is not None and indexed:
+        CORPORA.trim()
     total = sum(weights.values())
     out = []
-    for d in _best(scores, limit):
+    for d in _best(scores, held, limit):
         quoted = quote(docs[d], matcher, weights) if excerpts else (-1, "", "", 0, 0)
         j, role, text, start, end = quoted
         out.append(ExchangeHit(d, round(scores[d], 4), _relevance(d, tfs, weights, total),
@@ -117,11 +123,12 @@ def _rarest(terms: list, texts: list, cap: int) -> list:
     return [terms[i] for i in sorted(order)]
 
 
-def _tfs(matcher: Matcher, an: list, indexed: bool) -> dict:
-    """{term: {exchange: count}}: from the indexes (forms pinned first) or by a scan."""
-    if indexed:
-        matcher.pin(an)
-        out = matcher.columns(an)
+def _tfs(matcher: Matcher, an: list, corpus: Corpus | None) -> dict:
+    """{term: {exchange: count}}: from the corpus's postings (forms pinned first) or by
+    a scan."""
+    if corpus is not None:
+        matcher.pin(an, corpus)
+        out = matcher.columns(corpus)
         for t in matcher.cjk:
             out[t] = {d: c for d, a in enumerate(an) if (c := a.text.count(t.value))}
         return out
@@ -132,69 +139,143 @@ def _tfs(matcher: Matcher, an: list, indexed: bool) -> dict:
     return out
 
 
-def _best(scores: list, k: int) -> list:
-    """The ``k`` best documents scoring above 0, best first, newest first on ties."""
-    n = len(scores)
-    order = sorted(range(n - 1, -1, -1), key=scores.__getitem__, reverse=True)
-    return order[:min(k, n - scores.count(0.0))]
+def _best(scores: list, held, k: int) -> list:
+    """The ``k`` best documents scoring above 0 (``held``: those holding a term, the
+    only ones that do), best first, newest first on ties."""
+    return sorted(sorted(held, reverse=True), key=scores.__getitem__, reverse=True)[:k]
 
 
-def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, indexed: bool) -> tuple:
-    """(each exchange's score, each found term's idf over exchanges)."""
+def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None) -> tuple:
+    """(each exchange's score, each found term's idf over exchanges, the exchanges
+    holding a term). Only those are looked at: the others score 0 (docs/design.md §6.2).
+    A term's part that depends on its counts and the corpus alone is the corpus's
+    (``_Parts``), kept while the corpus is."""
     n, terms = len(an), matcher.terms
-    sizes, per_line = [a.length for a in an], [a.lines for a in an]
-    asked = _asked(matcher, tfs, an, indexed) if scoring.asked else {}
-    per_doc, lengths = _expanded(terms, tfs, asked, sizes)
-    norm = bm25.norms(lengths, sum(lengths) / n or 1.0)
-    base, weights, cols = [0.0] * n, {}, {}
+    parts = _Parts(an, corpus)
+    asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
+    per_doc, moved = _expanded(terms, tfs, asked)
+    held = set().union(*per_doc.values())
+    avg = (parts.size + sum(moved.values())) / n or 1.0
+    norm = None
+    base, weights = [0.0] * n, {}
     for t, tf in per_doc.items():
         weights[t] = bm25.idf(n, len(tf))
-        if bm25.dense(len(tf), n):
-            cols[t] = [tf.get(d, 0) for d in range(n)]
-        base = bm25.add(base, weights[t], norm, tf, cols.get(t))
+        if moved:       # lengths this query changed: its own norms
+            norm = norm or {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in held}
+            bm25.add(base, bm25.part(weights[t], norm, tf, n))
+        else:
+            bm25.add(base, parts.base(tf, weights[t]))
     scores = list(base)
     if scoring.window:
-        wins = _windows(per_doc, sizes, cols)
-        scores = [s + scoring.window * w if b else s for s, w, b in zip(scores, wins, base)]
+        wins = [0.0] * n
+        for tf in per_doc.values():
+            bm25.add(wins, parts.window(tf))
+        if len(held) == n:      # every exchange: in C
+            scores = list(map(_plus, scores, map(_times, repeat(scoring.window), wins)))
+        else:
+            for d in held:
+                scores[d] += scoring.window * wins[d]
     if scoring.passage:
-        top = _best(scores, scoring.rerank)     # an exchange scores iff its base does
-        pidf = _line_idf(per_doc, per_line, cols) if scoring.lidf else weights
-        avg = sum(sizes) / (sum(per_line) or 1) * 2     # a line pair's mean length
-        for d, p in passages(top, an, matcher, pidf, avg, indexed).items():
+        top = _best(scores, held, scoring.rerank)     # an exchange scores iff it holds a term
+        pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
+        avg = parts.size / (parts.lines or 1) * 2     # a line pair's mean length
+        for d, p in passages(top, an, matcher, pidf, avg, corpus is not None).items():
             scores[d] += scoring.passage * p
-    return scores, weights
+    return scores, weights, held
 
 
-def _asked(matcher: Matcher, tfs: dict, an: list, indexed: bool) -> dict:
+class _Parts:
+    """What a ranking's scores are made of that depends on the exchanges alone (their
+    norms) or on a term's counts (``tf``) and them: kept by the corpus while it is
+    (``Corpus.kept``), made each time for a scan."""
+
+    def __init__(self, an: list, corpus: Corpus | None):
+        self.an, self.corpus = an, corpus
+        self.sizes = corpus.sizes if corpus is not None else [a.length for a in an]
+        self.size = corpus.size if corpus is not None else sum(self.sizes)
+        self.lines = corpus.lines if corpus is not None else sum([a.lines for a in an])
+        # the exchanges whose last line asks, ascending
+        self.asking = corpus.asking if corpus is not None else [d for d, a in enumerate(an) if a.question]
+
+    def _kept(self, kind: str, tf, make):
+        return make() if self.corpus is None else self.corpus.kept(kind, tf, make)
+
+    def norms(self) -> list:
+        """Each exchange's length normalization, their mean length the average."""
+        n = len(self.sizes)
+        return self._kept("norms", None, lambda: bm25.norms(self.sizes, self.size / n or 1.0))
+
+    def window_norms(self) -> list:
+        """Each window's (an exchange and one each side), among all windows."""
+        def make():
+            s, n = self.sizes, len(self.sizes)
+            lengths = [a + b + c for a, b, c in zip([0] + s[:-1], s, s[1:] + [0])]
+            return bm25.norms(lengths, sum(lengths) / n or 1.0)
+        return self._kept("window norms", None, make)
+
+    def base(self, tf: dict, weight: float) -> dict:
+        """Its BM25 part over exchanges (``weight``: its idf)."""
+        return self._kept("base", tf, lambda: bm25.part(weight, self.norms(), tf, len(self.sizes)))
+
+    def window(self, tf: dict) -> dict:
+        """Its BM25 part over windows among all windows, for the windows holding it
+        (their counts summed: each exchange's in up to three windows)."""
+        return self._kept("window", tf, lambda: self._window(tf))
+
+    def _window(self, tf: dict):
+        n = len(self.sizes)
+        if bm25.dense(len(tf), n):      # in list passes, in C
+            col = [0] * n
+            for d, c in tf.items():
+                col[d] = c
+            counts = list(map(_plus, map(_plus, [0] + col[:-1], col), col[1:] + [0]))
+            return bm25.column_part(bm25.idf(n, n - counts.count(0)), self.window_norms(), counts)
+        get = tf.get
+        near = set(tf)
+        near.update([d - 1 for d in tf if d])
+        near.update([d + 1 for d in tf if d + 1 < n])
+        counts = {e: get(e - 1, 0) + get(e, 0) + get(e + 1, 0) for e in near}
+        return bm25.part(bm25.idf(n, len(counts)), self.window_norms(), counts, n)
+
+    def lines_held(self, tf: dict) -> int:
+        """Its line frequency taken as ``min(count, lines)`` per exchange (a line seldom
+        says a word twice)."""
+        an = self.an
+        return self._kept("lines", tf, lambda: sum(map(min, tf.values(), [an[d].lines for d in tf])))
+
+
+def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) -> dict:
     """{exchange: (code points, {term: count}) of the question it answers}: the last
     line of the exchange before it, when that asks ("?") and holds a query term."""
-    held = set().union(*tfs.values())
+    last, held = len(an) - 1, set().union(*tfs.values())
     out = {}
-    for d, a in enumerate(an[:-1]):
-        if a.question and d in held:
+    for d in parts.asking:
+        if d < last and d in held:
+            a = an[d]
             got = matcher.indexed_counts(a, "?") if indexed else matcher.counts(a.question)
             if got:
                 out[d + 1] = (len(a.question), got)
     return out
 
 
-def _expanded(terms: list, tfs: dict, asked: dict, sizes: list) -> tuple:
-    """({term: {exchange: count}} of the found terms, each exchange's length) with each
-    question line moved to the exchange answering it; kept in its own exchange too when
-    it is all that exchange holds of the query (so it is still found)."""
+def _expanded(terms: list, tfs: dict, asked: dict) -> tuple:
+    """({term: {exchange: count}} of the found terms, {exchange: code points it gains
+    (or loses)}) with each question line moved to the exchange answering it; kept in
+    its own exchange too when it is all that exchange holds of the query (so it is
+    still found)."""
     if not asked:
-        return {t: tfs[t] for t in terms if tfs[t]}, sizes
+        return {t: tfs[t] for t in terms if tfs[t]}, {}
     held = Counter()
     for t in terms:
         for d, c in tfs[t].items():
             if d + 1 in asked:
                 held[d] += c
     movers = {d for d, (_, got) in asked.items() if held[d - 1] > sum(got.values())}
-    lengths = list(sizes)
+    moved = Counter()
     for d, (size, _) in asked.items():
-        lengths[d] += size
+        moved[d] += size
         if d in movers:
-            lengths[d - 1] -= size
+            moved[d - 1] -= size
     per_doc = {}
     for t in terms:
         tf = dict(tfs[t])
@@ -208,40 +289,13 @@ def _expanded(terms: list, tfs: dict, asked: dict, sizes: list) -> tuple:
                         tf.pop(d - 1, None)
         if tf:
             per_doc[t] = tf
-    return per_doc, lengths
+    return per_doc, moved
 
 
-def _line_idf(per_doc: dict, per_line: list, cols: dict) -> dict:
-    """Each term's idf with the line as the document: its line frequency taken as
-    ``min(count, lines)`` per exchange (a line seldom says a word twice)."""
-    lines = sum(per_line)
-    out = {}
-    for t, tf in per_doc.items():
-        col = cols.get(t)
-        held = sum(map(min, col, per_line)) if col is not None else sum(
-            map(min, tf.values(), map(per_line.__getitem__, tf)))
-        out[t] = bm25.idf(lines, min(lines, held))
-    return out
-
-
-def _windows(per_doc: dict, lens: list, cols: dict) -> list:
-    """The BM25 of each exchange's window (it and one exchange each side) among all
-    windows. ``lens``: each exchange's code points; ``cols``: dense terms' columns."""
-    n = len(lens)
-    wl = [a + b + c for a, b, c in zip([0] + lens[:-1], lens, lens[1:] + [0])]
-    norm = bm25.norms(wl, sum(wl) / n or 1.0)
-    out = [0.0] * n
-    for t, tf in per_doc.items():
-        if (at := cols.get(t)) is not None:     # in most windows: every one, as lists
-            win = [a + b + c for a, b, c in zip([0] + at[:-1], at, at[1:] + [0])]
-            out = bm25.add(out, bm25.idf(n, n - win.count(0)), norm, {}, win)
-            continue
-        sparse: dict = {}       # else the windows holding it
-        for d, c in tf.items():
-            for e in range(max(0, d - 1), min(n, d + 2)):
-                sparse[e] = sparse.get(e, 0) + c
-        out = bm25.add(out, bm25.idf(n, len(sparse)), norm, sparse)
-    return out
+def _line_idf(per_doc: dict, parts: _Parts) -> dict:
+    """Each term's idf with the line as the document (``parts.lines`` of them)."""
+    lines = parts.lines
+    return {t: bm25.idf(lines, min(lines, parts.lines_held(tf))) for t, tf in per_doc.items()}
 
 
 def _relevance(d: int, tfs: dict, weights: dict, total: float) -> float:

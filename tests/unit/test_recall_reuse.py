@@ -1,0 +1,155 @@
+"""Recall's corpus kept between turns never changes an answer (docs/design.md §6.2):
+random sequences of turns of a few sessions in one isolate (append, swipe, an old
+message edited, a step crossed, the query alone changed, another session's turn) are
+planned with everything the isolate kept, and again from scratch (``STATE.reset()``,
+as in a new isolate): the same moments, scores, order and upstream bytes. The same for
+the ranking alone, every hit. And the corpora stay within their bounds."""
+
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from multillm_edge.core import paging
+from multillm_edge.core.pages import PageSigner
+from multillm_edge.search import STATE, corpus, rank
+from multillm_edge.search.ranker import Scoring
+
+SIGNER = PageSigner(b"recall-reuse-signing-secret-0123456789")
+WORDS = ("whale", "whales", "sang", "singing", "port", "ports", "lantern", "compass", "silver",
+         "mill", "buried", "bury", "storm", "Mira", "caravan", "rain", "12", "3.5", "kitsune",
+         "grey", "road", "road?", "why?", "ёлка", "ёлки", "港口", "の歌")
+said = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+exchange = st.tuples(said, said)
+# (what happens, to which session, what is said, where, how many)
+turn = st.tuples(st.sampled_from(["append", "append", "swipe", "edit", "step", "ask", "cut"]),
+                 st.integers(0, 2), exchange, st.integers(0, 10_000), st.integers(2, 9))
+
+
+def play(sessions: list, op: tuple) -> int:
+    """Apply one turn to ``sessions`` (each [exchanges, latest question]); its index."""
+    what, s, (user, reply), where, many = op
+    chat = sessions[s]
+    ex = chat[0]
+    if what == "append":
+        ex.append((chat[1], reply))
+        chat[1] = user
+    elif what == "swipe" and ex:
+        ex[-1] = (ex[-1][0], reply)
+    elif what == "edit" and ex:
+        ex[where % len(ex)] = (user, reply)
+    elif what == "step":
+        ex.extend((f"{user} {i}", f"{reply} {i}") for i in range(many))
+    elif what == "cut":
+        del ex[len(ex) - where % (len(ex) + 1):]
+    else:
+        chat[1] = user
+    return s
+
+
+def body(chat: list) -> dict:
+    msgs = [{"role": "system", "content": "You are Mira, a storyteller."}]
+    for user, reply in chat[0]:
+        msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+    msgs.append({"role": "user", "content": chat[1]})
+    return {"model": "m", "messages": msgs}
+
+
+def planned(chat: list, s: int, prompt_cache: bool, budget: int) -> tuple:
+    ids = SIGNER.page_ids("roleplay", "p", f"s{s}", 1)
+    (p,) = paging.plan_candidates("chat", body(chat), [budget], ids, recalling=True,
+                                  prompt_cache=prompt_cache)
+    if isinstance(p, Exception):
+        return ("error", p.status)
+    return p.encoded("m"), p.size, [(m.page_id, m.exchange, m.score, m.lines) for m in p.recall]
+
+
+def within_bounds() -> bool:
+    """The corpora within their bounds, each one's sums those of its exchanges."""
+    kept = corpus.CORPORA.kept
+    return len(kept) <= corpus.CORPORA_KEPT and (
+        len(kept) <= 1 or sum(c.units for c in kept) <= corpus.CORPUS_UNITS) and all(
+        c.memo_entries <= corpus.MEMO_ENTRIES and c.counted == sum(map(len, c.words))
+        and c.size == sum(c.sizes) and c.lines == sum(c.lines_of)
+        and c.posted == sum(len(p) + 1 for p in c.postings.values()) for c in kept)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=st.lists(st.lists(exchange, min_size=0, max_size=30), min_size=3, max_size=3),
+       turns=st.lists(turn, min_size=1, max_size=14), prompt_cache=st.booleans(),
+       budget=st.integers(900, 2500))
+def test_a_plan_with_what_the_isolate_kept_is_the_plan_from_scratch(start, turns, prompt_cache, budget):
+    sessions = [[list(ex), "Where did the whales sing, by the port?"] for ex in start]
+    STATE.reset()
+    for op in turns:
+        s = play(sessions, op)
+        kept = planned(sessions[s], s, prompt_cache, budget)
+        assert within_bounds()
+        STATE.reset()
+        fresh = planned(sessions[s], s, prompt_cache, budget)
+        assert kept == fresh, op
+        event("recalled" if kept[0] != "error" and kept[2] else "none recalled")
+        planned(sessions[s], s, prompt_cache, budget)        # the isolate warm again
+    STATE.reset()
+
+
+def ranked(docs: list, query: str, keyed: bool, scoring: Scoring) -> list:
+    keys = [(hashlib.sha256(repr(d).encode()).hexdigest(), 0) for d in docs] if keyed else None
+    return rank(query, docs, 10_000, keys=keys, indexed=True, scoring=scoring, excerpts=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=st.lists(exchange, min_size=1, max_size=40), turns=st.lists(turn, min_size=1, max_size=20),
+       scoring=st.sampled_from([Scoring(rerank=12), Scoring(), Scoring(window=0.0, lidf=False),
+                                Scoring(asked=False, passage=0.0), Scoring(stem=False, irregular=False)]))
+def test_every_hit_ranked_from_the_kept_corpus_is_the_hit_from_scratch(start, turns, scoring):
+    """The ranking alone, every hit of it, exchanges keyed by content as recall keys
+    them (two sessions' equal exchanges share their analyses and may share a corpus)."""
+    sessions = [[list(start), "whales"], [list(start[: len(start) // 2]), "port"], [[], "mill"]]
+    STATE.reset()
+    for op in turns:
+        s = play(sessions, op)
+        ex, query = sessions[s]
+        docs = [[("user", u), ("assistant", r)] for u, r in ex]
+        if not docs:
+            continue
+        kept = ranked(docs, query, True, scoring)
+        assert within_bounds()
+        STATE.reset()
+        assert kept == ranked(docs, query, False, scoring), op
+        ranked(docs, query, True, scoring)      # warm again
+    STATE.reset()
+
+
+def test_the_corpora_stay_within_their_bounds_and_a_corpus_over_it_is_not_kept(monkeypatch):
+    docs = [[("user", f"the whales sang at port {i}"), ("assistant", f"lantern {i} and rain")]
+            for i in range(40)]
+    keys = [(f"bound{i}", 0) for i in range(40)]
+    STATE.reset()
+    for n in range(5, 41, 5):       # sessions of different lengths: one corpus each
+        rank("whales port", docs[:n][::-1], 5, keys=keys[:n][::-1], indexed=True)
+    assert len(corpus.CORPORA) == 8 and within_bounds()
+    monkeypatch.setattr(corpus, "CORPUS_UNITS", 30)
+    expected = ranked(docs, "whales lantern rain", False, Scoring())
+    assert ranked(docs, "whales lantern rain", True, Scoring()) == expected
+    assert len(corpus.CORPORA) == 0     # alone over the bound: used, not kept
+    STATE.reset()
+
+
+def test_a_session_growing_extends_its_corpus_and_an_edit_cuts_it_back():
+    docs = [[("user", f"the whales sang at port {i}"), ("assistant", "a lantern in the rain")]
+            for i in range(30)]
+    keys = [(f"grow{i}", 0) for i in range(30)]
+    STATE.reset()
+    rank("whales port", docs[:20], 5, keys=keys[:20], indexed=True)
+    (c,) = corpus.CORPORA.kept
+    rank("whales port", docs[:25], 5, keys=keys[:25], indexed=True)
+    assert corpus.CORPORA.kept == [c] and len(c.words) == 25 and c.posting("whales") == {d: 1 for d in range(25)}
+    edited = docs[:10] + [[("user", "a storm over the mill")]] + docs[11:25]
+    rank("whales port", edited, 5, keys=keys[:10] + [("edited", 0)] + keys[11:25], indexed=True)
+    assert corpus.CORPORA.kept == [c] and len(c.words) == 25
+    assert c.posting("whales") == {d: 1 for d in range(25) if d != 10}
+    assert c.size == sum(len("\n".join(t for _, t in d)) for d in edited)
+    STATE.reset()
