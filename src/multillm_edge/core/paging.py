@@ -415,7 +415,7 @@ def latest_user_text(prep: Prepared) -> str:
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
                     *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS,
                     rule: tuple | None = None, search: bool = False,
-                    recalling: bool = False, prompt_cache: bool = False) -> list:
+                    recalling: bool = False, prompt_cache: bool = False, prior=None) -> list:
     """One Plan or EdgeError per budget. Grouping and sizing are done once; a page with
     the same content is the same Page object across the plans. A 400 (invalid
     ``context_protected_indices``) concerns the request, not a candidate: raised.
@@ -423,8 +423,10 @@ def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[
     blocks close (``block_rule(max_page_bytes)`` by default); ``search``: the search
     tool is declared too (docs/design.md §6.1: its schema and the marker's words);
     ``recalling``: each candidate quotes the moments recall chooses (§6.2);
-    ``prompt_cache``: the boundary moves in steps (§5.7)."""
-    prep = Prepared(fmt, body, page_id_for, strip=strip, search=search, cache=prompt_cache)
+    ``prompt_cache``: the boundary moves in steps (§5.7); ``prior``: the session's last
+    turn in this isolate (core/resume.py, §5.13)."""
+    prep = Prepared(fmt, body, page_id_for, strip=strip, search=search, cache=prompt_cache,
+                    prior=prior)
     rule = rule or block_rule(max_page_bytes)
     if recalling:
         query = latest_user_text(prep)

@@ -152,7 +152,7 @@ class Prepared:
     Pages are made on demand (``pages``): only for the groups a plan sends."""
 
     def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS,
-                 search: bool = False, cache: bool = False):
+                 search: bool = False, cache: bool = False, prior=None):
         if not isinstance(body, dict):
             raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
         self.mod = _formats.get(fmt)
@@ -165,6 +165,9 @@ class Prepared:
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
         self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
+        # ``prior`` (core/resume.Prior): what the session's last turn in this isolate
+        # derived from the same leading groups, and where this one is kept (§5.13)
+        self.prior = prior
         try:
             self._measure()
         except UnicodeEncodeError as e:
@@ -177,6 +180,19 @@ class Prepared:
         # The last marker carries a cache breakpoint (Messages, prompt cache, §5.7):
         # its bytes over a plain marker's, the same whatever its text.
         self.breakpoint = self._breakpoint_extra() if cache else 0
+        if prior is not None:
+            prior.adopt(self)
+
+    def seed(self, pages: dict, blocks: dict) -> None:
+        """Pages the session's last turn made of the same leading groups (§5.13)."""
+        self._pages.update(pages)
+        self._blocks.update(blocks)
+        for p in (*pages.values(), *blocks.values()):
+            self._by_sha[p.sha256] = p
+
+    def made(self) -> tuple:
+        """(group -> Page, (first, last) -> block Page): the pages made so far."""
+        return self._pages, self._blocks
 
     def _breakpoint_extra(self) -> int:
         """What a breakpoint on the last marker adds (0: none, when the format has no
@@ -205,10 +221,17 @@ class Prepared:
             self.skel, self.groups, self.raw, self.inner = self.base, [], [], []
         else:
             self.skel = {**self.base, mod.ITEMS_KEY: []}
+            known = self.prior and self.prior.measured(self, items, mod.classify)
+            if known:       # the leading groups as the last turn made them (§5.13)
+                self.groups, self.raw, self.inner = known
+                return self._fixed()
             self.groups = _formats.group_items(items, mod.classify)
             # each group serialized once, as a list: those bytes are its page body
             self.raw = _group_bytes(items, self.groups)
             self.inner = [len(b) - 2 for b in self.raw]
+        self._fixed()
+
+    def _fixed(self) -> None:
         self.fixed = utf8_len(dumps(self.skel))
 
     def _pageable(self, protected: frozenset) -> list:
