@@ -165,11 +165,10 @@ class Prepared:
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
         self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
-        # ``prior`` (core/resume.Prior): what the session's last turn in this isolate
-        # derived from the same leading groups, and where this one is kept (§5.13)
-        self.prior = prior
         try:
-            self._measure()
+            # ``prior`` (core/resume.Prior): what the session's last turn in this isolate
+            # derived from the same leading groups, and where this one is kept (§5.13)
+            self._measure(prior)
         except UnicodeEncodeError as e:
             raise _surrogate_error() from e
         self.sum_inner = sum(self.inner)
@@ -213,7 +212,7 @@ class Prepared:
             return self.mod.breakpoint_marker(text)
         return _formats.marker(text)
 
-    def _measure(self) -> None:
+    def _measure(self, prior) -> None:
         mod, items = self.mod, self.items
         if items is None:
             # No history list (a string or absent Responses `input`): one unpageable
@@ -221,7 +220,7 @@ class Prepared:
             self.skel, self.groups, self.raw, self.inner = self.base, [], [], []
         else:
             self.skel = {**self.base, mod.ITEMS_KEY: []}
-            known = self.prior and self.prior.measured(self, items, mod.classify)
+            known = prior and prior.measured(self, items, mod.classify)
             if known:       # the leading groups as the last turn made them (§5.13)
                 self.groups, self.raw, self.inner = known
                 return self._fixed()
