@@ -605,3 +605,65 @@ def cors_case(rng: random.Random, n: int) -> Case:
     return Case(n, f"cors:actual:{family}", method, path, headers, body, roleplay=routed,
                 notes={"cors": {"preflight": False, "edge": listed and routed, "origin": origin},
                        "search": family == "search" and routed})
+
+
+# ---------------------------------------------------------------------------
+# A session's next turn turning hostile in its new part only (docs/design.md §5.13): the
+# isolate resumes from the last turn's bytes, so the edge must refuse it exactly as a
+# body it meets for the first time. `resumed_pairs` yields (valid turn, next turn): the
+# next one is the valid body in the edge's own encoding (the history first, as
+# SillyTavern sends it, or last) with one exchange appended, spoiled there or after.
+# ---------------------------------------------------------------------------
+
+def _compact(doc) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def _spoiled(rng: random.Random, new: list) -> tuple[str, bytes]:
+    """The appended items, comma-joined, spoiled one way (or left valid)."""
+    kind = rng.choice(["swap", "swap", "depth", "number", "surrogate", "bytes", "cut", "valid"])
+    if kind == "swap":
+        _set(new, rng.choice(list(paths(new))), json.loads(json.dumps(rng.choice(HOSTILE_VALUES))))
+    raw = _compact(new)[1:-1]
+    if kind in ("depth", "number", "surrogate"):
+        value = {"depth": lambda: depth_bomb(rng.choice([MAX_DEPTH - 3, MAX_DEPTH, MAX_DEPTH + 1, 20_000]),
+                                             rng.choice([b"[", b"{"])),
+                 "number": lambda: rng.choice(ODD_NUMBERS),
+                 "surrogate": lambda: rng.choice([b'"\\ud800"', b'"a\\udc00b"', b'{"\\udfff":1}'])}[kind]()
+        raw = raw.replace(b'"' + HOLE_TEXT + b'"', value, 1)
+    elif kind in ("bytes", "cut"):
+        at = rng.randrange(len(raw))
+        junk = rng.choice([b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\x00", b'"', b"\\", b"]", b"}", b","])
+        raw = raw[:at] if kind == "cut" else raw[:at] + junk + raw[at:]
+    return kind, raw
+
+
+HOLE_TEXT = b"__resumed_hole__"
+AFTER = [b',"model":5', b',"max_tokens":-1', b',"capabilities":"x"', b',"messages":[]', b',"input":7',
+         b',"tools":{}', b',"model":"fake:tiny"', b',"stream":NaN', b',', b',"x"', b'', b',"models":[1]']
+
+
+def resumed_pairs(seed: int, count: int):
+    rng = random.Random(seed)
+    for n in range(count):
+        fmt = rng.choice(list(GENERATION))
+        doc = valid_body(rng, fmt)
+        key = "input" if fmt == "responses" else "messages"
+        if type(doc.get(key)) is not list or not doc[key]:
+            continue
+        if rng.random() < 0.5:                      # the history first, as SillyTavern sends it
+            doc = {key: doc.pop(key), **doc}
+        headers = roleplay_headers(rng)[1] if rng.random() < 0.2 else \
+            {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION, "Content-Type": "application/json"}
+        valid = _compact(doc)
+        new = [{"role": "assistant", "content": HOLE_TEXT.decode()},      # a value some kinds replace
+               {"role": "user", "content": rng.choice(RECALL_ASKS)}]
+        kind, fragment = _spoiled(rng, new)
+        history = _compact(doc[key])
+        at = valid.index(history) + len(history) - 1        # the history's closing bracket
+        after = rng.choice(AFTER) if rng.random() < 0.3 else b""
+        spoiled = valid[:at] + b"," + fragment + valid[at:-1] + after + b"}"
+        path = GENERATION[fmt]
+        yield (Case(2 * n, f"{fmt}:resumed-first", "POST", path, dict(headers), valid),
+               Case(2 * n + 1, f"{fmt}:resumed:{kind}{':after' if after else ''}", "POST", path,
+                    dict(headers), spoiled))
