@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from multillm_edge import formats
 from multillm_edge.base.errors import EdgeError
 from multillm_edge.core import compaction, last_turns, paging, resume, validation
+from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.core.last_turns import LastTurns
 from multillm_edge.core.pages import PageSigner, canonical_bytes
 
@@ -112,6 +113,7 @@ OPS = st.one_of(
     st.tuples(st.just("style"), st.sampled_from(["compact", "ascii", "spaced"]), text),
     st.tuples(st.just("continue"), text, text),
     st.tuples(st.just("dup"), text, text),
+    st.tuples(st.just("protect"), st.integers(0, 200), text),
 )
 
 
@@ -158,6 +160,8 @@ def apply(s: Session, op) -> bytes:
         if len(items) > 1 and items[-1].get("role") == "user":
             items.pop()
         items.append(reply(s.fmt, a))
+    elif kind == "protect" and items:     # context_protected_indices (§5.6)
+        s.fields["context_protected_indices"] = [a % len(items)]
     elif kind == "dup":         # the history's key again, after every other field
         out = s.raw()
         return out[:-1] + b',"' + s.key.encode() + b'":' + enc([user(s.fmt, a)]) + b"}"
@@ -176,6 +180,7 @@ def outcome(fmt, raw, budgets, options, parse) -> tuple:
         body, prior = parse(raw)
         if options["paging"]:
             plans = paging.plan_candidates(fmt, body, budgets, options["ids"], strip=paging.EDGE_FIELDS,
+                                           max_page_bytes=options.get("max_page_bytes", MAX_PAGE_BYTES),
                                            search=options["search"], recalling=options["recall"],
                                            prompt_cache=options["cache"], prior=prior)
         else:
@@ -194,9 +199,12 @@ def outcome(fmt, raw, budgets, options, parse) -> tuple:
     return ("ok", enc(body), out), body, prior
 
 
-def run_sequence(fmt, first, style, extra, ops, budgets, options):
+def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
     memory = LastTurns()
     s = Session(fmt, first, style, extra)
+    for i in range(start):       # a chat already under way: long enough to page
+        s.items += [user(fmt, f"*leans on the rail* Port {i}? " * (1 + i % 4)),
+                    reply(fmt, f"*Mira smiles* Port {i}, the singing harbour. " * (2 + i % 5))]
     s.items.append(user(fmt, "hello"))
     key = ("digest", "rps_resume", fmt)
     reused = 0
@@ -218,15 +226,17 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options):
        style=st.sampled_from(["compact", "compact", "compact", "ascii", "spaced"]),
        extra=st.sampled_from([{}, {"temperature": 0.5, "stream": True}, {"models": ["openai:gpt-4o-mini"]}]),
        ops=st.lists(OPS, min_size=1, max_size=14),
+       start=st.sampled_from([0, 0, 10, 30, 60]),
        budget=st.integers(600, 6000), paging_on=st.booleans(), search=st.booleans(),
        recall=st.booleans(), cache=st.booleans(), ids=st.sampled_from([IDS, OTHER_IDS]))
-def test_resumed_turns_answer_as_the_full_path(fmt, first, style, extra, ops, budget, paging_on,
+def test_resumed_turns_answer_as_the_full_path(fmt, first, style, extra, ops, start, budget, paging_on,
                                                search, recall, cache, ids):
     caps = ["multillm_context_retrieve"] + (["multillm_context_recall"] if recall else []) \
         + (["multillm_context_prompt_cache"] if cache else [])
     extra = {**extra, "capabilities": caps}
     reused = run_sequence(fmt, first, style, extra, ops, [budget, budget * 2],
-                          {"paging": paging_on, "search": search, "recall": recall, "cache": cache, "ids": ids})
+                          {"paging": paging_on, "search": search, "recall": recall, "cache": cache, "ids": ids},
+                          start)
     event(f"turns resumed: {min(reused, 3)}{'+' if reused >= 3 else ''}")
 
 
@@ -273,7 +283,7 @@ def test_a_new_revision_makes_its_own_page_ids():
 
 def test_the_memory_is_bounded_and_evicts_the_least_recent():
     memory = LastTurns(max_bytes=10 * last_turns.COST_PER_BYTE * 100)
-    entry = lambda n: last_turns.LastTurn(b"x" * n, b"", [], [], [], [], [], {}, {}, 0, 0,  # noqa: E731
+    entry = lambda n: last_turns.LastTurn(b"x" * n, b"", [], [], [], [], [], {}, {}, {}, 0, 0,  # noqa: E731
                                           last_turns.cost(b"x" * n))
     for k in range(12):
         memory.put(k, entry(100))
@@ -306,3 +316,25 @@ def test_cost_per_byte_covers_what_an_entry_holds(n):
     tracemalloc.stop()
     assert held <= last_turns.cost(raw), (held, len(raw))
     assert formats.get("chat").ITEMS_KEY == "messages"
+
+
+WALKS = {       # scenarios the walk to a fit must not carry over (core/paging.Walk)
+    "an early message edited": [("edit", 5, "a much longer early message " * 20), ("append", "r", "u")],
+    "the last reply shrunk": [("big", 400, "long "), ("swipe", "short", "")],
+    "the window grows past fits": [("append", "reply " * 40, "turn " * 10)] * 6,
+    "an exchange protected": [("append", "r", "u"), ("protect", 9, ""), ("protect", 3, "")],
+    "a reply continued": [("append", "r", "u"), ("continue", "more " * 30, ""), ("append", "r", "u")],
+}
+
+
+@pytest.mark.parametrize("scenario", list(WALKS))
+def test_the_walk_to_a_fit_resumes_only_where_it_may(scenario):
+    # a small page limit: the prompt cache's first fit answers when a stop's page is over it
+    options = {"paging": True, "search": False, "recall": False, "ids": IDS, "max_page_bytes": 1200}
+    for cache in (False, True):
+        for fmt in ("chat", "messages"):
+            for budget in range(1500, 9000, 250):
+                caps = {"capabilities": ["multillm_context_retrieve"]
+                        + (["multillm_context_prompt_cache"] if cache else [])}
+                run_sequence(fmt, True, "compact", caps, [("append", "r", "u")] + WALKS[scenario],
+                             [budget], {**options, "cache": cache}, start=40)

@@ -30,7 +30,8 @@ class LastTurn:
     compact encoding of the fields before it, then the history's key and ``[``), the
     parsed ``items``, their ``groups``, each group's bytes ``group_raw`` (a compact
     list), ``inner`` sizes and ``ends`` (cumulative, with a comma each), the pages made
-    (``pages``: group -> Page, ``blocks``: (first, last) -> Page), ``verified``: how many
+    (``pages``: group -> Page, ``blocks``: (first, last) -> Page), the plan's ``walks``
+    to a fit (core/paging.Walk, by budget and rule), ``verified``: how many
     leading groups are known to stand in ``raw`` exactly as ``head`` and their bytes
     (−1: ``raw`` does not start with ``head``), ``brackets``: at least the body's bracket
     bytes (core/validation.py), ``cost``: its estimated memory."""
@@ -43,6 +44,7 @@ class LastTurn:
     ends: list
     pages: dict
     blocks: dict
+    walks: dict
     verified: int
     brackets: int
     cost: int

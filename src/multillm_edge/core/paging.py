@@ -149,30 +149,74 @@ def _fixed_id_len(prep: Prepared):
     return prep.id_length
 
 
+class Walk(NamedTuple):
+    """Where ``_fit`` returned, kept for the session's next turn (§5.13): at position
+    ``k`` of ``pageable``, the body paging nothing then ``base`` bytes (its size less
+    one), the walk's ``state`` after ``k`` (sums as differences from paging nothing),
+    its ``blocks`` and ``fits`` (``(k, size - base, blocks)``: each earlier fit that
+    was no stop)."""
+    k: int
+    base: int
+    state: tuple
+    blocks: tuple
+    fits: tuple
+    pageable: list
+
+
+def _resumable(prep: Prepared, key: tuple, base: int) -> Walk | None:
+    """The last turn's walk for ``key``, when this one would walk the same way up to it:
+    the same pageable groups through the one after ``k``, all reused from the last turn
+    (their bytes, boundaries and grid lines), ids of one declared length, and a body no
+    smaller (every earlier size grows alike: an earlier position that did not fit or
+    stop still does not)."""
+    walks, reused = prep.walked
+    walk = walks.get(key)
+    if walk is None or base < walk.base or prep.id_length is None:
+        return None
+    k, pageable = walk.k, prep.pageable
+    if k + 1 >= len(walk.pageable) or k + 1 >= len(pageable) or pageable[k + 1] >= reused \
+            or pageable[:k + 2] != walk.pageable[:k + 2]:
+        return None
+    return walk
+
+
 def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0) -> Fit:
     """The first k that fits (``Fit``; with k == 0, ``size`` is with every pageable group
     paged). Each step is arithmetic: the group's handle joins its run's marker; when the
     group closes a block (two groups or more), the block's handles become one.
     ``step`` (prompt cache, §5.7): the first k from there that also ends on a stop
     (its last group reaches a grid line its predecessor did not); the first fit when no
-    stop after it fits."""
+    stop after it fits. A turn resumed from the session's last one (§5.13) walks on
+    from where the last walk returned (``Walk``): the same answer, in O(what is new)."""
     fixed = prep.fixed_with_tool + prep.breakpoint
     ends = prep.ends if step else None
-    line, first = 0, None
     mbase, sep, inner, raw, pageable = (prep.marker_base, prep.marker_sep, prep.inner,
                                         prep.raw, prep.pageable)
     span, max_groups, cap = rule
     length = _fixed_id_len(prep)
     n = len(pageable)
-    sum_units = prep.sum_inner
-    n_units = len(prep.groups)
-    blocks: list = []
-    prev = None           # the group paged last (its run goes on at prev + 1)
-    seg = None            # position in `pageable` of the open block's first group
-    seg_bytes = seg_ids = 0
-    synced = False        # the run has passed a content boundary: blocks may open
-    size = prep.total
-    for k, gi in enumerate(pageable):
+    sum_inner, n_groups = prep.sum_inner, len(prep.groups)
+    base = fixed + sum_inner + n_groups - 1
+    key = (budget, step, rule, mbase, sep, length)
+    walk = _resumable(prep, key, base) if prep.walked[0] else None
+    if walk is None:
+        start, first, fits, blocks = 0, None, [], []
+        sum_units, n_units, line = sum_inner, n_groups, 0
+        prev = None           # the group paged last (its run goes on at prev + 1)
+        seg = None            # position in `pageable` of the open block's first group
+        seg_bytes = seg_ids = 0
+        synced = False        # the run has passed a content boundary: blocks may open
+        size = prep.total
+    else:
+        (ds, dn, prev, seg, seg_bytes, seg_ids, synced, line) = walk.state
+        sum_units, n_units, blocks = sum_inner + ds, n_groups + dn, list(walk.blocks)
+        fits = [f for f in walk.fits if f[1] + base <= budget]    # those that still fit
+        first = Fit(fits[0][0] + 1, fits[0][1] + base, blocks[:fits[0][2]]) if fits else None
+        start, size = walk.k + 1, fixed + sum_units + (n_units - 1 if n_units else 0)
+        if size <= budget:      # where the last walk returned (a stop, with a step) fits
+            prep.walks[key] = walk._replace(base=base, fits=tuple(fits), pageable=pageable)
+            return Fit(start, size, blocks, first)
+    for k, gi in enumerate(pageable[start:] if start else pageable, start):
         il = length if length is not None else _id_len(prep.pages([gi])[0].page_id)
         if prev is not None and gi == prev + 1:   # extends the current run: same marker
             sum_units += sep + il - inner[gi]
@@ -207,8 +251,12 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0) -> Fit:
             stop, line = ends[gi] // step > line, ends[gi] // step
             if size <= budget and not stop:
                 first = first or Fit(k + 1, size, list(blocks))
+                fits.append((k, size - base, len(blocks)))
                 continue
         if size <= budget:
+            prep.walks[key] = Walk(k, base, (sum_units - sum_inner, n_units - n_groups, prev, seg,
+                                             seg_bytes, seg_ids, synced, line),
+                                   tuple(blocks), tuple(fits), pageable)
             return Fit(k + 1, size, blocks, first)
     return first or Fit(0, size, blocks)
 

@@ -165,6 +165,10 @@ class Prepared:
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
         self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
+        # paging's walks to a fit (paging.Walk, by budget and rule), and the last turn's
+        # with the count of its groups this one reused (§5.13)
+        self.walks: dict = {}
+        self.walked: tuple = ({}, 0)
         try:
             # ``prior`` (core/resume.Prior): what the session's last turn in this isolate
             # derived from the same leading groups, and where this one is kept (§5.13)
@@ -182,8 +186,10 @@ class Prepared:
         if prior is not None:
             prior.adopt(self)
 
-    def seed(self, pages: dict, blocks: dict) -> None:
-        """Pages the session's last turn made of the same leading groups (§5.13)."""
+    def seed(self, pages: dict, blocks: dict, walks: dict, reused: int) -> None:
+        """Pages the session's last turn made of the same ``reused`` leading groups, and
+        its walks to a fit (§5.13)."""
+        self.walked = (walks, reused)
         self._pages.update(pages)
         self._blocks.update(blocks)
         for p in (*pages.values(), *blocks.values()):

@@ -77,7 +77,7 @@ class Prior:
         probe = next(iter(pages.values()), None) or next(iter(blocks.values()), None)
         if probe is None or prep.page_id_for is None or prep.page_id_for(probe.sha256) != probe.page_id:
             return
-        prep.seed(pages, blocks)
+        prep.seed(pages, blocks, self.last.walks, j)
 
 
 def parse_request(memory: LastTurns, key, fmt: str, raw: bytes) -> tuple:
@@ -180,7 +180,7 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     verified = prior.reused if prior.used and last is not None and head == last.head else 0
     pages, blocks = prep.made()
     memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, prep.ends,
-                             pages, blocks, verified, prior.brackets, last_turns.cost(raw)))
+                             pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
 
 
 def _head(body: dict, key: str) -> bytes:
