@@ -596,7 +596,7 @@ def test_prompt_cache_fits_where_the_seed_fits_reversibly_within_one_step(sc, re
     if isinstance(seed, EdgeError):           # a 413 stays the seed's 413
         assert isinstance(plan, EdgeError) and plan.code == seed.code
         # the handles a Messages marker carries then come with its breakpoint
-        breakpoint = len(dumps(formats.messages.breakpoint_marker(""))) - len(dumps(formats.marker("")))
+        breakpoint = len(dumps(formats.breakpoints.marker(""))) - len(dumps(formats.marker("")))
         grew = {k: plan.details[k] - v for k, v in seed.details.items()}
         assert grew == dict.fromkeys(seed.details, 0) or (
             fmt == "messages" and grew == {**dict.fromkeys(seed.details, 0), "protected_bytes": breakpoint})

@@ -86,7 +86,8 @@ def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
                                           ctx.policy.revision)
         results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip,
                                          search=wants_search(body), recalling=wants_recall(body),
-                                         prompt_cache=wants_prompt_cache(body))
+                                         prompt_cache=wants_prompt_cache(body),
+                                         breakpoints=[c.provider.cache_breakpoints for c in live])
     else:
         results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip)
     for c, result in zip(live, results):
