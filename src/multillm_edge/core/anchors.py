@@ -57,18 +57,20 @@ def takes_breakpoints(mod, declared: bool) -> bool:
         getattr(mod, "NATIVE_BREAKPOINTS", False) or declared)
 
 
-def of(prep: Prepared) -> Anchors:
-    """The anchors of ``prep`` (the window's: the message right before the latest user
-    turn; none when it cannot carry one or the body already holds 4 breakpoints)."""
+def of(prep: Prepared, group: int | None = None) -> Anchors:
+    """The anchors of ``prep``: the window's on the last item of ``group`` (by default
+    the group right before the latest user turn; none when that item cannot carry one
+    or the body already holds 4 breakpoints)."""
     mod = prep.mod
     used = bp.count(dumps(prep.skel).encode("utf-8")) + sum(map(bp.count, prep.raw))
     free = max(bp.MAX_BREAKPOINTS - used, 0)
     marker = utf8_len(dumps(bp.marker(""))) - utf8_len(dumps(_formats.marker("")))
-    gi = prep.latest - 1 if prep.items is not None and prep.latest else -1
-    item = bp.anchored(prep.items[prep.groups[gi].end - 1], mod.ANCHOR_BLOCKS) if gi >= 0 else None
+    if group is None:
+        group = prep.latest - 1 if prep.items is not None and prep.latest else -1
+    last = prep.items[prep.groups[group].end - 1] if group >= 0 else None
+    item = bp.anchored(last, mod.ANCHOR_BLOCKS) if group >= 0 else None
     if item is None:
         return Anchors(-1, None, b"", 0, marker, free)
-    raw = prep.raw[gi]
-    was = dumps(prep.items[prep.groups[gi].end - 1]).encode("utf-8")
-    now = dumps(item).encode("utf-8")
-    return Anchors(gi, item, raw[1:-1 - len(was)] + now, len(now) - len(was), marker, free)
+    was, now = dumps(last).encode("utf-8"), dumps(item).encode("utf-8")
+    tail = prep.raw[group][1:-1 - len(was)] + now
+    return Anchors(group, item, tail, len(now) - len(was), marker, free)
