@@ -285,6 +285,25 @@ def anthropic_misses(means: dict) -> list:
     return out
 
 
+def anchor_choice(convs: list) -> list:
+    """Without recall, where the window's anchor reads back best (§5.7, measured, not
+    assumed): [(case, where, anthropic, cost)] with the anchor on the message before the
+    latest turn and on the request's last message (the edge's rule)."""
+    real, out = paging._anchors.of, []
+    before = lambda prep, _: real(prep, prep.latest - 1 if prep.latest else -1)   # noqa: E731
+    try:
+        for where, of in (("the message before the latest turn", before), ("the request's last", real)):
+            paging._anchors.of = of
+            for case in ("messages", "chat (cache_breakpoints)"):
+                got = [r for r in (replay_anthropic(body, ANTHROPIC[case], limit)
+                                   for _, _, fmt, body, limit in convs if fmt == "chat") if r]
+                out.append((case, where, statistics.fmean(r["anthropic"] for r in got),
+                            statistics.fmean(r["cost (anthropic)"] for r in got)))
+    finally:
+        paging._anchors.of = real
+    return out
+
+
 COLUMNS = ("turns", "median", "mean", "turns >= 0.9", "fill", "pages/turn", "puts/turn",
            "cost (anthropic)", "cost (openai)")
 
@@ -370,8 +389,12 @@ def main(argv=None) -> int:
         anthropic_table([("all", c, r) for c, r in means.items()])
         if which == "shared":
             failed += anthropic_misses(means)
+    shared = [c for c in convs if c[0] == "shared"] or convs
+    print("\n### Without recall: where the window's anchor goes (mean over the shared set)\n")
+    print("| case | anchor on | anthropic | cost (anthropic) |\n|---|---|---:|---:|")
+    for case, where, served, cost in anchor_choice(shared):
+        print(f"| {case} | {where} | {served:.3f} | {cost:.3f} |")
     if not args.no_curve:
-        shared = [c for c in convs if c[0] == "shared"] or convs
         print("\n### Trade curve (prompt cache, the shared set): step against cache and fill\n")
         print("| step (share of budget) | recall | turns >= 0.9 | fill | cost (anthropic) |")
         print("|---:|---|---:|---:|---:|")

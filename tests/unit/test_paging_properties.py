@@ -688,7 +688,9 @@ def test_anchors_stay_within_four_change_only_cache_control_and_never_reach_a_pa
     kept = [it for it in plan.body["messages"] if not is_recall(it)]
     changed = _anchor_differences(fmt, items, kept)
     assert len(changed) <= 1                                # one message, by cache_control only
-    assert not changed or changed[0] is items[truth_latest_start(items, fmt) - 1]
+    # the stable prefix's last message: before recall's, else the request's last (§5.7)
+    end = truth_latest_start(items, fmt) - 1 if recalling or "cache_control" in body else -1
+    assert not changed or changed[0] is items[end]
     event("window anchored" if changed else "no window anchor")
     for p in plan.pages:                                    # pages: the client's bytes
         assert p.body == canonical_bytes(p.items)

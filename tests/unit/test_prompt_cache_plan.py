@@ -102,10 +102,10 @@ def test_between_steps_a_turn_writes_nothing_and_sends_an_append_only_window(fmt
             if ids == prev_ids:                        # between steps
                 quiet += 1
                 now, n = window(fmt, p), len(prev_window)
-                assert now[:n - 2] == prev_window[:n - 2]
-                # last turn's window anchor (Messages, §5.7) is this turn's plain message
-                anchored = bp.anchored(now[n - 2], anthropic.ANCHOR_BLOCKS)
-                assert prev_window[n - 2] == (anchored if fmt == "messages" else now[n - 2])
+                i = n - 2 if recalling else n - 1      # last turn's window anchor (§5.7)
+                assert now[:i] == prev_window[:i] and now[i + 1:n - 1] == prev_window[i + 1:n - 1]
+                anchored = bp.anchored(now[i], anthropic.ANCHOR_BLOCKS)   # now a plain message
+                assert prev_window[i] == (anchored if fmt == "messages" else now[i])
                 assert dumps(window(fmt, p)[0]) == dumps(prev_window[0])   # the marker
                 assert not (ids - written)             # no page to write
             else:
@@ -169,8 +169,10 @@ def before_latest(body: dict) -> dict:
     return items[-2]
 
 
-def anchored_plan(fmt, body, budget, **kw):
-    return plan(fmt, body, budget, prompt_cache=True, breakpoints=[fmt == "chat"], **kw)
+def anchored_plan(fmt, body, budget, recalling=True, **kw):
+    """With recall declared (moments or not), the window's anchor is before the latest turn."""
+    return plan(fmt, body, budget, prompt_cache=True, breakpoints=[fmt == "chat"],
+                recalling=recalling, **kw)
 
 
 def assert_reversible(fmt, body, p):
@@ -195,6 +197,24 @@ def test_the_marker_and_the_window_carry_the_anchors_and_the_size_is_exact(fmt):
     assert breakpoints(p.body) == 2 and p.size == len(dumps(p.body))
     assert all(b"cache_control" not in q.body for q in p.pages)     # pages: the client's bytes
     assert_reversible(fmt, body, p)
+
+
+@pytest.mark.parametrize("top", [False, True])
+def test_without_recall_the_anchor_ends_the_request_unless_the_client_already_does(top):
+    """Without recall the whole request is the next turn's prefix: the anchor goes on its
+    last message (measured best, bench_cache.py); a top-level `cache_control` already puts
+    a breakpoint there, so the anchor goes one message back."""
+    body = rp.messages_body(60, capabilities=[formats.TOOL_NAME])
+    if top:
+        body["cache_control"] = dict(EPHEMERAL)
+    p = anchored_plan("messages", body, 9000, recalling=False)
+    sent, client = p.body["messages"], body["messages"]
+    at = -2 if top else -1
+    assert sent[at] == bp.anchored(client[at], anthropic.ANCHOR_BLOCKS) != client[at]
+    others = [m for m in sent if m is not sent[at] and not marker_ids(marker_content(m))]
+    assert all(any(m is c for c in client) for m in others)      # the rest: the client's own
+    assert breakpoints(p.body) == 2 + top and p.size == len(dumps(p.body))
+    assert_reversible("messages", body, p)
 
 
 def test_chat_without_the_setting_and_responses_get_no_breakpoint():

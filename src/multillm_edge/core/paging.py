@@ -452,7 +452,7 @@ def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[
         return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule), budgets)
     takes = [_anchors.takes_breakpoints(prep.mod, d)
              for d in (breakpoints or [False] * len(budgets))]
-    anch = _anchors.of(prep) if any(takes) else None
+    anch = _anchors.of(prep, _anchors.window_group(prep, recalling)) if any(takes) else None
 
     def cached(b: int, a: _anchors.Anchors | None) -> Plan:
         if recalling:
