@@ -106,6 +106,46 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
         body["cache_control"] = rng.choice([{"type": "ephemeral"}, "x", None, [1], {"cache_control": 1}])
         if rng.random() < 0.5:
             body["system"] = [{"type": "text", "text": "card", "cache_control": {"type": "ephemeral"}}] * 4
+    if fmt != "responses" and rng.random() < 0.15:
+        body = anchored_body(rng, fmt, make)
+    return body
+
+
+CC = {"type": "ephemeral"}
+#: What the message before the latest turn may be, where the edge's window anchor goes (§5.7).
+WINDOW_SHAPES = [
+    lambda t: t, lambda t: [{"type": "text", "text": t}],
+    lambda t: [{"type": "text", "text": t}, {"type": "text", "text": t, "cache_control": CC}],
+    lambda t: [{"type": "thinking", "thinking": t, "signature": "s"}], lambda t: [{"type": "text", "text": ""}],
+    lambda t: "", lambda t: [], lambda t: [{"type": "text", "text": t, "cache_control": "odd"}]]
+
+
+def anchored_body(rng: random.Random, fmt: str, make) -> dict:
+    """A paged prompt-cache body (recall or not) with the client's own breakpoints in odd
+    places — 4 already, a tool's input, a system block, a tool result — and a string or a
+    list content on the message the window's anchor goes on (docs/design.md §5.7)."""
+    body = make(30, model=RECALL_MODEL, size=80, tag="H")
+    body["capabilities"] = ["multillm_context_retrieve", CACHE] + ([RECALL] if rng.random() < 0.5 else [])
+    msgs = body["messages"]
+    msgs[-2]["content"] = rng.choice(WINDOW_SHAPES)(msgs[-2]["content"] if isinstance(
+        msgs[-2]["content"], str) else "Hostile window")
+    for _ in range(rng.randint(0, 5)):
+        where = rng.choice(["top", "system", "tool_input", "tool_result", "four", "part"])
+        if where == "top":
+            body["cache_control"] = dict(CC)
+        elif where == "system" and fmt == "messages":
+            body["system"] = [{"type": "text", "text": "card", "cache_control": dict(CC)}]
+        elif where == "tool_input":
+            body["tools"] = [{"name": "roll", "description": "d", "input_schema": {
+                "type": "object", "properties": {"cache_control": {"type": "string"}}}}]
+        elif where == "four":
+            for m in msgs[:4]:
+                m["content"] = [{"type": "text", "text": "early", "cache_control": dict(CC)}]
+        else:
+            for m in msgs:
+                if isinstance(m.get("content"), list) and m["content"] and isinstance(m["content"][-1], dict):
+                    m["content"][-1]["cache_control"] = dict(CC)
+                    break
     return body
 
 

@@ -182,7 +182,8 @@ def outcome(fmt, raw, budgets, options, parse) -> tuple:
             plans = paging.plan_candidates(fmt, body, budgets, options["ids"], strip=paging.EDGE_FIELDS,
                                            max_page_bytes=options.get("max_page_bytes", MAX_PAGE_BYTES),
                                            search=options["search"], recalling=options["recall"],
-                                           prompt_cache=options["cache"], prior=prior)
+                                           prompt_cache=options["cache"], prior=prior,
+                                           breakpoints=[options.get("anchors", False)] * len(budgets))
         else:
             plans = compaction.compact_candidates(fmt, body, budgets, strip=("models",), prior=prior)
     except EdgeError as e:
@@ -228,14 +229,16 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
        ops=st.lists(OPS, min_size=1, max_size=14),
        start=st.sampled_from([0, 0, 10, 30, 60]),
        budget=st.integers(600, 6000), paging_on=st.booleans(), search=st.booleans(),
-       recall=st.booleans(), cache=st.booleans(), ids=st.sampled_from([IDS, OTHER_IDS]))
+       recall=st.booleans(), cache=st.booleans(), anchors=st.booleans(),
+       ids=st.sampled_from([IDS, OTHER_IDS]))
 def test_resumed_turns_answer_as_the_full_path(fmt, first, style, extra, ops, start, budget, paging_on,
-                                               search, recall, cache, ids):
+                                               search, recall, cache, anchors, ids):
     caps = ["multillm_context_retrieve"] + (["multillm_context_recall"] if recall else []) \
         + (["multillm_context_prompt_cache"] if cache else [])
     extra = {**extra, "capabilities": caps}
     reused = run_sequence(fmt, first, style, extra, ops, [budget, budget * 2],
-                          {"paging": paging_on, "search": search, "recall": recall, "cache": cache, "ids": ids},
+                          {"paging": paging_on, "search": search, "recall": recall, "cache": cache, "ids": ids,
+                           "anchors": anchors},     # a chat provider declaring cache_breakpoints
                           start)
     event(f"turns resumed: {min(reused, 3)}{'+' if reused >= 3 else ''}")
 
@@ -331,10 +334,12 @@ WALKS = {       # scenarios the walk to a fit must not carry over (core/paging.W
 def test_the_walk_to_a_fit_resumes_only_where_it_may(scenario):
     # a small page limit: the prompt cache's first fit answers when a stop's page is over it
     options = {"paging": True, "search": False, "recall": False, "ids": IDS, "max_page_bytes": 1200}
-    for cache in (False, True):
+    for cache, anchors, recall in ((False, False, False), (True, False, False), (True, True, False),
+                                   (True, True, True)):
         for fmt in ("chat", "messages"):
-            for budget in range(1500, 9000, 250):
+            for budget in range(1000, 9000, 250):
                 caps = {"capabilities": ["multillm_context_retrieve"]
                         + (["multillm_context_prompt_cache"] if cache else [])}
                 run_sequence(fmt, True, "compact", caps, [("append", "r", "u")] + WALKS[scenario],
-                             [budget], {**options, "cache": cache}, start=40)
+                             [budget], {**options, "cache": cache, "anchors": anchors, "recall": recall},
+                             start=40)

@@ -152,7 +152,7 @@ class Prepared:
     Pages are made on demand (``pages``): only for the groups a plan sends."""
 
     def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS,
-                 search: bool = False, cache: bool = False, prior=None):
+                 search: bool = False, prior=None):
         if not isinstance(body, dict):
             raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
         self.mod = _formats.get(fmt)
@@ -180,9 +180,6 @@ class Prepared:
         self.pageable = self._pageable(protected_indices(body))
         self.marker_base = utf8_len(dumps(_formats.marker(_formats.marker_text((), search))))
         self.marker_sep = utf8_len(dumps(_formats.MARKER_SEP)) - 2
-        # The last marker carries a cache breakpoint (Messages, prompt cache, §5.7):
-        # its bytes over a plain marker's, the same whatever its text.
-        self.breakpoint = self._breakpoint_extra() if cache else 0
         if prior is not None:
             prior.adopt(self)
 
@@ -198,25 +195,6 @@ class Prepared:
     def made(self) -> tuple:
         """(group -> Page, (first, last) -> block Page): the pages made so far."""
         return self._pages, self._blocks
-
-    def _breakpoint_extra(self) -> int:
-        """What a breakpoint on the last marker adds (0: none, when the format has no
-        breakpoints or the request already uses all it may have, §5.7)."""
-        mod = self.mod
-        shape = getattr(mod, "breakpoint_marker", None)
-        if shape is None or self.items is None:
-            return 0
-        used = mod.breakpoints(dumps(self.skel).encode("utf-8"))
-        used += sum(map(mod.breakpoints, self.raw))
-        if used >= mod.MAX_BREAKPOINTS:
-            return 0
-        return utf8_len(dumps(shape(""))) - utf8_len(dumps(_formats.marker("")))
-
-    def marker(self, text: str, last: bool) -> dict:
-        """A run's marker; the last one carries the breakpoint when there is one."""
-        if last and self.breakpoint:
-            return self.mod.breakpoint_marker(text)
-        return _formats.marker(text)
 
     def _measure(self, prior) -> None:
         mod, items = self.mod, self.items

@@ -87,7 +87,9 @@ def plan_all(scope: Scope, body: dict, cands: list[Candidate], prior=None) -> No
                                           ctx.policy.revision)
         results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip,
                                          search=wants_search(body), recalling=wants_recall(body),
-                                         prompt_cache=wants_prompt_cache(body), prior=prior)
+                                         prompt_cache=wants_prompt_cache(body),
+                                         breakpoints=[c.provider.cache_breakpoints for c in live],
+                                         prior=prior)
     else:
         results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip,
                                                 prior=prior)
