@@ -24,7 +24,7 @@ from hashlib import sha256
 
 from multillm_edge.base.jsonbytes import compact
 
-LOOKBACK = 20           # boundaries a read checks before a breakpoint (the breakpoint too)
+LOOKBACK = 20           # boundaries a read checks before a breakpoint (besides its own)
 MIN_PREFIX = 1024       # bytes (as tokens): the shortest prefix Anthropic caches
 READ, WRITE = 0.1, 1.25
 
@@ -87,7 +87,7 @@ class Cache:
         marks = [i for i, (_, mark) in enumerate(bl) if mark]
         served = 0
         for b in marks:
-            for j in range(b, max(b - LOOKBACK, -1), -1):
+            for j in range(b, max(b - LOOKBACK - 1, -1), -1):
                 if keys[j] in self.entries:
                     served = max(served, ends[j])
                     break

@@ -56,13 +56,19 @@ def is_recall(item) -> bool:
     return isinstance(text, str) and text.startswith(recall.INTRO)
 
 
-def stable_prefix(sent: bytes, key: str = "messages") -> bytes:
+def stable_prefix(sent: bytes, key: str = "messages", client: list | None = None) -> bytes:
     """Upstream bytes up to the end of the window's history: before recall's message and
     the latest turn — what the next turn must start with between steps (docs/design.md
-    §5.7). ``key``: the history's field, the body's first list of that name."""
+    §5.7). ``key``: the history's field, the body's first list of that name. ``client``:
+    the history the client sent that turn, to undo the edge's anchor on the window's last
+    message (the next turn sends that message as the client wrote it)."""
     kept = json.loads(sent)[key][:-1]
     if kept and is_recall(kept[-1]):
         kept = kept[:-1]
+    if client is not None and kept:
+        blocks = formats.get("messages").ANCHOR_BLOCKS      # chat's text parts included
+        kept[-1] = next((c for c in client if c != kept[-1]
+                         and breakpoints.anchored(c, blocks) == kept[-1]), kept[-1])
     lead = sent[:sent.index(b'"' + key.encode() + b'":[') + len(key) + 4]
     return lead + b",".join(compact(it) for it in kept)
 
