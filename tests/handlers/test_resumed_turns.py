@@ -79,6 +79,10 @@ def test_kept_and_forgotten_turns_answer_alike(path, caps, monkeypatch):
             assert got[0] == 200 and got == full
             forgetful.clock += 5
             keeping.clock += 5
+        # the log line counts what was reused (the hit rate in production), nothing more
+        turns_logged = [r for r in keeping.logs if "resumed" in r]
+        assert sum(r["resumed"] > 0 for r in turns_logged) >= 30
+        assert all(r.get("resumed", 0) == 0 for r in forgetful.logs)
     assert len(memories["forgetful"]) == 0
     assert sum(r is not None for r in resumed) >= 30
 

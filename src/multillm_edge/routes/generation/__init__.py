@@ -67,6 +67,7 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
                 plan_all(scope, body, cands, prior)
             finally:
                 resume.keep(LAST_TURNS, memory_key, raw, body, prior)
+    req.notes["resumed"] = prior.reused     # groups taken from the last turn: a count only
     try:  # store → dispatch, per candidate
         upstream, chosen = await dispatch(scope, cands, body, raw, turn)
     finally:  # the log line keeps every attempt, answered or not
