@@ -23,6 +23,7 @@ machine shifts all steps alike. Then the same turns on real conversations
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -113,6 +114,7 @@ def second_of(pair: tuple, budget: int, figures: dict, recalling: bool = False, 
     """The second turn of ``pair`` in an isolate that just ran the first: its seconds."""
     memory = LastTurns()
     resumed_turn(pair[0], budget, figures, memory, recalling, cache)
+    gc.collect()        # the first turn's garbage is not the second's cost
     t0 = time.perf_counter()
     resumed_turn(pair[1], budget, figures, memory, recalling, cache)
     return time.perf_counter() - t0
