@@ -327,6 +327,10 @@ WALKS = {       # scenarios the walk to a fit must not carry over (core/paging.W
     "the window grows past fits": [("append", "reply " * 40, "turn " * 10)] * 6,
     "an exchange protected": [("append", "r", "u"), ("protect", 9, ""), ("protect", 3, "")],
     "a reply continued": [("append", "r", "u"), ("continue", "more " * 30, ""), ("append", "r", "u")],
+    "an early message edited, then recalled": [
+        ("append", "r", "Mira, sing me the lantern whale song again"),
+        ("edit", 5, "the lantern whale song of port two, sung at dusk by the whole crew"),
+        ("append", "r", "Mira, the lantern whale song of port two, sung at dusk?")],
 }
 
 
@@ -335,7 +339,7 @@ def test_the_walk_to_a_fit_resumes_only_where_it_may(scenario):
     # a small page limit: the prompt cache's first fit answers when a stop's page is over it
     options = {"paging": True, "search": False, "recall": False, "ids": IDS, "max_page_bytes": 1200}
     for cache, anchors, recall in ((False, False, False), (True, False, False), (True, True, False),
-                                   (True, True, True)):
+                                   (True, True, True), (False, False, True)):
         for fmt in ("chat", "messages"):
             for budget in range(1000, 9000, 250):
                 caps = {"capabilities": ["multillm_context_retrieve"]
