@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from multillm_edge import formats
 from multillm_edge.base.errors import EdgeError
 from multillm_edge.core import compaction, last_turns, paging, resume, validation
 from multillm_edge.core.config import MAX_PAGE_BYTES
@@ -297,28 +296,33 @@ def test_the_memory_is_bounded_and_evicts_the_least_recent():
     assert memory.get("huge") is None and memory.total <= memory.max_bytes
 
 
-@pytest.mark.parametrize("n", [200])
-def test_cost_per_byte_covers_what_an_entry_holds(n):
-    """``COST_PER_BYTE`` × the raw body's length bounds the memory an entry holds (the
-    bound is stated in bytes, docs/design.md §5.13)."""
+@pytest.mark.parametrize("recalling", [False, True])
+def test_cost_per_byte_covers_what_an_entry_holds(recalling):
+    """``COST_PER_BYTE`` × the raw body's length bounds the memory an entry pins (the
+    bound is stated in bytes, docs/design.md §5.13): what forgetting it frees."""
+    import gc
     import tracemalloc
-    s = Session("chat", True, "compact", {"capabilities": ["multillm_context_retrieve"]})
-    for i in range(n):
+    s = Session("chat", True, "compact", {"capabilities": ["multillm_context_retrieve"]
+                                          + (["multillm_context_recall"] if recalling else [])})
+    for i in range(200):
         s.items += [user("chat", f"*leans* Port {i}, captain? 港口の歌 " * 6),
                     reply("chat", f"*Mira smiles* Port {i} — the singing harbour. " * 8)]
-    s.items.append(user("chat", "now"))
-    raw = s.raw()
+    s.items.append(user("chat", "Mira, the singing harbour of port 7?"))
     memory = LastTurns()
     tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
+    raw = s.raw()
+    size, cost = len(raw), last_turns.cost(raw)
     body, prior = resume.parse_request(memory, KEY, "chat", raw)
-    paging.plan_candidates("chat", body, [len(raw) // 3], IDS, prior=prior)
+    paging.plan_candidates("chat", body, [size // 3], IDS, prior=prior, recalling=recalling)
     resume.keep(memory, KEY, raw, body, prior)
-    del body, prior
-    held = tracemalloc.get_traced_memory()[0] - before
+    del body, prior, raw
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0]
+    memory.clear()
+    gc.collect()
+    held = kept - tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    assert held <= last_turns.cost(raw), (held, len(raw))
-    assert formats.get("chat").ITEMS_KEY == "messages"
+    assert size * 4 < held <= cost, (held, size)
 
 
 WALKS = {       # scenarios the walk to a fit must not carry over (core/paging.Walk)

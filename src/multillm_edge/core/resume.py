@@ -24,7 +24,6 @@ answer and the error. Reuse only ever saves work.
 from __future__ import annotations
 
 from .. import formats as _formats
-from ..base.errors import EdgeError
 from ..base.jsonbytes import compact
 from . import last_turns
 from .last_turns import LastTurn, LastTurns
