@@ -5,7 +5,8 @@ With the prompt cache and recall, a turn's uncached tail is what it adds (the la
 exchange and the new user turn) plus recall's moments, which change every turn. The
 room today is what the step leaves, up to 15 % of the budget (``recall.SHARE``). The
 variant caps the moments so that the tail stays within ``LINE`` of the budget:
-``room = min(today's room, LINE × budget − what the turn adds)`` (at least 0).
+``room = min(today's room, LINE × budget − what the turn adds)`` (at least 0, or at
+least a third of today's room: one moment's share).
 
 Reported for both rooms: on the shared set (Messages, the client setting no
 breakpoint) the share of paged turns whose byte prefix is ≥ 0.9 and what Anthropic
@@ -18,6 +19,7 @@ questions with the prompt cache declared (target ≥ 0.70 on the shared set). Us
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 
@@ -34,14 +36,16 @@ def added(prep) -> int:
     return sum(n + 1 for n in prep.inner[max(last - 1, 0):])
 
 
-def scaled(prep, budget, max_page_bytes, rule, query, anch=None):
-    """``paging._plan_recalling_cached`` with the room capped by what the turn adds."""
+def scaled(prep, budget, max_page_bytes, rule, query, anch=None, floor: bool = False):
+    """``paging._plan_recalling_cached`` with the room capped by what the turn adds
+    (``floor``: never under one moment's share of today's room)."""
     plan = paging._plan(prep, budget, max_page_bytes, rule, step=paging.step_bytes(budget),
                         anch=anch)
     if plan.fit is None or not query:
         return plan
+    least = paging._recall_room(budget) // recall.MAX_MOMENTS if floor else 0
     room = min(paging._recall_room(budget), budget - plan.size,
-               max(0, int(LINE * budget) - added(prep)))
+               max(least, int(LINE * budget) - added(prep)))
     moments = recall.choose(query, paging._paged_exchanges(prep, plan.fit), room, paging._recall_size)
     if moments:
         paging._quote(prep, plan, moments)
@@ -87,7 +91,9 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|---:|")
     try:
         for name, how in (("today (≤ 15 % of the budget)", today),
-                          (f"scaled (≤ {LINE:.0%} of the budget less what the turn adds)", scaled)):
+                          (f"scaled (≤ {LINE:.0%} of the budget less what the turn adds)", scaled),
+                          ("scaled, at least one moment's third of today's room",
+                           functools.partial(scaled, floor=True))):
             paging._plan_recalling_cached = how
             for which in ("shared", "synthetic"):
                 figs = cache_figures([c for c in convs if c[0] == which])
