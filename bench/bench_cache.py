@@ -31,10 +31,11 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
-for path in (SRC, HERE):
+for path in (SRC, HERE, os.path.dirname(HERE)):     # the repository too: devkit
     if os.path.isdir(path) and path not in sys.path:
         sys.path.insert(0, path)
 
@@ -45,6 +46,7 @@ from bench_recall import BUDGET, locomo_body, locomo_conversations  # noqa: E402
 from multillm_edge import formats  # noqa: E402
 from multillm_edge.base.jsonbytes import compact  # noqa: E402
 from multillm_edge.core import compaction, paging  # noqa: E402
+from devkit import roleplay as rp  # noqa: E402
 
 MIN_PREFIX = 1024          # bytes (as tokens): the smallest prefix a provider caches
 PRICES = {"anthropic": (0.1, 1.25), "openai": (0.5, 1.0)}   # (read, uncached/written)
@@ -354,6 +356,24 @@ def misses(means: dict) -> list:
     return [name for name, ok in checks if not ok]
 
 
+def anchor_cpu(exchanges: int = 1500, rounds: int = 15) -> tuple:
+    """CPU of one prompt-cache plan with and without the anchors (chat, the provider
+    declaring ``cache_breakpoints`` or not), best of ``rounds``: (without, with) seconds."""
+    items = [m for i in range(exchanges) for m in rp.long_exchange(i)]
+    body = {"model": "bench:rp", "messages": [{"role": "system", "content": rp.CARD}, *items,
+                                               {"role": "user", "content": "Onward?"}],
+            "max_tokens": 1024}
+    best = {False: float("inf"), True: float("inf")}
+    for _ in range(rounds):
+        for declared in best:
+            ids = SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION)
+            t = time.process_time()
+            paging.plan_candidates("chat", body, [4 * BUDGET], ids, prompt_cache=True,
+                                   breakpoints=[declared])
+            best[declared] = min(best[declared], time.process_time() - t)
+    return best[False], best[True]
+
+
 def prefix_report(convs: list) -> list:
     """The byte-prefix table and its means; the targets the shared set misses."""
     rows = [(s, name, fmt, method, replay(fmt, body, spec, limit))
@@ -400,7 +420,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-curve", action="store_true")
     ap.add_argument("--anthropic-only", action="store_true",
                     help="only what Anthropic serves (and the anchor's placement)")
+    ap.add_argument("--cpu", action="store_true", help="only the anchors' CPU cost")
     args = ap.parse_args(argv)
+    if args.cpu:
+        plain, anchored = anchor_cpu()
+        print(f"prompt-cache plan, chat, 1,500 ~1.9 KB exchanges, 126k-byte budget (CPU, best "
+              f"of 15): without anchors {plain * 1e3:.1f} ms, with {anchored * 1e3:.1f} ms, "
+              f"ratio {anchored / plain:.2f}")
+        return 0
     convs = conversations(args.quick)
     if not any(s == "shared" for s, *_ in convs):
         print("bench_cache: ../shared/data/locomo-dev.zip is absent; the synthetic corpus only")

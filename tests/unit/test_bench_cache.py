@@ -77,3 +77,13 @@ def test_a_breakpoint_marks_the_prompt_it_is_not_in_it_and_top_level_ends_it():
     got = cache.turn(_body(8, None, top=True))
     assert got["served"] == sum(len(x) for x, _ in anthropic_cache.blocks(_body(6, None)))
     assert got["cost"] < got["total"]
+
+
+def test_with_the_anchors_anthropic_serves_what_the_bytes_share():
+    """A replayed chat to a cache_breakpoints provider: the model of Anthropic's cache
+    serves within 0.03 of the byte prefix, with recall and without (issue 38)."""
+    body = rp.chat_body(200, size=300)
+    for case in ("chat (cache_breakpoints), recall", "chat (cache_breakpoints)"):
+        r = bench_cache.replay_anthropic(body, bench_cache.ANTHROPIC[case])
+        assert r["turns"] > 100 and r["anthropic"] > 0.75 and 0 <= r["gap"] <= 0.03
+        assert r["max breakpoints"] == 2

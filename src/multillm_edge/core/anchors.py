@@ -9,8 +9,8 @@ this order of value:
 1. **the window**: the last content block of the stable prefix's last message. With
    recall, the last client message before the latest user turn (recall's message, which
    changes every turn, follows it). Without recall, the request's last message: the
-   whole request is the next turn's prefix (measured: 0.909 of the prompt served against
-   0.902 one message back; bench_cache.py) — unless the client's top-level
+   whole request is the next turn's prefix (measured on the shared set: 0.922 of the
+   prompt served against 0.916 one message back; bench_cache.py) — unless the client's top-level
    ``cache_control`` already ends it with a breakpoint. Next turn that entry stands a few
    blocks before the new anchor and is read back: the marker, the handles, the window.
 2. **the marker**: the stable prefix through the handles, still served when the window

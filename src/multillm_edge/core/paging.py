@@ -542,8 +542,9 @@ def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[
 
 
 def per_budget(plan_one: Callable[[int], object], budgets: list) -> list:
-    """``plan_one(budget)`` for each budget (or what stands for one). A 413 is that candidate's result (it does
-    not fit there); any other error concerns the request itself and is raised."""
+    """``plan_one(budget)`` for each budget (or what stands for one). A 413 is that
+    candidate's result (it does not fit there); any other error concerns the request
+    itself and is raised."""
     out = []
     for b in budgets:
         try:
