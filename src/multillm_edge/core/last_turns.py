@@ -30,7 +30,8 @@ class LastTurn:
     """One session's last turn: its ``raw`` body, the ``head`` its history follows (the
     compact encoding of the fields before it, then the history's key and ``[``), the
     parsed ``items``, their ``groups``, each group's bytes ``group_raw`` (a compact
-    list), ``inner`` sizes and ``ends`` (cumulative, with a comma each), the pages made
+    list), ``inner`` sizes and ``ends`` (cumulative, with a comma each; None until the
+    first turn resumed from it needs them), the pages made
     (``pages``: group -> Page, ``blocks``: (first, last) -> Page), the plan's ``walks``
     to a fit (core/paging.Walk, by budget and rule), ``verified``: how many
     leading groups are known to stand in ``raw`` exactly as ``head`` and their bytes
@@ -42,7 +43,7 @@ class LastTurn:
     groups: list
     group_raw: list
     inner: list
-    ends: list
+    ends: list | None
     pages: dict
     blocks: dict
     walks: dict

@@ -23,6 +23,8 @@ answer and the error. Reuse only ever saves work.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from .. import formats as _formats
 from ..base.jsonbytes import compact
 from . import last_turns
@@ -122,6 +124,8 @@ def _shared(last: LastTurn, raw: bytes) -> int:
     comma, ``raw`` shares with the last body: the one of a turn appended to first,
     then a binary search (each probe one C compare)."""
     n, at, old = len(last.groups), len(last.head), memoryview(last.raw)
+    if last.ends is None:       # made at the first resumption: the full path never pays it
+        last.ends = list(accumulate([n + 1 for n in last.inner]))
     ends = last.ends
 
     def same(j: int) -> bool:
@@ -178,7 +182,7 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     last = prior.last
     verified = prior.reused if prior.used and last is not None and head == last.head else 0
     pages, blocks = prep.made()
-    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, prep.ends,
+    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None,
                              pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
 
 
