@@ -37,16 +37,29 @@ SIZES, ROUNDS = (50, 200, 800), 40
 def load(tree: str, name: str, into: str) -> dict:
     """The modules a turn uses, from ``tree`` imported as package ``name``."""
     shutil.copytree(tree, os.path.join(into, name), ignore=shutil.ignore_patterns("__pycache__"))
-    return {m: importlib.import_module(f"{name}.core.{m}") for m in ("paging", "validation", "pages")}
+    mods = ("paging", "validation", "pages") + (
+        ("resume", "last_turns") if os.path.exists(os.path.join(tree, "core", "resume.py")) else ())
+    return {m: importlib.import_module(f"{name}.core.{m}") for m in mods}
 
 
 def turn(mod: dict, raw: bytes, budget: int, recalling: bool, extra: dict) -> None:
+    """One turn's request boundary, plan and upstream bytes. A tree that keeps the last
+    turns (issue 40, core/resume.py) runs it as the Worker does in a new isolate: looked
+    up in an empty memory, then kept."""
     signer = mod["pages"].PageSigner(b"bench-signing-secret-of-some-length")
-    body = mod["validation"].parse_request("chat", raw)
+    resume = mod.get("resume")
+    if resume is not None:
+        memory, key = mod["last_turns"].LastTurns(), ("digest", "rps_bench", "chat")
+        body, prior = resume.parse_request(memory, key, "chat", raw)
+        extra = {**extra, "prior": prior}
+    else:
+        body = mod["validation"].parse_request("chat", raw)
     (plan,) = mod["paging"].plan_candidates(
         "chat", body, [budget], signer.page_ids("roleplay", "a" * 64, "rps_bench", 1),
         strip=mod["paging"].EDGE_FIELDS, recalling=recalling, **extra)
     plan.encoded("provider-model")
+    if resume is not None:
+        resume.keep(memory, key, raw, body, prior)
 
 
 def main(argv=None) -> int:

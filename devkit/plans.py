@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from multillm_edge import formats
-from multillm_edge.formats import messages
+from multillm_edge.formats import breakpoints
 from multillm_edge.core import paging, recall
 from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.base.errors import EdgeError
@@ -56,18 +56,36 @@ def is_recall(item) -> bool:
     return isinstance(text, str) and text.startswith(recall.INTRO)
 
 
-def stable_prefix(sent: bytes, key: str = "messages") -> bytes:
+def stable_prefix(sent: bytes, key: str = "messages", client: list | None = None) -> bytes:
     """Upstream bytes up to the end of the window's history: before recall's message and
     the latest turn — what the next turn must start with between steps (docs/design.md
-    §5.7). ``key``: the history's field, the body's first list of that name."""
+    §5.7). ``key``: the history's field, the body's first list of that name. ``client``:
+    the history the client sent that turn, to undo the edge's anchor on the window's last
+    message (the next turn sends that message as the client wrote it)."""
     kept = json.loads(sent)[key][:-1]
     if kept and is_recall(kept[-1]):
         kept = kept[:-1]
+    if client is not None and kept:
+        blocks = formats.get("messages").ANCHOR_BLOCKS      # chat's text parts included
+        kept[-1] = next((c for c in client if c != kept[-1]
+                         and breakpoints.anchored(c, blocks) == kept[-1]), kept[-1])
     lead = sent[:sent.index(b'"' + key.encode() + b'":[') + len(key) + 4]
     return lead + b",".join(compact(it) for it in kept)
 
 
-def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
+def unanchor(fmt: str, items: list, client: list) -> list:
+    """``items`` (an unpaged history) with the edge's window anchor undone: where an item
+    is the client's with a breakpoint added (``breakpoints.anchored``), the client's."""
+    blocks = getattr(formats.get(fmt), "ANCHOR_BLOCKS", ())
+    if len(items) != len(client):
+        return items
+    return [c if it != c and it == breakpoints.anchored(c, blocks) else it
+            for it, c in zip(items, client)]
+
+
+def unpage(fmt: str, body: dict, pages, created: bool = False, client: dict | None = None) -> dict:
+    """The client's body back from an upstream ``body`` and its ``pages``; ``client`` (the
+    body as sent): the edge's anchor is undone too (docs/design.md §5.7)."""
     mod = formats.get(fmt)
     by_id = {p.page_id: p for p in pages}
     out = dict(body)
@@ -82,6 +100,8 @@ def unpage(fmt: str, body: dict, pages, created: bool = False) -> dict:
                 restored.extend(by_id[i].items)
         elif not is_recall(it):
             restored.append(it)
+    if client is not None:
+        restored = unanchor(fmt, restored, formats.history(client, mod.ITEMS_KEY) or [])
     out[mod.ITEMS_KEY] = restored
     remove_tool(fmt, out, created)
     return out
@@ -99,14 +119,14 @@ def body_size(body) -> int:
 
 
 def marker_content(item):
-    """The text of an item shaped exactly like `marker(...)` (or, with the prompt cache on
-    Messages, like `messages.breakpoint_marker(...)`), else None."""
+    """The text of an item shaped exactly like `marker(...)` (or, with the prompt cache's
+    anchor, like `breakpoints.marker(...)`), else None."""
     if type(item) is not dict or item.get("role") != "user" or len(item) != 2:
         return None
     c = item.get("content")
     if type(c) is list and len(c) == 1 and type(c[0]) is dict:
         text = c[0].get("text")
-        return text if item == messages.breakpoint_marker(text) else c
+        return text if item == breakpoints.marker(text) else c
     return c
 
 

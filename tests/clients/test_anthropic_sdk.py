@@ -143,33 +143,72 @@ def test_message_stream_with_over_200_pages_parses_and_lists_every_page(edge, pr
                    tools=tools, page_ids=ids, stream=True)
 
 
-def test_the_prompt_cache_adds_one_breakpoint_on_the_marker_and_keeps_the_prefix(
+def test_the_prompt_cache_anchors_within_four_and_keeps_the_clients_own(
         client, provider, roleplayer):
     """docs/design.md §5.7: with `multillm_context_prompt_cache`, the provider gets the
-    client's top-level `cache_control` unchanged and one breakpoint on the last marker
-    (never a fifth); the next turn, between steps, starts with the same bytes."""
+    client's top-level `cache_control` and system breakpoint unchanged, and the edge's
+    two anchors in the two slots left: the window's last message and the last marker."""
     from devkit.plans import marker_content, marker_ids
     from multillm_edge.base.jsonbytes import compact
-    from multillm_edge.formats import messages as wire
+    from multillm_edge.formats import breakpoints as bp, messages as wire
     caps = {"capabilities": CAPS["capabilities"] + ["multillm_context_prompt_cache"],
             "cache_control": {"type": "ephemeral"}}
     body = rp.messages_body(100, tag="AC")       # ~65 KB: pages on the wide model's window
     system = [{"type": "text", "text": body["system"], "cache_control": {"type": "ephemeral"}}]
+    turn = body["messages"][:180] + [{"role": "user", "content": "Turn 90: the lantern?"}]
+    message = client.messages.create(model=WIDE_MODEL, system=system, messages=turn,
+                                     max_tokens=MAX_TOKENS, extra_body=caps)
+    assert message.content[0].text == REPLY_TEXT
+    doc = upstream(provider).json()
+    assert doc["cache_control"] == {"type": "ephemeral"} and doc["system"] == system
+    [marker] = [m for m in doc["messages"] if marker_ids(marker_content(m))]
+    assert marker == bp.marker(marker_content(marker))
+    assert doc["messages"][-2] == bp.anchored(turn[-2], wire.ANCHOR_BLOCKS)
+    assert bp.count(compact(doc)) == 4        # top-level, system, window, marker
+
+
+def content_blocks(messages: list) -> int:
+    return sum(len(m["content"]) if isinstance(m["content"], list) else 1 for m in messages)
+
+
+def test_two_turns_with_recall_read_back_the_anchored_prefix(client, provider, roleplayer):
+    """Issue 38: two consecutive turns between steps, with recall, the client setting no
+    breakpoint. The second turn's prompt equals the first's through the first's window
+    anchor, byte for byte but for the anchor itself (Anthropic's cache reads content, the
+    `cache_control` marks it), and that anchor stands within 20 blocks of the second
+    turn's: Anthropic's read finds the entry the first turn wrote."""
+    from devkit.plans import is_recall, marker_content, marker_ids
+    from multillm_edge.base.jsonbytes import compact
+    from multillm_edge.formats import breakpoints as bp, messages as wire
+    caps = {"capabilities": CAPS["capabilities"] + ["multillm_context_prompt_cache",
+                                                    "multillm_context_recall"]}
+    body = rp.messages_body(100, tag="AR")
+    body["messages"][6]["content"] = "We buried the silver compass beneath the old mill."
+    ask = "Where did we bury the silver compass, by the old mill?"
     sent = []
-    for n in (90, 91):                             # two turns, one exchange apart
+    for n in (85, 86):                             # two turns, one exchange apart, both recalling
         provider.clear()
-        turn = body["messages"][:2 * n] + [{"role": "user", "content": f"Turn {n}: the lantern?"}]
-        message = client.messages.create(model=WIDE_MODEL, system=system, messages=turn,
+        turn = body["messages"][:2 * n] + [{"role": "user", "content": f"Turn {n}. {ask}"}]
+        message = client.messages.create(model=WIDE_MODEL, system=body["system"], messages=turn,
                                          max_tokens=MAX_TOKENS, extra_body=caps)
         assert message.content[0].text == REPLY_TEXT
+        assert message.model_extra["context_recall"]          # recall quoted moments
         rec = upstream(provider)
         doc = rec.json()
-        assert doc["cache_control"] == {"type": "ephemeral"} and doc["system"] == system
-        [marker] = [m for m in doc["messages"] if marker_ids(marker_content(m))]
-        assert marker == wire.breakpoint_marker(marker_content(marker))
-        assert wire.breakpoints(compact(doc)) == 3        # top-level, system, marker
-        sent.append((rec.body, [p["page_id"] for p in message.model_extra["context_pages"]]))
-    (first, ids1), (second, ids2) = sent
-    assert ids1 == ids2                                    # no step between the two turns
-    window_end = first.index(b'{"role":"user","content":"Turn ')
-    assert second[:window_end] == first[:window_end]
+        msgs = doc["messages"]
+        assert is_recall(msgs[-2]) and msgs[-3] == bp.anchored(turn[-2], wire.ANCHOR_BLOCKS)
+        [marker] = [m for m in msgs if marker_ids(marker_content(m))]
+        assert marker == bp.marker(marker_content(marker))
+        assert bp.count(rec.body) == 2                        # the window's and the marker's
+        sent.append((rec.body, doc, [p["page_id"] for p in message.model_extra["context_pages"]]))
+    (first, doc1, ids1), (second, doc2, ids2) = sent
+    assert ids1 == ids2                                        # no step between the two turns
+    at = len(doc1["messages"]) - 3                             # the first turn's window anchor
+    anchored = compact(doc1["messages"][at])
+    start = first.index(anchored)
+    assert second[:start] == first[:start]                     # every byte before it
+    assert doc1["messages"][at] == bp.anchored(doc2["messages"][at], wire.ANCHOR_BLOCKS)
+    assert doc1["tools"] == doc2["tools"] and doc1["system"] == doc2["system"]
+    # blocks from the first turn's anchor (its last block) to the second turn's
+    distance = content_blocks(doc2["messages"][at + 1:len(doc2["messages"]) - 2])
+    assert 0 < distance <= 20

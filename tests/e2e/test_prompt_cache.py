@@ -77,12 +77,12 @@ def test_a_growing_chat_keeps_its_prefix_and_writes_only_at_steps(edge, provider
             if set(ids) == set(prev):                       # between steps
                 quiet += 1
                 assert (d["r2_puts"], d["d1_rows_written"]) == (0, 0)
-                assert sent.startswith(stable_prefix(before))
+                assert sent.startswith(stable_prefix(before, client=prev_body["messages"]))
             else:                                           # a step: its pages written
                 steps += 1
                 assert d["r2_puts"] == 1 and d["d1_rows_written"] >= 1
         named.update(ids)
-        before, prev = sent, ids or None
+        before, prev, prev_body = sent, ids or None, body
     assert steps >= 2 and quiet >= 2 * steps
     for page_id in named:
         got = edge.client.get(f"/v1/context/pages/{page_id}", params={"roleplay_session_id": player.session},

@@ -111,7 +111,9 @@ def warnings(edge, name):
     return [r for r in edge.logs if r.get("level") == "warning" and name in r.get("message", "")]
 
 
-@pytest.mark.parametrize("value", ["{SECRETVALUE", '{"fake": {"base_url": "SECRETVALUE"}}'])
+@pytest.mark.parametrize("value", ["{SECRETVALUE", '{"fake": {"base_url": "SECRETVALUE"}}',
+                                   '{"fake": {"base_url": "http://provider.test/v1", "formats": ["chat"], '
+                                   '"api_key_secret": "FAKE_API_KEY", "cache_breakpoints": "SECRETVALUE"}}'])
 def test_invalid_providers_is_a_healthz_error_and_one_warning(value):
     config._warned.clear(), config._PROVIDERS_CACHE.clear()   # a new isolate
     with local_edge(PROVIDERS=value) as edge:

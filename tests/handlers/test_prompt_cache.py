@@ -51,11 +51,11 @@ def test_a_growing_chat_writes_only_at_steps_and_keeps_its_prefix(edge, headers,
             quiet += 1
             assert edge.bucket.ops["put"] == puts and edge.page_rows() == rows
             assert "rows_written" not in edge.logs[-1]
-            assert sent.startswith(stable_prefix(before, key))
+            assert sent.startswith(stable_prefix(before, key, client=prev_body[key]))
         elif prev_ids is not None:
             steps += 1
             assert edge.bucket.ops["put"] == puts + 1 and edge.page_rows() > rows
-        before, prev_ids = sent, ids
+        before, prev_ids, prev_body = sent, ids, body
         edge.clock += 5
     assert steps >= 2 and quiet >= 3 * steps and recalled >= quiet // 2
     for page_id in named:
@@ -64,3 +64,30 @@ def test_a_growing_chat_writes_only_at_steps_and_keeps_its_prefix(edge, headers,
         assert got.status == 200
         body = base64.b64decode(got.json()["body_base64"])
         assert json.loads(body) == got.json()["messages"]
+
+
+def test_chat_to_a_provider_declaring_cache_breakpoints_gets_the_anchors_as_content_parts(headers):
+    """docs/design.md §5.7: `"cache_breakpoints": true` in a PROVIDERS entry (a router to
+    Claude) — the chat plan carries the marker's and the window's anchors as content parts;
+    the same request to a provider without the setting gets none."""
+    from devkit.plans import is_recall, marker_content, marker_ids
+    from multillm_edge.formats import breakpoints as bp, chat
+    from tests.support.inprocess import LocalEdge
+    providers = json.loads(rp.edge_vars("http://provider.test")["PROVIDERS"])
+    providers["router"] = {**providers["fake"], "cache_breakpoints": True}
+    with LocalEdge(rp.edge_vars("http://provider.test", PROVIDERS=json.dumps(providers))) as edge:
+        edge.seed_player("p_router", KEY, SESSION)
+        sent = {}
+        for model in ("router:rp-20k", WIDE):
+            edge.set_model(model, 20000 + 200 + 256, 200)
+            body = rp.chat_body(80, model=model, capabilities=CAPS)
+            r = edge.request("POST", "/v1/chat/completions", headers, body)
+            assert r.status == 200 and r.json()["context_pages"], r.body
+            sent[model] = json.loads(edge.sent[-1].body)
+        msgs = sent["router:rp-20k"]["messages"]
+        [marker] = [m for m in msgs if marker_ids(marker_content(m))]
+        assert marker == bp.marker(marker_content(marker))
+        window = [m for m in msgs if not is_recall(m)][-2]     # before recall's message
+        assert window == bp.anchored(body["messages"][-2], chat.ANCHOR_BLOCKS) != body["messages"][-2]
+        assert bp.count(edge.sent[0].body) == 2
+        assert b"cache_control" not in edge.sent[-1].body

@@ -141,6 +141,19 @@ def check_models(case: Case, seen: Observed) -> None:
                 assert case.headers[name].strip() in headers, f"{name} not forwarded as sent\n{where}"
 
 
+def check_anchors(case: Case, seen: Observed) -> None:
+    """The prompt cache's anchors (docs/design.md §5.7): what reaches the provider holds no
+    more breakpoints than Anthropic's 4, or the client's own count when it sent more."""
+    from multillm_edge.base.jsonbytes import compact
+    from multillm_edge.formats import breakpoints as bp
+    try:
+        theirs = bp.count(compact(json.loads(case.body)))
+        sent = bp.count(compact(json.loads(seen.provider_requests[-1][1])))
+    except ValueError:
+        return
+    assert sent <= max(bp.MAX_BREAKPOINTS, theirs), f"{sent} breakpoints upstream\n{case.describe()}"
+
+
 def check(case: Case, seen: Observed) -> None:
     """Raise AssertionError (with the case) if any invariant is broken."""
     if "declares" in case.notes:
@@ -166,6 +179,7 @@ def check(case: Case, seen: Observed) -> None:
         check_search(case, seen)
     if seen.status == 200 and seen.provider_requests:
         check_recall(case, seen)
+        check_anchors(case, seen)
     if "models" in case.notes:
         check_models(case, seen)
     if "cors" in case.notes and seen.headers is not None:

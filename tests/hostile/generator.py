@@ -112,6 +112,46 @@ def valid_body(rng: random.Random, fmt: str) -> dict:
         body["cache_control"] = rng.choice([{"type": "ephemeral"}, "x", None, [1], {"cache_control": 1}])
         if rng.random() < 0.5:
             body["system"] = [{"type": "text", "text": "card", "cache_control": {"type": "ephemeral"}}] * 4
+    if fmt != "responses" and rng.random() < 0.15:
+        body = anchored_body(rng, fmt, make)
+    return body
+
+
+CC = {"type": "ephemeral"}
+#: What the message before the latest turn may be, where the edge's window anchor goes (§5.7).
+WINDOW_SHAPES = [
+    lambda t: t, lambda t: [{"type": "text", "text": t}],
+    lambda t: [{"type": "text", "text": t}, {"type": "text", "text": t, "cache_control": CC}],
+    lambda t: [{"type": "thinking", "thinking": t, "signature": "s"}], lambda t: [{"type": "text", "text": ""}],
+    lambda t: "", lambda t: [], lambda t: [{"type": "text", "text": t, "cache_control": "odd"}]]
+
+
+def anchored_body(rng: random.Random, fmt: str, make) -> dict:
+    """A paged prompt-cache body (recall or not) with the client's own breakpoints in odd
+    places — 4 already, a tool's input, a system block, a tool result — and a string or a
+    list content on the message the window's anchor goes on (docs/design.md §5.7)."""
+    body = make(30, model=RECALL_MODEL, size=80, tag="H")
+    body["capabilities"] = ["multillm_context_retrieve", CACHE] + ([RECALL] if rng.random() < 0.5 else [])
+    msgs = body["messages"]
+    msgs[-2]["content"] = rng.choice(WINDOW_SHAPES)(msgs[-2]["content"] if isinstance(
+        msgs[-2]["content"], str) else "Hostile window")
+    for _ in range(rng.randint(0, 5)):
+        where = rng.choice(["top", "system", "tool_input", "tool_result", "four", "part"])
+        if where == "top":
+            body["cache_control"] = dict(CC)
+        elif where == "system" and fmt == "messages":
+            body["system"] = [{"type": "text", "text": "card", "cache_control": dict(CC)}]
+        elif where == "tool_input":
+            body["tools"] = [{"name": "roll", "description": "d", "input_schema": {
+                "type": "object", "properties": {"cache_control": {"type": "string"}}}}]
+        elif where == "four":
+            for m in msgs[:4]:
+                m["content"] = [{"type": "text", "text": "early", "cache_control": dict(CC)}]
+        else:
+            for m in msgs:
+                if isinstance(m.get("content"), list) and m["content"] and isinstance(m["content"][-1], dict):
+                    m["content"][-1]["cache_control"] = dict(CC)
+                    break
     return body
 
 
@@ -713,3 +753,65 @@ def cors_case(rng: random.Random, n: int) -> Case:
     if not routed and family != "healthz":
         notes.update(reserved_notes(method, path, headers))
     return Case(n, f"cors:actual:{family}", method, path, headers, body, roleplay=True, notes=notes)
+
+
+# ---------------------------------------------------------------------------
+# A session's next turn turning hostile in its new part only (docs/design.md §5.13): the
+# isolate resumes from the last turn's bytes, so the edge must refuse it exactly as a
+# body it meets for the first time. `resumed_pairs` yields (valid turn, next turn): the
+# next one is the valid body in the edge's own encoding (the history first, as
+# SillyTavern sends it, or last) with one exchange appended, spoiled there or after.
+# ---------------------------------------------------------------------------
+
+def _compact(doc) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def _spoiled(rng: random.Random, new: list) -> tuple[str, bytes]:
+    """The appended items, comma-joined, spoiled one way (or left valid)."""
+    kind = rng.choice(["swap", "swap", "depth", "number", "surrogate", "bytes", "cut", "valid"])
+    if kind == "swap":
+        _set(new, rng.choice(list(paths(new))), json.loads(json.dumps(rng.choice(HOSTILE_VALUES))))
+    raw = _compact(new)[1:-1]
+    if kind in ("depth", "number", "surrogate"):
+        value = {"depth": lambda: depth_bomb(rng.choice([MAX_DEPTH - 3, MAX_DEPTH, MAX_DEPTH + 1, 20_000]),
+                                             rng.choice([b"[", b"{"])),
+                 "number": lambda: rng.choice(ODD_NUMBERS),
+                 "surrogate": lambda: rng.choice([b'"\\ud800"', b'"a\\udc00b"', b'{"\\udfff":1}'])}[kind]()
+        raw = raw.replace(b'"' + HOLE_TEXT + b'"', value, 1)
+    elif kind in ("bytes", "cut"):
+        at = rng.randrange(len(raw))
+        junk = rng.choice([b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\x00", b'"', b"\\", b"]", b"}", b","])
+        raw = raw[:at] if kind == "cut" else raw[:at] + junk + raw[at:]
+    return kind, raw
+
+
+HOLE_TEXT = b"__resumed_hole__"
+AFTER = [b',"model":5', b',"max_tokens":-1', b',"capabilities":"x"', b',"messages":[]', b',"input":7',
+         b',"tools":{}', b',"model":"fake:tiny"', b',"stream":NaN', b',', b',"x"', b'', b',"models":[1]']
+
+
+def resumed_pairs(seed: int, count: int):
+    rng = random.Random(seed)
+    for n in range(count):
+        fmt = rng.choice(list(GENERATION))
+        doc = valid_body(rng, fmt)
+        key = "input" if fmt == "responses" else "messages"
+        if type(doc.get(key)) is not list or not doc[key]:
+            continue
+        if rng.random() < 0.5:                      # the history first, as SillyTavern sends it
+            doc = {key: doc.pop(key), **doc}
+        headers = roleplay_headers(rng)[1] if rng.random() < 0.2 else \
+            {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION, "Content-Type": "application/json"}
+        valid = _compact(doc)
+        new = [{"role": "assistant", "content": HOLE_TEXT.decode()},      # a value some kinds replace
+               {"role": "user", "content": rng.choice(RECALL_ASKS)}]
+        kind, fragment = _spoiled(rng, new)
+        history = _compact(doc[key])
+        at = valid.index(history) + len(history) - 1        # the history's closing bracket
+        after = rng.choice(AFTER) if rng.random() < 0.3 else b""
+        spoiled = valid[:at] + b"," + fragment + valid[at:-1] + after + b"}"
+        path = GENERATION[fmt]
+        yield (Case(2 * n, f"{fmt}:resumed-first", "POST", path, dict(headers), valid),
+               Case(2 * n + 1, f"{fmt}:resumed:{kind}{':after' if after else ''}", "POST", path,
+                    dict(headers), spoiled))

@@ -153,3 +153,45 @@ def test_bodies_planned_to_a_413_do_not_grow_the_heap(edge):
         after = client.get("/__runner/memory").json()["wasm_bytes"]
     print(f"\nwasm heap {before / MiB:.0f} → {after / MiB:.0f} MiB after 4 more dense 413s")
     assert after - before <= 8 * MiB
+
+
+RESUMED_PAIRS = int(os.environ.get("HOSTILE_RUNNER_RESUMED", "60"))
+
+
+def test_hostile_next_turns_through_the_runner(edge, servers):
+    """generator.resumed_pairs in real Pyodide (docs/design.md §5.13): each spoiled next
+    turn sent on a session the isolate never saw (the full path) and right after its
+    valid turn on another: the same status, and the same error body when refused (page
+    ids and session figures name the session: in-process, test_hostile_resumed.py
+    compares accepted turns byte for byte on one session)."""
+    seed = int(os.environ.get("HOSTILE_SEED", random.randrange(2 ** 32)))
+    print(f"\nhostile resumed seed {seed}: {RESUMED_PAIRS} pairs through the runner")
+    principal = edge.sql("SELECT principal FROM roleplay_sessions WHERE session_id = ?1", gen.SESSION)[0]["principal"]
+    resumed = 0
+    for n, (first, spoiled) in enumerate(gen.resumed_pairs(seed, RESUMED_PAIRS)):
+        fresh, kept = f"rps_resumed_{seed}_{n}_a", f"rps_resumed_{seed}_{n}_b"
+        for session in (fresh, kept):
+            edge.sql("INSERT INTO roleplay_sessions (session_id, principal, created_at) VALUES (?1, ?2, 0)",
+                     session, principal)
+        on = {}
+        for session in (fresh, kept):
+            case = {name: gen.Case(c.n, c.kind, c.method, c.path,
+                                   {**c.headers, "X-Roleplay-Session-ID": session}
+                                   if c.headers.get("X-Roleplay-Session-ID") == gen.SESSION else c.headers, c.body)
+                    for name, c in (("first", first), ("spoiled", spoiled))}
+            if session == kept:
+                send(edge, servers, case["first"])
+            try:
+                on[session] = send(edge, servers, case["spoiled"])
+                check(case["spoiled"], on[session])
+            except Exception as e:
+                raise AssertionError(f"hostile resumed seed {seed}, {spoiled.describe()}") from e
+        full, again = on[fresh], on[kept]
+        assert again.status == full.status, spoiled.describe()
+        if full.status >= 400:
+            assert again.body == full.body and not again.provider_requests, spoiled.describe()
+        resumed += again.status == 200
+    resumed_logs = [r for r in edge.logs() if r.get("resumed")]
+    print(f"hostile resumed (runner): {RESUMED_PAIRS} pairs, {resumed} answered 200, "
+          f"{len(resumed_logs)} turns resumed")
+    assert resumed_logs

@@ -88,6 +88,13 @@ def test_parse_providers_ok():
     assert p["anthropic"].endpoint("messages") == "http://127.0.0.1:9999/v1/messages"
     assert parse_providers(None) == {} and parse_providers("") == {} and parse_providers("{}") == {}
     assert o.model_name == "qualified" and o.upstream_model("openai:gpt-4o") == "openai:gpt-4o"
+    assert o.cache_breakpoints is False                        # the default (design §5.7)
+
+
+def test_a_provider_may_declare_it_takes_cache_breakpoints():
+    for value in (True, False):
+        spec = {**GOOD["openai"], "cache_breakpoints": value}
+        assert parse_providers(json.dumps({"router": spec}))["router"].cache_breakpoints is value
 
 
 def test_bare_model_names_drop_the_provider_prefix():
@@ -109,6 +116,8 @@ def test_bare_model_names_drop_the_provider_prefix():
     json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K", "extra": 1}}),
     json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K", "model_name": "x"}}),
     json.dumps({"a:b": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K"}}),
+    *(json.dumps({"o": {"base_url": "https://x", "formats": ["chat"], "api_key_secret": "K",
+                        "cache_breakpoints": v}}) for v in ("true", 1, None, "sk-live-123", {})),
 ])
 def test_parse_providers_invalid(text):
     with pytest.raises(EdgeError) as e:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from multillm_edge.core.pages import canonical_bytes
 from devkit.plans import body_size, created_tools, is_recall, plan_paging, unpage
 from multillm_edge import formats
+from multillm_edge.formats import breakpoints
 from multillm_edge.core import paging
 from multillm_edge.base.errors import EdgeError
 
@@ -575,8 +576,13 @@ def test_recall_fits_exactly_never_413s_and_quotes_only_what_the_plan_pages(sc, 
 # -- prompt cache (docs/design.md §5.7) --------------------------------------------
 
 def _paged_items(fmt, body, plan) -> list:
-    sent = {id(x) for x in plan.body[formats.get(fmt).ITEMS_KEY]}
-    return [it for it in body[formats.get(fmt).ITEMS_KEY] if id(it) not in sent]
+    """The client's items the plan does not send (an anchored one is sent, §5.7)."""
+    sent = plan.body[formats.get(fmt).ITEMS_KEY]
+    ids = {id(x) for x in sent}
+    blocks = getattr(formats.get(fmt), "ANCHOR_BLOCKS", ())
+    return [it for it in body[formats.get(fmt).ITEMS_KEY]
+            if id(it) not in ids and not any(x is not it and x == breakpoints.anchored(it, blocks)
+                                             for x in sent)]
 
 
 @SETTINGS
@@ -594,12 +600,8 @@ def test_prompt_cache_fits_where_the_seed_fits_reversibly_within_one_step(sc, re
     plan = planned()
     assert dumps(body) == original
     if isinstance(seed, EdgeError):           # a 413 stays the seed's 413
-        assert isinstance(plan, EdgeError) and plan.code == seed.code
-        # the handles a Messages marker carries then come with its breakpoint
-        breakpoint = len(dumps(formats.messages.breakpoint_marker(""))) - len(dumps(formats.marker("")))
-        grew = {k: plan.details[k] - v for k, v in seed.details.items()}
-        assert grew == dict.fromkeys(seed.details, 0) or (
-            fmt == "messages" and grew == {**dict.fromkeys(seed.details, 0), "protected_bytes": breakpoint})
+        # the same figures: anchors never cause a 413 (planned without them)
+        assert isinstance(plan, EdgeError) and (plan.code, plan.details) == (seed.code, seed.details)
         return
     assert not isinstance(plan, EdgeError)     # a fit stays a fit
     assert plan.size == len(dumps(plan.body)) <= budget
@@ -610,7 +612,8 @@ def test_prompt_cache_fits_where_the_seed_fits_reversibly_within_one_step(sc, re
         return
     mod = formats.get(fmt)
     kept = [it for it in plan.body[mod.ITEMS_KEY] if not is_recall(it)]
-    restored = unpage(fmt, {**plan.body, mod.ITEMS_KEY: kept}, plan.pages, created_tools(fmt, body))
+    restored = unpage(fmt, {**plan.body, mod.ITEMS_KEY: kept}, plan.pages, created_tools(fmt, body),
+                      client=body)
     assert dumps(restored) == dumps(paging.strip_edge_fields(body))   # reversible
     check_pairs(fmt, kept, items)
     # pages more than the seed by at most one step (plus the exchange that crosses it)
@@ -619,3 +622,91 @@ def test_prompt_cache_fits_where_the_seed_fits_reversibly_within_one_step(sc, re
     extra = sum(len(dumps(it)) + 1 for it in more[len(least):])
     assert extra <= paging.step_bytes(budget) + max(len(dumps(items[s:e])) for s, e, *_ in truth)
     event("stepped further" if extra else "seed's boundary")
+
+
+# -- the prompt cache's anchors (docs/design.md §5.7, "Anchors") ---------------------
+
+_CC = {"type": "ephemeral"}
+
+
+def _with_client_breakpoints(fmt, body, where: list) -> dict:
+    """``body`` with the client's own ``cache_control`` in each of ``where``: the
+    top level, a system block, a tool's definition, a key inside a tool's input schema,
+    a history item's last block."""
+    body = json.loads(json.dumps(body))
+    for w in where:
+        if w == "top":
+            body["cache_control"] = dict(_CC)
+        elif w == "system" and fmt == "messages":
+            body["system"] = [{"type": "text", "text": "card", "cache_control": dict(_CC)}]
+        elif w == "tool_input":
+            body["tools"] = [{"name": "roll", "description": "d", "input_schema": {
+                "type": "object", "properties": {"cache_control": {"type": "string"}}}}]
+        elif isinstance(w, int) and body.get("messages"):
+            m = body["messages"][w % len(body["messages"])]
+            c = m.get("content")
+            if type(c) is str and c:
+                m["content"] = [{"type": "text", "text": c, "cache_control": dict(_CC)}]
+    return body
+
+
+def _anchor_differences(fmt, client: list, sent: list) -> list:
+    """The client's items the plan sends with a breakpoint added (and nothing else)."""
+    blocks = formats.get(fmt).ANCHOR_BLOCKS
+    return [c for c in client if c not in sent and breakpoints.anchored(c, blocks) in sent]
+
+
+@SETTINGS
+@given(scenario, st.booleans(), st.lists(st.one_of(st.sampled_from(["top", "system", "tool_input"]),
+                                                   st.integers(0, 60)), max_size=5))
+def test_anchors_stay_within_four_change_only_cache_control_and_never_reach_a_page(sc, recalling, where):
+    fmt = "chat" if sc[0] == "responses" else sc[0]        # the formats taking breakpoints
+    fmt, body, items, truth, budget, page_id_for, max_page, rule, search = at_budget((fmt, *sc[1:]))
+    body = _with_client_breakpoints(fmt, body, where)
+    items = body["messages"]
+    theirs = breakpoints.count(dumps(body))
+    original = dumps(body)
+
+    def planned(cache, declared):
+        (p,) = paging.plan_candidates(fmt, body, [budget], page_id_for, max_page_bytes=max_page,
+                                      rule=rule, search=search, recalling=recalling,
+                                      prompt_cache=cache, breakpoints=[declared])
+        return p
+    plan, plain = planned(True, True), planned(True, False)
+    assert dumps(body) == original
+    if isinstance(plan, EdgeError):
+        assert isinstance(plain, EdgeError) and plan.details == plain.details
+        return
+    sent = plan.encoded()
+    assert plan.size == len(sent) <= budget
+    if not plan.pages:                                      # a fit: nothing added
+        assert sent == plain.encoded()
+        return
+    assert breakpoints.count(sent) <= max(4, theirs)       # within 4, the client's first
+    if fmt == "chat":                                        # without the setting: none added
+        assert breakpoints.count(plain.encoded()) <= theirs
+    kept = [it for it in plan.body["messages"] if not is_recall(it)]
+    changed = _anchor_differences(fmt, items, kept)
+    assert len(changed) <= 1                                # one message, by cache_control only
+    # the stable prefix's last message: before recall's, else the request's last (§5.7)
+    end = truth_latest_start(items, fmt) - 1 if recalling or "cache_control" in body else -1
+    assert not changed or changed[0] is items[end]
+    event("window anchored" if changed else "no window anchor")
+    for p in plan.pages:                                    # pages: the client's bytes
+        assert p.body == canonical_bytes(p.items)
+        assert all(any(x is y for y in items) for x in p.items)
+    restored = unpage(fmt, {**plan.body, "messages": kept}, plan.pages, created_tools(fmt, body),
+                      client=body)
+    assert dumps(restored) == dumps(paging.strip_edge_fields(body))
+    # the same without the capability: the seed's bytes, declared or not
+    (a,), (b,) = (paging.plan_candidates(fmt, body, [budget], page_id_for, max_page_bytes=max_page,
+                                         rule=rule, search=search, breakpoints=[d])
+                  for d in (True, False))
+    assert (a.encoded() if not isinstance(a, EdgeError) else a.details) == \
+        (b.encoded() if not isinstance(b, EdgeError) else b.details)
+
+
+def truth_latest_start(items, fmt) -> int:
+    """Where the latest genuine user turn starts (docs/design.md §5.6)."""
+    mod = formats.get(fmt)
+    return max(i for i, it in enumerate(items) if mod.classify(it)[0] == formats.USER)

@@ -17,7 +17,7 @@ from multillm_edge import formats
 from multillm_edge.base.errors import EdgeError
 from multillm_edge.core import paging
 from multillm_edge.core.pages import PageSigner
-from multillm_edge.formats import messages as anthropic
+from multillm_edge.formats import breakpoints as bp, messages as anthropic
 
 SIGNER = PageSigner(b"bench-signing-secret-of-some-length", b"bench-previous-secret")
 IDS = SIGNER.page_ids("roleplay", "a3" * 32, "rps_bench0123456789abcdef", 7)
@@ -101,7 +101,11 @@ def test_between_steps_a_turn_writes_nothing_and_sends_an_append_only_window(fmt
             prev_ids, prev_window = before
             if ids == prev_ids:                        # between steps
                 quiet += 1
-                assert window(fmt, p)[:len(prev_window) - 1] == prev_window[:-1]
+                now, n = window(fmt, p), len(prev_window)
+                i = n - 2 if recalling else n - 1      # last turn's window anchor (§5.7)
+                assert now[:i] == prev_window[:i] and now[i + 1:n - 1] == prev_window[i + 1:n - 1]
+                anchored = bp.anchored(now[i], anthropic.ANCHOR_BLOCKS)   # now a plain message
+                assert prev_window[i] == (anchored if fmt == "messages" else now[i])
                 assert dumps(window(fmt, p)[0]) == dumps(prev_window[0])   # the marker
                 assert not (ids - written)             # no page to write
             else:
@@ -146,48 +150,125 @@ def test_a_413_stays_a_413_and_a_fit_stays_a_fit():
             dumps(paging.strip_edge_fields(body))
 
 
-# -- Messages: the marker's cache breakpoint --------------------------------------
+# -- anchors: Messages, and chat to a provider declaring cache_breakpoints -----------
+
+EPHEMERAL = {"type": "ephemeral"}
+
 
 def breakpoints(body: dict) -> int:
-    return anthropic.breakpoints(dumps(body))
+    return bp.count(dumps(body))
 
 
 def markers(body: dict) -> list:
     return [m for m in body["messages"] if marker_ids(marker_content(m))]
 
 
-def test_the_last_marker_carries_one_breakpoint_and_the_size_is_exact():
-    body = rp.messages_body(60, capabilities=[formats.TOOL_NAME])
+def before_latest(body: dict) -> dict:
+    """The message right before the latest user turn (and before recall's message)."""
+    items = [m for m in body["messages"] if not is_recall(m)]
+    return items[-2]
+
+
+def anchored_plan(fmt, body, budget, recalling=True, **kw):
+    """With recall declared (moments or not), the window's anchor is before the latest turn."""
+    return plan(fmt, body, budget, prompt_cache=True, breakpoints=[fmt == "chat"],
+                recalling=recalling, **kw)
+
+
+def assert_reversible(fmt, body, p):
+    """Unpaging gives back the client's body once the edge's anchor is undone."""
+    assert dumps(unpage(fmt, p.body, p.pages, created_tools(fmt, body), client=body)) == \
+        dumps(paging.strip_edge_fields(body))
+
+
+@pytest.mark.parametrize("fmt", ["messages", "chat"])
+def test_the_marker_and_the_window_carry_the_anchors_and_the_size_is_exact(fmt):
+    body = MAKERS[fmt](60, capabilities=[formats.TOOL_NAME])
     body["messages"].insert(30, {"role": "user", "content": "x"})     # two runs: an unpaired
     body["context_protected_indices"] = [30]                             # user turn kept
-    p = plan("messages", body, 9000, prompt_cache=True)
+    p = anchored_plan(fmt, body, 9000)
     ms = markers(p.body)
-    assert len(ms) == 2 and ms[-1] == anthropic.breakpoint_marker(marker_content(ms[-1]))
+    assert len(ms) == 2 and ms[-1] == bp.marker(marker_content(ms[-1]))
     assert ms[0] == formats.marker(marker_content(ms[0]))
-    assert breakpoints(p.body) == 1 and p.size == len(dumps(p.body))
-    assert dumps(unpage("messages", p.body, p.pages, True)) == dumps(paging.strip_edge_fields(body))
+    window = before_latest(p.body)
+    client = body["messages"][-2]
+    assert type(client["content"]) is str and window == {
+        **client, "content": [{"type": "text", "text": client["content"], "cache_control": EPHEMERAL}]}
+    assert breakpoints(p.body) == 2 and p.size == len(dumps(p.body))
+    assert all(b"cache_control" not in q.body for q in p.pages)     # pages: the client's bytes
+    assert_reversible(fmt, body, p)
 
 
-def test_chat_and_responses_markers_gain_no_breakpoint():
-    for fmt in ("chat", "responses"):
-        p = plan(fmt, MAKERS[fmt](60, capabilities=[formats.TOOL_NAME]), 9000, prompt_cache=True)
+@pytest.mark.parametrize("top", [False, True])
+def test_without_recall_the_anchor_ends_the_request_unless_the_client_already_does(top):
+    """Without recall the whole request is the next turn's prefix: the anchor goes on its
+    last message (measured best, bench_cache.py); a top-level `cache_control` already puts
+    a breakpoint there, so the anchor goes one message back."""
+    body = rp.messages_body(60, capabilities=[formats.TOOL_NAME])
+    if top:
+        body["cache_control"] = dict(EPHEMERAL)
+    p = anchored_plan("messages", body, 9000, recalling=False)
+    sent, client = p.body["messages"], body["messages"]
+    at = -2 if top else -1
+    assert sent[at] == bp.anchored(client[at], anthropic.ANCHOR_BLOCKS) != client[at]
+    others = [m for m in sent if m is not sent[at] and not marker_ids(marker_content(m))]
+    assert all(any(m is c for c in client) for m in others)      # the rest: the client's own
+    assert breakpoints(p.body) == 2 + top and p.size == len(dumps(p.body))
+    assert_reversible("messages", body, p)
+
+
+def test_chat_without_the_setting_and_responses_get_no_breakpoint():
+    for fmt, declared in (("chat", False), ("responses", False), ("responses", True)):
+        body = MAKERS[fmt](60, capabilities=[formats.TOOL_NAME])
+        p = plan(fmt, body, 9000, prompt_cache=True, breakpoints=[declared])
         assert b"cache_control" not in p.encoded()
 
 
-def test_a_request_using_four_breakpoints_gets_no_fifth_and_its_own_pass_through():
+def test_a_list_content_takes_the_anchor_on_its_last_block_and_nothing_else_changes():
+    body = rp.messages_body(60, capabilities=[formats.TOOL_NAME])
+    body["messages"][-2] = {"role": "assistant", "content": [
+        {"type": "text", "text": "first"}, {"type": "tool_use", "id": "t1", "name": "roll",
+                                            "input": {"cache_control": 1}}]}
+    body["messages"].insert(-1, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "6"}, {"type": "text", "text": "go"}]})
+    p = anchored_plan("messages", body, 9000)
+    client = body["messages"][-2]
+    assert before_latest(p.body) == {"role": "user", "content": [
+        client["content"][0], {**client["content"][1], "cache_control": EPHEMERAL}]}
+    assert p.size == len(dumps(p.body))
+    assert_reversible("messages", body, p)
+
+
+@pytest.mark.parametrize("last", [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                                  {"type": "text", "text": ""},
+                                  {"type": "text", "text": "mine", "cache_control": EPHEMERAL}])
+def test_a_window_that_cannot_take_an_anchor_leaves_it_to_the_marker(last):
+    body = rp.messages_body(60, capabilities=[formats.TOOL_NAME])
+    body["messages"][-2] = {"role": "assistant", "content": [{"type": "text", "text": "a"}, last]}
+    p = anchored_plan("messages", body, 9000)
+    assert before_latest(p.body) == body["messages"][-2]           # as the client sent it
+    assert markers(p.body)[-1] == bp.marker(marker_content(markers(p.body)[-1]))
+    assert breakpoints(p.body) == 1 + ("cache_control" in last) and p.size == len(dumps(p.body))
+
+
+def test_within_four_the_clients_first_then_the_window_then_the_marker():
     body = rp.messages_body(60, capabilities=[formats.TOOL_NAME])
     body["cache_control"] = {"type": "ephemeral"}               # automatic caching: one slot
     body["system"] = [{"type": "text", "text": "card", "cache_control": {"type": "ephemeral"}}]
     last = body["messages"][-1]
     last["content"] = [{"type": "text", "text": last["content"], "cache_control": {"type": "ephemeral"}}]
-    three = plan("messages", body, 9000, prompt_cache=True)
+    three = anchored_plan("messages", body, 9000)
     assert three.body["cache_control"] == {"type": "ephemeral"}  # passes through unchanged
-    assert breakpoints(three.body) == 4                          # theirs, plus the marker's
+    assert breakpoints(three.body) == 4                          # theirs, plus the window's
+    assert before_latest(three.body) != body["messages"][-2]
+    assert all(m == formats.marker(marker_content(m)) for m in markers(three.body))
+    assert_reversible("messages", body, three)
     body["tools"] = [{"name": "roll", "description": "d", "input_schema": {"type": "object"},
                       "cache_control": {"type": "ephemeral"}}]
-    four = plan("messages", body, 9000, prompt_cache=True)
+    four = anchored_plan("messages", body, 9000)
     assert breakpoints(four.body) == 4 and four.size == len(dumps(four.body))
     assert all(m == formats.marker(marker_content(m)) for m in markers(four.body))
+    assert before_latest(four.body) == body["messages"][-2]
 
 
 def test_a_breakpoint_inside_a_paged_exchange_goes_with_its_page():
@@ -195,7 +276,38 @@ def test_a_breakpoint_inside_a_paged_exchange_goes_with_its_page():
     first = body["messages"][0]
     first["content"] = [{"type": "text", "text": first["content"],
                          "cache_control": {"type": "ephemeral"}}]
-    p = plan("messages", body, 9000, prompt_cache=True)
+    p = anchored_plan("messages", body, 9000)
     [page] = [q for q in p.pages if first in q.items]
     assert b'"cache_control":{"type":"ephemeral"}' in page.body
-    assert breakpoints(p.body) == 1                              # the marker's alone
+    assert breakpoints(p.body) == 2                              # the marker's and the window's
+
+
+def test_a_window_paged_whole_leaves_the_anchor_to_the_marker():
+    body = rp.messages_body(8, capabilities=[formats.TOOL_NAME])
+    body["messages"][-1]["content"] = "L" * 3000                 # the protected latest turn
+    p = anchored_plan("messages", body, 4450)
+    assert [m["role"] for m in p.body["messages"]] == ["user", "user"]   # marker, latest turn
+    assert p.body["messages"][0] == bp.marker(marker_content(p.body["messages"][0]))
+    assert breakpoints(p.body) == 1 and p.size == len(dumps(p.body)) <= 4450
+
+
+@pytest.mark.parametrize("fmt", ["messages", "chat"])
+def test_anchors_never_turn_a_fit_into_a_413(fmt):
+    """At every budget the seed's rule fits, the anchored plan fits (without its
+    anchors where their bytes would not); where the seed's is a 413, the same 413."""
+    body = MAKERS[fmt](12, capabilities=[formats.TOOL_NAME])
+    body["messages"][-1]["content"] = "L" * 3000
+    fits = anchored = 0
+    for budget in range(3000, 6000, 7):
+        try:
+            seed = plan(fmt, body, budget)
+        except EdgeError as e:
+            with pytest.raises(EdgeError) as again:
+                anchored_plan(fmt, body, budget)
+            assert (again.value.code, again.value.details) == (e.code, e.details)
+            continue
+        p = anchored_plan(fmt, body, budget)
+        fits += 1
+        anchored += b"cache_control" in p.encoded()
+        assert p.size == len(dumps(p.body)) <= budget and seed.size <= budget
+    assert fits and anchored < fits                  # some budgets fit only without them

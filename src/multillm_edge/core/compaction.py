@@ -20,10 +20,11 @@ from .paging import Plan, per_budget, unpaged
 from .prepared import Prepared
 
 
-def compact_candidates(fmt: str, body: dict, budgets: list, *, strip: tuple = ()) -> list:
+def compact_candidates(fmt: str, body: dict, budgets: list, *, strip: tuple = (),
+                       prior=None) -> list:
     """One ``(body, dropped_count)`` or 413 EdgeError per budget; grouping and sizing
-    are done once for all candidates."""
-    prep = Prepared(fmt, body, None, strip=strip)
+    are done once for all candidates (``prior``: as in ``paging.plan_candidates``)."""
+    prep = Prepared(fmt, body, None, strip=strip, prior=prior)
     return per_budget(lambda b: _compact(prep, b), budgets)
 
 

@@ -186,6 +186,9 @@ class Provider:
     # ("provider:model", docs/design.md §5.4). "bare": the provider's own id after "provider:",
     # for providers such as api.openai.com that reject the gateway's qualified names.
     model_name: str = "qualified"
+    # The provider takes Anthropic-style `cache_control` on chat content parts (routers to
+    # Claude and Gemini): with the prompt cache, chat plans carry the anchors (design §5.7).
+    cache_breakpoints: bool = False
 
     def upstream_model(self, model: str) -> str:
         return split_model(model)[1] if self.model_name == "bare" else model
@@ -227,7 +230,8 @@ def providers(value, warn: Optional[Callable[[str], None]] = None) -> dict[str, 
 
 
 def parse_providers(value) -> dict[str, Provider]:
-    """Parse PROVIDERS: {"name": {"base_url", "formats", "api_key_secret", "model_name"?}},
+    """Parse PROVIDERS: {"name": {"base_url", "formats", "api_key_secret", "model_name"?,
+    "cache_breakpoints"?}},
     as JSON text (a string var, .dev.vars) or as the object itself (a TOML table or JSON
     object var, which the platform hands over as its JSON text or a dict).
 
@@ -250,7 +254,8 @@ def parse_providers(value) -> dict[str, Provider]:
         where = f"PROVIDERS[{name!r}]"
         if not isinstance(spec, dict):
             raise _misconfigured(f"{where} must be an object.")
-        unknown = set(spec) - {"base_url", "formats", "api_key_secret", "model_name"}
+        unknown = set(spec) - {"base_url", "formats", "api_key_secret", "model_name",
+                               "cache_breakpoints"}
         if unknown:
             raise _misconfigured(f"{where} has unknown fields: {', '.join(sorted(unknown))}.")
         base_url = spec.get("base_url")
@@ -266,8 +271,12 @@ def parse_providers(value) -> dict[str, Provider]:
         model_name = spec.get("model_name", "qualified")
         if model_name not in ("qualified", "bare"):
             raise _misconfigured(f"{where}.model_name must be \"qualified\" or \"bare\".")
+        breakpoints = spec.get("cache_breakpoints", False)
+        if type(breakpoints) is not bool:
+            raise _misconfigured(f"{where}.cache_breakpoints must be true or false.")
         out[name] = Provider(name=name, base_url=base_url.rstrip("/"),
-                             formats=tuple(formats), api_key_secret=secret, model_name=model_name)
+                             formats=tuple(formats), api_key_secret=secret, model_name=model_name,
+                             cache_breakpoints=breakpoints)
     return out
 
 

@@ -26,9 +26,10 @@ from typing import Callable, NamedTuple
 from zlib import crc32
 
 from .. import formats as _formats
-from . import recall
+from . import anchors as _anchors, recall
 from .config import MAX_PAGE_BYTES
 from ..base.errors import EdgeError
+from ..formats import breakpoints as _bp
 from ..base.jsonbytes import compact, compact_with_list
 from .prepared import (EDGE_FIELDS, EncodedHistory, Page, Prepared, dumps,  # noqa: F401
                        strip_edge_fields, utf8_len)
@@ -149,30 +150,78 @@ def _fixed_id_len(prep: Prepared):
     return prep.id_length
 
 
-def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0) -> Fit:
+class Walk(NamedTuple):
+    """Where ``_fit`` returned, kept for the session's next turn (§5.13): at position
+    ``k`` of ``pageable``, the body paging nothing then ``base`` bytes (its size less
+    one), the walk's ``state`` after ``k`` (sums as differences from paging nothing),
+    its ``blocks`` and ``fits`` (``(k, size - base, blocks)``: each earlier fit that
+    was no stop)."""
+    k: int
+    base: int
+    state: tuple
+    blocks: tuple
+    fits: tuple
+    pageable: list
+
+
+def _resumable(prep: Prepared, key: tuple, base: int) -> Walk | None:
+    """The last turn's walk for ``key``, when this one would walk the same way up to it:
+    the same pageable groups through the one after ``k``, all reused from the last turn
+    (their bytes, boundaries and grid lines), ids of one declared length, and a body no
+    smaller (every earlier size grows alike: an earlier position that did not fit or
+    stop still does not). The window's anchor is never among them: it is on the last
+    pageable group or after it (anchors.window_group), and ``k`` has one after it."""
+    walks, reused = prep.walked
+    walk = walks.get(key)
+    if walk is None or base < walk.base or prep.id_length is None:
+        return None
+    k, pageable = walk.k, prep.pageable
+    if k + 1 >= len(walk.pageable) or k + 1 >= len(pageable) or pageable[k + 1] >= reused \
+            or pageable[:k + 2] != walk.pageable[:k + 2]:
+        return None
+    return walk
+
+
+def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
+         anch: _anchors.Anchors | None = None) -> Fit:
     """The first k that fits (``Fit``; with k == 0, ``size`` is with every pageable group
     paged). Each step is arithmetic: the group's handle joins its run's marker; when the
     group closes a block (two groups or more), the block's handles become one.
     ``step`` (prompt cache, §5.7): the first k from there that also ends on a stop
     (its last group reaches a grid line its predecessor did not); the first fit when no
-    stop after it fits."""
-    fixed = prep.fixed_with_tool + prep.breakpoint
+    stop after it fits. ``anch``: the prompt cache's anchors, their bytes counted (§5.7).
+    A turn resumed from the session's last one (§5.13) walks on from where the last
+    walk returned (``Walk``): the same answer, in O(what is new)."""
+    fixed = prep.fixed_with_tool + (anch.extra(False) if anch else 0)
+    anchored = anch.group if anch else -1
     ends = prep.ends if step else None
-    line, first = 0, None
     mbase, sep, inner, raw, pageable = (prep.marker_base, prep.marker_sep, prep.inner,
                                         prep.raw, prep.pageable)
     span, max_groups, cap = rule
     length = _fixed_id_len(prep)
     n = len(pageable)
-    sum_units = prep.sum_inner
-    n_units = len(prep.groups)
-    blocks: list = []
-    prev = None           # the group paged last (its run goes on at prev + 1)
-    seg = None            # position in `pageable` of the open block's first group
-    seg_bytes = seg_ids = 0
-    synced = False        # the run has passed a content boundary: blocks may open
-    size = prep.total
-    for k, gi in enumerate(pageable):
+    sum_inner, n_groups = prep.sum_inner, len(prep.groups)
+    base = fixed + sum_inner + n_groups - 1
+    key = (budget, step, rule, mbase, sep, length)
+    walk = _resumable(prep, key, base) if prep.walked[0] else None
+    if walk is None:
+        start, first, fits, blocks = 0, None, [], []
+        sum_units, n_units, line = sum_inner, n_groups, 0
+        prev = None           # the group paged last (its run goes on at prev + 1)
+        seg = None            # position in `pageable` of the open block's first group
+        seg_bytes = seg_ids = 0
+        synced = False        # the run has passed a content boundary: blocks may open
+        size = prep.total
+    else:
+        (ds, dn, prev, seg, seg_bytes, seg_ids, synced, line) = walk.state
+        sum_units, n_units, blocks = sum_inner + ds, n_groups + dn, list(walk.blocks)
+        fits = [f for f in walk.fits if f[1] + base <= budget]    # those that still fit
+        first = Fit(fits[0][0] + 1, fits[0][1] + base, blocks[:fits[0][2]]) if fits else None
+        start, size = walk.k + 1, fixed + sum_units + (n_units - 1 if n_units else 0)
+        if size <= budget:      # where the last walk returned (a stop, with a step) fits
+            prep.walks[key] = walk._replace(base=base, fits=tuple(fits), pageable=pageable)
+            return Fit(start, size, blocks, first)
+    for k, gi in enumerate(pageable[start:] if start else pageable, start):
         il = length if length is not None else _id_len(prep.pages([gi])[0].page_id)
         if prev is not None and gi == prev + 1:   # extends the current run: same marker
             sum_units += sep + il - inner[gi]
@@ -181,6 +230,9 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0) -> Fit:
             sum_units += mbase + il - inner[gi]
             seg, synced = None, False
         prev = gi
+        if gi == anchored:       # the window's anchor goes with its page
+            fixed = prep.fixed_with_tool + anch.extra(True)
+            key = None           # sizes from here on differ: no walk kept
         boundary = crc32(raw[gi]) % span == 0
         if not synced:
             # A run's head, up to its first boundary, is paged one exchange a page: where
@@ -207,21 +259,26 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0) -> Fit:
             stop, line = ends[gi] // step > line, ends[gi] // step
             if size <= budget and not stop:
                 first = first or Fit(k + 1, size, list(blocks))
+                fits.append((k, size - base, len(blocks)))
                 continue
         if size <= budget:
+            if key is not None:
+                prep.walks[key] = Walk(k, base, (sum_units - sum_inner, n_units - n_groups, prev,
+                                                 seg, seg_bytes, seg_ids, synced, line),
+                                       tuple(blocks), tuple(fits), pageable)
             return Fit(k + 1, size, blocks, first)
     return first or Fit(0, size, blocks)
 
 
 def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
-          fit: Fit | None = None, step: int = 0) -> Plan:
+          fit: Fit | None = None, step: int = 0, anch: _anchors.Anchors | None = None) -> Plan:
     """The plan for ``budget`` (``fit``: its ``_fit``, when already made; ``step``: the
-    prompt cache's grid, §5.7)."""
+    prompt cache's grid, and ``anch`` its anchors, §5.7)."""
     if prep.total <= budget:
         return unpaged(prep, budget)
     if not prep.pageable:
         raise _window_error(budget, prep.total, prep.total)
-    k, size, blocks, least = fit or _fit(prep, budget, rule, step)
+    k, size, blocks, least = fit or _fit(prep, budget, rule, step, anch)
     if not k:
         raise _window_error(budget, prep.total, size)
     pageable = prep.pageable
@@ -229,7 +286,7 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
     raw = prep.raw
     oversize = next((len(raw[gi]) for gi in chosen if len(raw[gi]) > max_page_bytes), None)
     if oversize is not None and least is not None:      # only the step needs it: no step
-        return _plan(prep, budget, max_page_bytes, rule, least)
+        return _plan(prep, budget, max_page_bytes, rule, least, anch=anch)
     if oversize is not None:
         raise EdgeError(
             413, "context_page_too_large",
@@ -245,7 +302,7 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
     singles = [gi for gi in chosen if gi not in covered] if covered else chosen
     by_group = dict(zip(singles, prep.pages(singles)))
     by_group.update(covered)
-    plan = _build(prep, by_group, size, budget)
+    plan = _build(prep, by_group, size, budget, anch)
     plan.fit = Fit(k, size, blocks)
     if covered:
         plan.superseded = _superseded(prep, list(covered))
@@ -259,7 +316,8 @@ def _superseded(prep: Prepared, inside: list) -> Callable[[set], list]:
     return pages
 
 
-def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
+def _build(prep: Prepared, chosen: dict, size: int, budget: int,
+           anch: _anchors.Anchors | None = None) -> Plan:
     mod = prep.mod
     items = prep.items
     groups = prep.groups
@@ -270,6 +328,8 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
     run_ids = None
     runs: list = []             # (item, part, page ids) of each marker
     latest, recall_at = prep.latest, None
+    window_paged = anch is not None and anch.group in chosen
+    anchored = anch.group if anch and anch.on_window(window_paged) else -1
 
     for gi, g in enumerate(groups):
         p = chosen.get(gi, _UNPAGED)
@@ -289,10 +349,17 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int) -> Plan:
             run_ids = None
             if gi == latest:
                 recall_at = (len(out_items), len(parts))
+            if gi == anchored:   # the window's anchor: upstream only, its page is unchanged
+                out_items.extend(items[g.start:g.end - 1])
+                out_items.append(anch.item)
+                parts.append(anch.tail)
+                continue
             out_items.extend(items[g.start:g.end])
             parts.append(gi)
+    on_marker = anch is not None and anch.on_marker(window_paged)
     for n, (at, part, ids) in enumerate(runs, 1):
-        m = prep.marker(_formats.marker_text(ids, prep.search), n == len(runs))
+        text = _formats.marker_text(ids, prep.search)
+        m = _bp.marker(text) if on_marker and n == len(runs) else _formats.marker(text)
         out_items[at] = m
         parts[part] = dumps(m).encode("utf-8")
     out = dict(prep.base)
@@ -316,7 +383,7 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
     fit = _fit(prep, budget - reserve, rule)
     if not fit.k:
         return _plan(prep, budget, max_page_bytes, rule)
-    moments = recall.choose(query, _paged_exchanges(prep, fit), min(reserve, budget - fit.size),
+    moments = recall.choose(query, _paged_kept(prep, fit), min(reserve, budget - fit.size),
                             _recall_size)
     if not moments:
         return _plan(prep, budget, max_page_bytes, rule)
@@ -334,18 +401,34 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
 
 
 def _plan_recalling_cached(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
-                           query: str) -> Plan:
+                           query: str, anch: _anchors.Anchors | None = None) -> Plan:
     """Recall with the prompt cache (§5.7, §6.2): the boundary is the stepped one,
     whatever is recalled (a pure function of the body), and the moments take the room
     the step leaves, up to recall's share."""
-    plan = _plan(prep, budget, max_page_bytes, rule, step=step_bytes(budget))
+    plan = _plan(prep, budget, max_page_bytes, rule, step=step_bytes(budget), anch=anch)
     if plan.fit is None or not query:
         return plan
     room = min(_recall_room(budget), budget - plan.size)
-    moments = recall.choose(query, _paged_exchanges(prep, plan.fit), room, _recall_size)
+    moments = recall.choose(query, _paged_kept(prep, plan.fit), room, _recall_size)
     if moments:
         _quote(prep, plan, moments)
     return plan
+
+
+def _paged_kept(prep: Prepared, fit: Fit) -> list:
+    """``_paged_exchanges(prep, fit)``, taken from the session's last turn when it paged
+    the same way (§5.13): the same positions and blocks, the same pageable groups up to
+    them, all reused (their items, bytes and pages are the last turn's)."""
+    key = ("paged", fit.k, tuple(fit.blocks))
+    kept = prep.walked[0].get(key)
+    pageable = prep.pageable
+    if kept is not None and fit.k and pageable[fit.k - 1] < prep.walked[1] \
+            and pageable[:fit.k] == kept[0][:fit.k]:
+        prep.walks[key] = kept
+        return list(kept[1])
+    out = _paged_exchanges(prep, fit)
+    prep.walks[key] = (pageable, out)
+    return list(out)
 
 
 def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
@@ -415,7 +498,8 @@ def latest_user_text(prep: Prepared) -> str:
 def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[str], str],
                     *, max_page_bytes: int = MAX_PAGE_BYTES, strip: tuple = EDGE_FIELDS,
                     rule: tuple | None = None, search: bool = False,
-                    recalling: bool = False, prompt_cache: bool = False) -> list:
+                    recalling: bool = False, prompt_cache: bool = False,
+                    breakpoints: list | None = None, prior=None) -> list:
     """One Plan or EdgeError per budget. Grouping and sizing are done once; a page with
     the same content is the same Page object across the plans. A 400 (invalid
     ``context_protected_indices``) concerns the request, not a candidate: raised.
@@ -423,22 +507,44 @@ def plan_candidates(fmt: str, body: dict, budgets: list, page_id_for: Callable[[
     blocks close (``block_rule(max_page_bytes)`` by default); ``search``: the search
     tool is declared too (docs/design.md §6.1: its schema and the marker's words);
     ``recalling``: each candidate quotes the moments recall chooses (§6.2);
-    ``prompt_cache``: the boundary moves in steps (§5.7)."""
-    prep = Prepared(fmt, body, page_id_for, strip=strip, search=search, cache=prompt_cache)
+    ``prompt_cache``: the boundary moves in steps, and the plans of candidates taking
+    breakpoints carry the anchors (§5.7); ``breakpoints``: per budget, whether that
+    candidate's provider declares ``cache_breakpoints`` (Messages takes them anyway);
+    ``prior``: the session's last turn in this isolate (core/resume.py, §5.13)."""
+    prep = Prepared(fmt, body, page_id_for, strip=strip, search=search, prior=prior)
     rule = rule or block_rule(max_page_bytes)
-    if recalling:
-        query = latest_user_text(prep)
-        how = _plan_recalling_cached if prompt_cache else _plan_recalling
-        return per_budget(lambda b: how(prep, b, max_page_bytes, rule, query), budgets)
-    if prompt_cache:
-        return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule, step=step_bytes(b)),
-                          budgets)
-    return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule), budgets)
+    query = latest_user_text(prep) if recalling else ""
+    if not prompt_cache:
+        if recalling:
+            return per_budget(lambda b: _plan_recalling(prep, b, max_page_bytes, rule, query),
+                              budgets)
+        return per_budget(lambda b: _plan(prep, b, max_page_bytes, rule), budgets)
+    takes = [_anchors.takes_breakpoints(prep.mod, d)
+             for d in (breakpoints or [False] * len(budgets))]
+    anch = _anchors.of(prep, _anchors.window_group(prep, recalling)) if any(takes) else None
+
+    def cached(b: int, a: _anchors.Anchors | None) -> Plan:
+        if recalling:
+            return _plan_recalling_cached(prep, b, max_page_bytes, rule, query, a)
+        return _plan(prep, b, max_page_bytes, rule, step=step_bytes(b), anch=a)
+
+    def anchored(budget_takes: tuple) -> Plan:
+        b, take = budget_takes
+        if take:
+            try:
+                return cached(b, anch)
+            except EdgeError as e:     # never a 413 for the anchors: planned without them
+                if e.status != 413:
+                    raise
+                e.__traceback__ = None
+        return cached(b, None)
+    return per_budget(anchored, list(zip(budgets, takes)))
 
 
 def per_budget(plan_one: Callable[[int], object], budgets: list) -> list:
-    """``plan_one(budget)`` for each budget. A 413 is that candidate's result (it does
-    not fit there); any other error concerns the request itself and is raised."""
+    """``plan_one(budget)`` for each budget (or what stands for one). A 413 is that
+    candidate's result (it does not fit there); any other error concerns the request
+    itself and is raised."""
     out = []
     for b in budgets:
         try:

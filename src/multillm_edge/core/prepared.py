@@ -152,7 +152,7 @@ class Prepared:
     Pages are made on demand (``pages``): only for the groups a plan sends."""
 
     def __init__(self, fmt: str, body: dict, page_id_for, *, strip: tuple = EDGE_FIELDS,
-                 search: bool = False, cache: bool = False):
+                 search: bool = False, prior=None):
         if not isinstance(body, dict):
             raise EdgeError(400, "invalid_request", "Request body must be a JSON object.")
         self.mod = _formats.get(fmt)
@@ -165,8 +165,14 @@ class Prepared:
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
         self._by_sha: dict = {}    # sha256 -> Page (dedupe: one object per content)
+        # paging's walks to a fit (paging.Walk, by budget and rule), and the last turn's
+        # with the count of its groups this one reused (§5.13)
+        self.walks: dict = {}
+        self.walked: tuple = ({}, 0)
         try:
-            self._measure()
+            # ``prior`` (core/resume.Prior): what the session's last turn in this isolate
+            # derived from the same leading groups, and where this one is kept (§5.13)
+            self._measure(prior)
         except UnicodeEncodeError as e:
             raise _surrogate_error() from e
         self.sum_inner = sum(self.inner)
@@ -174,30 +180,23 @@ class Prepared:
         self.pageable = self._pageable(protected_indices(body))
         self.marker_base = utf8_len(dumps(_formats.marker(_formats.marker_text((), search))))
         self.marker_sep = utf8_len(dumps(_formats.MARKER_SEP)) - 2
-        # The last marker carries a cache breakpoint (Messages, prompt cache, §5.7):
-        # its bytes over a plain marker's, the same whatever its text.
-        self.breakpoint = self._breakpoint_extra() if cache else 0
+        if prior is not None:
+            prior.adopt(self)
 
-    def _breakpoint_extra(self) -> int:
-        """What a breakpoint on the last marker adds (0: none, when the format has no
-        breakpoints or the request already uses all it may have, §5.7)."""
-        mod = self.mod
-        shape = getattr(mod, "breakpoint_marker", None)
-        if shape is None or self.items is None:
-            return 0
-        used = mod.breakpoints(dumps(self.skel).encode("utf-8"))
-        used += sum(map(mod.breakpoints, self.raw))
-        if used >= mod.MAX_BREAKPOINTS:
-            return 0
-        return utf8_len(dumps(shape(""))) - utf8_len(dumps(_formats.marker("")))
+    def seed(self, pages: dict, blocks: dict, walks: dict, reused: int) -> None:
+        """Pages the session's last turn made of the same ``reused`` leading groups, and
+        its walks to a fit (§5.13)."""
+        self.walked = (walks, reused)
+        self._pages.update(pages)
+        self._blocks.update(blocks)
+        for p in (*pages.values(), *blocks.values()):
+            self._by_sha[p.sha256] = p
 
-    def marker(self, text: str, last: bool) -> dict:
-        """A run's marker; the last one carries the breakpoint when there is one."""
-        if last and self.breakpoint:
-            return self.mod.breakpoint_marker(text)
-        return _formats.marker(text)
+    def made(self) -> tuple:
+        """(group -> Page, (first, last) -> block Page): the pages made so far."""
+        return self._pages, self._blocks
 
-    def _measure(self) -> None:
+    def _measure(self, prior) -> None:
         mod, items = self.mod, self.items
         if items is None:
             # No history list (a string or absent Responses `input`): one unpageable
@@ -205,10 +204,17 @@ class Prepared:
             self.skel, self.groups, self.raw, self.inner = self.base, [], [], []
         else:
             self.skel = {**self.base, mod.ITEMS_KEY: []}
+            known = prior and prior.measured(self, items, mod.classify)
+            if known:       # the leading groups as the last turn made them (§5.13)
+                self.groups, self.raw, self.inner = known
+                return self._fixed()
             self.groups = _formats.group_items(items, mod.classify)
             # each group serialized once, as a list: those bytes are its page body
             self.raw = _group_bytes(items, self.groups)
             self.inner = [len(b) - 2 for b in self.raw]
+        self._fixed()
+
+    def _fixed(self) -> None:
         self.fixed = utf8_len(dumps(self.skel))
 
     def _pageable(self, protected: frozenset) -> list:

@@ -90,6 +90,12 @@ def _finite_float(text: str) -> float:
 
 def parse_json(raw: bytes):
     """Strict JSON: UTF-8, nesting ≤ MAX_DEPTH, no NaN/Infinity, finite numbers."""
+    return parse_json_counted(raw)[0]
+
+
+def parse_json_counted(raw: bytes, pairs_hook=None) -> tuple:
+    """``parse_json(raw)`` and the bracket bytes it counted (what a body resumed from
+    this one may add, core/resume.py); ``pairs_hook``: json's ``object_pairs_hook``."""
     brackets = _brackets(raw)
     if len(brackets) > 2 * MAX_BRACKETS:
         raise _invalid_json(f"Request body holds more than {MAX_BRACKETS} arrays and objects.")
@@ -100,7 +106,8 @@ def parse_json(raw: bytes):
     except UnicodeDecodeError:
         raise _invalid_json("Request body is not valid UTF-8.") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                          object_pairs_hook=pairs_hook), len(brackets)
     except RecursionError:
         raise _invalid_json(f"Request body nests deeper than {MAX_DEPTH} levels.") from None
     except ValueError:  # JSONDecodeError, NaN/Infinity, overflow, huge integer literals

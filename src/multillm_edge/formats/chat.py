@@ -19,6 +19,9 @@ CLIENT_PATH = "/v1/chat/completions"   # the edge's route
 UPSTREAM_PATH = "/chat/completions"     # after a provider's base_url
 MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")   # checked in this order
 ITEMS_KEY = "messages"
+#: With a provider declaring ``cache_breakpoints`` (routers to Claude and Gemini), the
+#: edge's anchors go on text parts (docs/design.md §5.7; formats/breakpoints.py).
+ANCHOR_BLOCKS = ("text",)
 
 
 def classify(m):

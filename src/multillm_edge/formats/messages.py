@@ -86,24 +86,11 @@ def output_reservation(body: dict):
     return int_field(body, "max_tokens")
 
 
-# --- prompt cache breakpoints (docs/design.md §5.7) ------------------------------
+# --- prompt cache breakpoints (docs/design.md §5.7; formats/breakpoints.py) ------
 
-MAX_BREAKPOINTS = 4     # Anthropic's limit per request; the top-level one counts as one
-_BREAKPOINT_KEYS = (b'{"cache_control":', b',"cache_control":')
-
-
-def breakpoints(encoded: bytes) -> int:
-    """``cache_control`` keys in compact JSON bytes: JSON escapes a quote inside a
-    string, so only keys match (an object key of that name inside a tool's input counts
-    too: an over-count never makes a request exceed the limit)."""
-    return sum(encoded.count(k) for k in _BREAKPOINT_KEYS)
-
-
-def breakpoint_marker(text: str) -> dict:
-    """The marker as one text block carrying a cache breakpoint: the stable prefix up
-    to it (tools, system, the marker) is cached even when what follows changes."""
-    return {"role": "user", "content": [
-        {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}
+NATIVE_BREAKPOINTS = True   # Anthropic's own API: every provider takes them
+#: The blocks Anthropic caches (not thinking blocks): the edge's anchor goes on one.
+ANCHOR_BLOCKS = ("text", "image", "document", "tool_use", "tool_result", "search_result")
 
 
 def auth_headers(key: str, version) -> dict:

@@ -16,7 +16,9 @@ from ...base.http import Incoming, Outgoing
 from ...base.platform import Platform
 from ...base.timing import LogRecord, timed
 from ...core import config
-from ...core.validation import parse_request, session_id as valid_session_id
+from ...core import resume
+from ...core.last_turns import LAST_TURNS
+from ...core.validation import session_id as valid_session_id
 from ...storage import store
 from ...service.access import SESSION_HEADER, key_digest, request_context, warner
 # One module per step; `generate` calls each through this module's names.
@@ -44,8 +46,11 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
     digest = key_digest(req)                                       # 401 before anything
     session_id = valid_session_id(req.header(SESSION_HEADER))     # 400
     raw = await platform.read_body(config.MAX_REQUEST_BYTES)       # 413
+    # the session's last turn in this isolate: only what follows what they share is
+    # parsed and checked again (docs/design.md §5.13)
+    memory_key = (digest, session_id, fmt)
     with record.cpu("parse"):
-        body = parse_request(fmt, raw)
+        body, prior = resume.parse_request(LAST_TURNS, memory_key, fmt, raw)
         models = requested_models(body)
     # context + load: flag, D1 binding (503), the one D1 read, key and grant (401/403)
     rc = await request_context(req, platform, session_id,
@@ -58,7 +63,11 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
                            config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
         scope = settle(req, rc, fmt, wants_paging(body))
         with timed(turn.timings, "plan_ms"):
-            plan_all(scope, body, cands)
+            try:
+                plan_all(scope, body, cands, prior)
+            finally:
+                resume.keep(LAST_TURNS, memory_key, raw, body, prior)
+    req.notes["resumed"] = prior.reused     # groups taken from the last turn: a count only
     try:  # store → dispatch, per candidate
         upstream, chosen = await dispatch(scope, cands, body, raw, turn)
     finally:  # the log line keeps every attempt, answered or not

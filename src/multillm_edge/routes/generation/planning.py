@@ -79,9 +79,10 @@ def candidates(fmt: str, body: dict, models: list[str], ctx: store.GenerationCon
     return out
 
 
-def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
+def plan_all(scope: Scope, body: dict, cands: list[Candidate], prior=None) -> None:
     """Fill each candidate's plan (paged, or the existing behaviour: as received or
-    compacted); a candidate that cannot fit is skipped with its 413."""
+    compacted); a candidate that cannot fit is skipped with its 413. ``prior``: the
+    session's last turn in this isolate (core/resume.py, docs/design.md §5.13)."""
     live = [c for c in cands if not c.skipped]
     budgets = [c.budget for c in live]
     if scope.paging:
@@ -91,9 +92,12 @@ def plan_all(scope: Scope, body: dict, cands: list[Candidate]) -> None:
                                           ctx.policy.revision)
         results = paging.plan_candidates(scope.fmt, body, budgets, page_id_for, strip=scope.strip,
                                          search=wants_search(body), recalling=wants_recall(body),
-                                         prompt_cache=wants_prompt_cache(body))
+                                         prompt_cache=wants_prompt_cache(body),
+                                         breakpoints=[c.provider.cache_breakpoints for c in live],
+                                         prior=prior)
     else:
-        results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip)
+        results = compaction.compact_candidates(scope.fmt, body, budgets, strip=scope.strip,
+                                                prior=prior)
     for c, result in zip(live, results):
         if isinstance(result, EdgeError):
             c.skipped = result

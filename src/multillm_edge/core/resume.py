@@ -1,0 +1,197 @@
+"""A turn resumed from the session's last one in this isolate (docs/design.md §5.13).
+
+A roleplay client resends the whole chat every turn. When the new raw body starts with
+the bytes of the last one (``core/last_turns.py``), up to a group boundary inside the
+history, everything derived from those leading groups is taken as it was: the parsed
+items, the field checks, the groups, their bytes and the pages made of them. The rest
+is done as for any body:
+
+- the request boundary runs on the body with the reused items cut out (``S``: the
+  bytes before the history's first item, then everything after the last reused
+  item's comma), with the same strict parse and the same checks. ``S`` is valid
+  exactly when the whole body is: the cut is a run of complete values, each followed
+  by a comma, that the edge parsed and checked before (§5.13 says why depth, UTF-8,
+  the bracket count and the field checks carry over);
+- grouping, group bytes and pages for the groups after the reused ones;
+- the plan, pages, recall and upstream bytes as always, from ``core/prepared.py`` on.
+
+Whenever anything is in doubt — no entry, too little in common, a body that does not
+stand in its bytes exactly as the edge encodes it, a cut body that fails any check,
+the history's key twice at the top — the turn takes the full path, which gives the
+answer and the error. Reuse only ever saves work.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+from .. import formats as _formats
+from ..base.jsonbytes import compact
+from . import last_turns
+from .last_turns import LastTurn, LastTurns
+from .prepared import _group_bytes
+from .validation import MAX_BRACKETS, check_body, parse_json_counted
+
+_COMMA = ord(",")
+
+
+class Prior:
+    """One request's link to its session's last turn: ``last`` (None: nothing reused),
+    ``reused`` its leading groups this body shares, ``brackets`` at least this body's
+    bracket bytes; ``prep`` the request's Prepared once made (``adopt``), ``used``
+    whether it took the groups."""
+    __slots__ = ("last", "reused", "brackets", "prep", "used")
+
+    def __init__(self, last: LastTurn | None, reused: int, brackets: int):
+        self.last, self.reused, self.brackets = last, reused, brackets
+        self.prep, self.used = None, False
+
+    def adopt(self, prep) -> None:
+        self.prep = prep
+
+    def measured(self, prep, items: list, classify):
+        """``(groups, raw, inner)`` of ``items``: the reused groups as they were, then the
+        rest grouped and encoded; None (group everything) when the reused part's last
+        group may not end where it did (the next item does not open a group)."""
+        last, j = self.last, self.reused
+        if not j:
+            return None
+        start = last.groups[j - 1].end
+        if (last.groups[j - 1].kind != _formats.STANDALONE
+                and classify(items[start])[0] not in (_formats.USER, _formats.SYSTEM)):
+            return None
+        group = tuple.__new__
+        tail = [group(_formats.Group, (g.start + start, g.end + start, g.kind, g.complete))
+                for g in _formats.group_items(items[start:], classify)]
+        raw = _group_bytes(items, tail)
+        self._seed(prep)
+        self.used = True
+        return (last.groups[:j] + tail, last.group_raw[:j] + raw,
+                last.inner[:j] + [len(b) - 2 for b in raw])
+
+    def _seed(self, prep) -> None:
+        """The last turn's pages of the reused groups, when this request's ids are the
+        same (one id made again proves principal, session, revision and secret)."""
+        j = self.reused
+        pages = {gi: p for gi, p in self.last.pages.items() if gi < j}
+        blocks = {k: p for k, p in self.last.blocks.items() if k[1] < j}
+        probe = next(iter(pages.values()), None) or next(iter(blocks.values()), None)
+        if probe is None or prep.page_id_for is None or prep.page_id_for(probe.sha256) != probe.page_id:
+            return
+        prep.seed(pages, blocks, self.last.walks, j)
+
+
+def parse_request(memory: LastTurns, key, fmt: str, raw: bytes) -> tuple:
+    """``validation.parse_request(fmt, raw)`` → (body, Prior): resumed from ``key``'s
+    last turn when it can be, else the full path (which raises the error, if any)."""
+    last = memory.get(key)
+    if last is not None:
+        resumed = _resume(last, fmt, raw)
+        if resumed is not None:
+            return resumed
+    body, brackets = parse_json_counted(raw)
+    return check_body(fmt, body), Prior(None, 0, brackets)
+
+
+def _resume(last: LastTurn, fmt: str, raw: bytes):
+    j = _verified(last, _shared(last, raw))
+    if j < 1:
+        return None
+    cut = len(last.head) + last.ends[j - 1]
+    top = []
+
+    def pairs(p):       # the top-level object is the last one made
+        top[:] = p
+        return dict(p)
+
+    try:
+        body, brackets = parse_json_counted(raw[:len(last.head)] + raw[cut:], pairs)
+        check_body(fmt, body)
+    except Exception:   # noqa: BLE001 — any doubt: the full path answers, or raises
+        return None
+    key = _formats.get(fmt).ITEMS_KEY
+    rest = body.get(key)
+    brackets += last.brackets
+    if (brackets > 2 * MAX_BRACKETS or type(rest) is not list or not rest
+            or sum(k == key for k, _ in top) != 1):
+        return None
+    body[key] = last.items[:last.groups[j - 1].end] + rest
+    return body, Prior(last, j, brackets)
+
+
+def _shared(last: LastTurn, raw: bytes) -> int:
+    """The most leading groups (at most all but the last) whose bytes, each with its
+    comma, ``raw`` shares with the last body: the one of a turn appended to first,
+    then a binary search (each probe one C compare)."""
+    n, at, old = len(last.groups), len(last.head), memoryview(last.raw)
+    if last.ends is None:       # made at the first resumption: the full path never pays it
+        last.ends = list(accumulate([n + 1 for n in last.inner]))
+    ends = last.ends
+
+    def same(j: int) -> bool:
+        return raw.startswith(old[:at + ends[j - 1]])
+
+    if n < 2 or same(n - 1):
+        return n - 1
+    lo, hi = 0, n - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if same(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _verified(last: LastTurn, j: int) -> int:
+    """The most of the first ``j`` groups the last body holds exactly as ``head`` and
+    their bytes, each with its comma: what proves the shared bytes parse to the kept
+    items. Checked once per body (``last.verified`` grows), in C calls."""
+    v = last.verified
+    if v < 0 or v >= j:
+        return 0 if v < 0 else j
+    old, at = last.raw, len(last.head) + (last.ends[v - 1] if v else 0)
+    if v == 0 and not old.startswith(last.head):
+        last.verified = -1
+        return 0
+    group_raw = last.group_raw
+    if old.startswith(b",".join([r[1:-1] for r in group_raw[v:j]]) + b",", at):
+        last.verified = j
+        return j
+    while v < j:        # where it stops: a client encoding some value its own way
+        r = group_raw[v]
+        if not old.startswith(r[1:-1], at) or old[at + len(r) - 2] != _COMMA:
+            break
+        at += len(r) - 1
+        v += 1
+    last.verified = v
+    return v
+
+
+def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
+    """Keep this turn for the session's next one (or forget the last: nothing to reuse)."""
+    prep = prior.prep
+    if prep is None or prep.items is None or len(prep.groups) < 2:
+        memory.forget(key)
+        return
+    try:
+        head = _head(body, prep.mod.ITEMS_KEY)
+    except UnicodeEncodeError:      # a lone surrogate in a field the plan strips
+        memory.forget(key)
+        return
+    last = prior.last
+    verified = prior.reused if prior.used and last is not None and head == last.head else 0
+    pages, blocks = prep.made()
+    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None,
+                             pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
+
+
+def _head(body: dict, key: str) -> bytes:
+    """The compact bytes a body's history follows: the fields before it, its key, ``[``."""
+    before = {}
+    for k, v in body.items():
+        if k == key:
+            break
+        before[k] = v
+    lead = compact(before)[1:-1] + b"," if before else b""
+    return b"{" + lead + compact(key) + b":["

@@ -1,0 +1,29 @@
+"""bench/bench_turn.py's steady pair (bench/README.md): the pair it times is what it
+says — two consecutive turns of one session, the second one exchange longer and
+resumed from the first, between two steps (the same exchanges paged) or across one."""
+
+import os
+import sys
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+sys.path.insert(0, os.path.abspath(BENCH))
+
+import bench_turn  # noqa: E402
+from multillm_edge.core import resume  # noqa: E402
+from multillm_edge.core.last_turns import LastTurns  # noqa: E402
+
+
+def test_the_steady_pair_is_resumed_between_steps_and_the_other_crosses_one():
+    n = 50
+    budget = max(32000, 100 * n) - 1280
+    steady, step = bench_turn.turn_pairs(n, budget, False)
+    for pair, same in ((steady, True), (step, False)):
+        first, second = pair
+        assert second.startswith(first[:first.rindex(b'{"role":"user"')])   # one exchange appended
+        memory = LastTurns()
+        before = bench_turn.resumed_turn(first, budget, {}, memory)
+        _, prior = resume.parse_request(memory, bench_turn.KEY, "chat", second)
+        assert prior.reused >= len(before.pages)
+        after = bench_turn.resumed_turn(second, budget, {}, memory)
+        assert (after.fit.k == before.fit.k) is same
+        assert ([p.page_id for p in after.pages] == [p.page_id for p in before.pages]) is same

@@ -1,0 +1,353 @@
+"""A turn resumed from the session's last one gives what the full path gives, byte for
+byte (docs/design.md §5.13, issue 40).
+
+A hypothesis property drives random sequences of turns of one session — append an
+exchange, swipe, regenerate, edit an old message, a sliding client window, tool loops,
+a changed model, max tokens, system or tools, a step crossed, bodies that turn invalid
+in their new part only, bodies a client encodes its own way — through both paths and
+compares the parsed body, every candidate's upstream bytes, pages (ids, digests,
+bytes, items), sizes, recall's moments, dropped counts and errors.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from multillm_edge.base.errors import EdgeError
+from multillm_edge.core import compaction, last_turns, paging, resume, validation
+from multillm_edge.core.config import MAX_PAGE_BYTES
+from multillm_edge.core.last_turns import LastTurns
+from multillm_edge.core.pages import PageSigner, canonical_bytes
+
+SIGNER = PageSigner(b"resume-test-secret-0123456789abcdef", b"resume-previous-secret-0123456789")
+IDS = SIGNER.page_ids("roleplay", "p_resume", "rps_resume", 3)
+OTHER_IDS = SIGNER.page_ids("roleplay", "p_resume", "rps_resume", 4)   # a new policy revision
+KEY = ("digest", "rps_resume", "chat")
+SETTINGS = settings(max_examples=200, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+WORDS = ["lantern", "harbour", "whale", "🎭", "港口", "é", "\"q\"", "\\", "\n", "\u2028", "x" * 40]
+text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+
+
+def enc(obj, style: str = "compact") -> bytes:
+    if style == "ascii":
+        return json.dumps(obj, separators=(",", ":")).encode()
+    if style == "spaced":
+        return json.dumps(obj, ensure_ascii=False).encode()
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# -- one session's turns, in each wire format ---------------------------------------
+
+def user(fmt, t):
+    return {"role": "user", "content": t}
+
+
+def reply(fmt, t):
+    if fmt == "messages":
+        return {"role": "assistant", "content": [{"type": "text", "text": t}]}
+    return {"role": "assistant", "content": t}
+
+
+def tool_loop(fmt, n, t):
+    cid = f"call_{n}"
+    if fmt == "chat":
+        return [{"role": "assistant", "content": None, "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": "roll", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": cid, "content": t}]
+    if fmt == "responses":
+        return [{"type": "function_call", "call_id": cid, "name": "roll", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": cid, "output": t}]
+    return [{"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": "roll", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": t}]}]
+
+
+BAD_TAILS = [            # the new part only turns invalid: bytes spliced after the last item
+    b',{"role":5,"content":"x"}', b',7', b',{"role":"user","content":NaN}', b',{"role":"user","content":1e999}',
+    b',' + b'[' * 300 + b']' * 300, b',{"role":"user","content":"\xff\xfe"}',
+    b',{"role":"user","content":"\\ud800"}', b',', b',{"role":"user","content":"x"', b',{"role":"user",}',
+    b',{"role":"user","content":"' + b'9' * 10 + b'"}],"messages":[{"role":"user","content":"dup"}]}',
+]
+
+
+class Session:
+    """What a client sends, turn after turn: a history, the fields around it, where the
+    history stands among them, how the client encodes."""
+
+    def __init__(self, fmt, first, style, extra):
+        self.fmt, self.first, self.style = fmt, first, style
+        self.key = "input" if fmt == "responses" else "messages"
+        self.items = [{"role": "system", "content": "You are Mira."}] if fmt != "messages" else []
+        self.fields = {"model": "openai:gpt-4o", "max_tokens": 300, **extra}
+        self.n = 0
+
+    def body(self) -> dict:
+        h = {self.key: list(self.items)}
+        return {**h, **self.fields} if self.first else {**self.fields, **h}
+
+    def raw(self, bad: bytes | None = None) -> bytes:
+        out = enc(self.body(), self.style)
+        if bad is not None:     # spliced in after the history's last item
+            at = out.index(enc(self.items, self.style)) + len(enc(self.items, self.style)) - 1
+            out = out[:at] + bad + out[at:]
+        return out
+
+
+OPS = st.one_of(
+    st.tuples(st.just("append"), text, text),
+    st.tuples(st.just("append"), text, text),
+    st.tuples(st.just("tools"), text, text),
+    st.tuples(st.just("swipe"), text, text),
+    st.tuples(st.just("regenerate"), text, text),
+    st.tuples(st.just("edit"), st.integers(0, 200), text),
+    st.tuples(st.just("slide"), st.integers(1, 3), text),
+    st.tuples(st.just("field"), st.sampled_from(["model", "max_tokens", "system", "tools", "temperature"]), text),
+    st.tuples(st.just("big"), st.integers(20, 60), text),
+    st.tuples(st.just("bad"), st.sampled_from(range(len(BAD_TAILS))), text),
+    st.tuples(st.just("style"), st.sampled_from(["compact", "ascii", "spaced"]), text),
+    st.tuples(st.just("continue"), text, text),
+    st.tuples(st.just("dup"), text, text),
+    st.tuples(st.just("protect"), st.integers(0, 200), text),
+)
+
+
+def apply(s: Session, op) -> bytes:
+    kind, a, b = op
+    items = s.items
+    if kind == "append":
+        items += [reply(s.fmt, a), user(s.fmt, b)] if items else [user(s.fmt, b)]
+    elif kind == "tools":
+        s.n += 1
+        items += tool_loop(s.fmt, s.n, a)
+    elif kind == "swipe":
+        last = max((i for i, m in enumerate(items) if m.get("role") == "assistant"), default=None)
+        if last is not None:
+            items[last] = reply(s.fmt, a)
+    elif kind == "edit" and items:
+        i = a % len(items)
+        if items[i].get("role") in ("user", "system"):
+            items[i] = {**items[i], "content": b}
+    elif kind == "slide":
+        users = [i for i, m in enumerate(items) if m.get("role") == "user" and type(m.get("content")) is str]
+        if len(users) > a + 1:
+            keep = items[:1] if s.fmt != "messages" else []
+            s.items = keep + items[users[a]:]
+    elif kind == "field":
+        if a == "model":
+            s.fields["model"] = "openai:gpt-4o-mini" if s.fields["model"] == "openai:gpt-4o" else "openai:gpt-4o"
+        elif a == "max_tokens":
+            s.fields["max_tokens"] = 100 + len(b)
+        elif a == "system" and s.fmt == "messages":
+            s.fields["system"] = b
+        elif a == "tools":
+            s.fields["tools"] = [{"type": "function", "function": {"name": "roll", "parameters": {"d": b}}}]
+        else:
+            s.fields["temperature"] = len(b) / 10
+    elif kind == "big":
+        items += [reply(s.fmt, b * a), user(s.fmt, b)]
+    elif kind == "bad":
+        if items:
+            return s.raw(BAD_TAILS[a])
+    elif kind == "style":
+        s.style = a
+    elif kind == "continue":    # the player's last turn withdrawn, the reply continued
+        if len(items) > 1 and items[-1].get("role") == "user":
+            items.pop()
+        items.append(reply(s.fmt, a))
+    elif kind == "protect" and items:     # context_protected_indices (§5.6)
+        s.fields["context_protected_indices"] = [a % len(items)]
+    elif kind == "dup":         # the history's key again, after every other field
+        out = s.raw()
+        return out[:-1] + b',"' + s.key.encode() + b'":' + enc([user(s.fmt, a)]) + b"}"
+    return s.raw()
+
+
+# -- the two paths ------------------------------------------------------------------
+
+def _error(e: EdgeError) -> tuple:
+    return ("error", e.status, e.code, str(e), sorted(getattr(e, "figures", {}).items()))
+
+
+def outcome(fmt, raw, budgets, options, parse) -> tuple:
+    """Everything a turn's answer is made of, or its error."""
+    try:
+        body, prior = parse(raw)
+        if options["paging"]:
+            plans = paging.plan_candidates(fmt, body, budgets, options["ids"], strip=paging.EDGE_FIELDS,
+                                           max_page_bytes=options.get("max_page_bytes", MAX_PAGE_BYTES),
+                                           search=options["search"], recalling=options["recall"],
+                                           prompt_cache=options["cache"], prior=prior,
+                                           breakpoints=[options.get("anchors", False)] * len(budgets))
+        else:
+            plans = compaction.compact_candidates(fmt, body, budgets, strip=("models",), prior=prior)
+    except EdgeError as e:
+        return _error(e), None, None
+    out = []
+    for p in plans:
+        if isinstance(p, EdgeError):
+            out.append(_error(p))
+            continue
+        out.append((p.encoded("upstream-model"), p.size, p.dropped, p.as_received,
+                    [(q.page_id, q.sha256, q.body, canonical_bytes(q.items)) for q in p.pages],
+                    [tuple(m) for m in p.recall], p.fit,
+                    p.superseded and [q.page_id for q in p.superseded({len(q.body) for q in p.pages})]))
+    return ("ok", enc(body), out), body, prior
+
+
+def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
+    memory = LastTurns()
+    s = Session(fmt, first, style, extra)
+    for i in range(start):       # a chat already under way: long enough to page
+        s.items += [user(fmt, f"*leans on the rail* Port {i}? " * (1 + i % 4)),
+                    reply(fmt, f"*Mira smiles* Port {i}, the singing harbour. " * (2 + i % 5))]
+    s.items.append(user(fmt, "hello"))
+    key = ("digest", "rps_resume", fmt)
+    reused = 0
+    for op in [("regenerate", "", "")] + ops:
+        raw = apply(s, op)
+        full, _, _ = outcome(fmt, raw, budgets, options,
+                             lambda r: (validation.parse_request(fmt, r), None))
+        got, body, prior = outcome(fmt, raw, budgets, options,
+                                   lambda r: resume.parse_request(memory, key, fmt, r))
+        assert got == full, (op, raw[-300:])
+        if prior is not None:
+            reused += prior.used
+            resume.keep(memory, key, raw, body, prior)
+    return reused
+
+
+@SETTINGS
+@given(fmt=st.sampled_from(["chat", "chat", "responses", "messages"]), first=st.booleans(),
+       style=st.sampled_from(["compact", "compact", "compact", "ascii", "spaced"]),
+       extra=st.sampled_from([{}, {"temperature": 0.5, "stream": True}, {"models": ["openai:gpt-4o-mini"]}]),
+       ops=st.lists(OPS, min_size=1, max_size=14),
+       start=st.sampled_from([0, 0, 10, 30, 60]),
+       budget=st.integers(600, 6000), paging_on=st.booleans(), search=st.booleans(),
+       recall=st.booleans(), cache=st.booleans(), anchors=st.booleans(),
+       ids=st.sampled_from([IDS, OTHER_IDS]))
+def test_resumed_turns_answer_as_the_full_path(fmt, first, style, extra, ops, start, budget, paging_on,
+                                               search, recall, cache, anchors, ids):
+    caps = ["multillm_context_retrieve"] + (["multillm_context_recall"] if recall else []) \
+        + (["multillm_context_prompt_cache"] if cache else [])
+    extra = {**extra, "capabilities": caps}
+    reused = run_sequence(fmt, first, style, extra, ops, [budget, budget * 2],
+                          {"paging": paging_on, "search": search, "recall": recall, "cache": cache, "ids": ids,
+                           "anchors": anchors},     # a chat provider declaring cache_breakpoints
+                          start)
+    event(f"turns resumed: {min(reused, 3)}{'+' if reused >= 3 else ''}")
+
+
+def test_a_steady_session_reuses_its_history():
+    """The property above could pass with nothing ever reused: a plain appending session
+    in the edge's own encoding reuses every turn after the first."""
+    ops = [("append", f"reply {i}", f"turn {i}") for i in range(6)]
+    options = {"paging": True, "search": False, "recall": True, "cache": True, "ids": IDS}
+    for fmt in ("chat", "responses", "messages"):
+        for first in (True, False):
+            caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_recall"]}
+            # (a Messages history starts with one exchange: nothing to share before the second)
+            assert run_sequence(fmt, first, "compact", caps, ops, [700], options) == 6 - (fmt == "messages")
+
+
+def test_another_owner_or_format_reuses_nothing():
+    memory = LastTurns()
+    s = Session("chat", True, "compact", {})
+    s.items += [user("chat", "a"), reply("chat", "b"), user("chat", "c")]
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [300], IDS, prior=prior)
+    resume.keep(memory, KEY, raw, body, prior)
+    for other in (("other-digest", KEY[1], "chat"), (KEY[0], "rps_other", "chat"), (KEY[0], KEY[1], "messages")):
+        assert resume.parse_request(memory, other, "chat", raw)[1].last is None
+    assert resume.parse_request(memory, KEY, "chat", raw)[1].reused == 2
+
+
+def test_a_new_revision_makes_its_own_page_ids():
+    """Kept pages carry ids signed for the last turn's revision: a turn signing for
+    another one makes its own (the property test mixes both id makers too)."""
+    memory = LastTurns()
+    s = Session("chat", True, "compact", {"capabilities": ["multillm_context_retrieve"]})
+    for i in range(8):
+        s.items += [user("chat", f"turn {i} " * 30), reply("chat", f"reply {i} " * 30)]
+    s.items.append(user("chat", "now"))
+    for ids in (IDS, OTHER_IDS):
+        raw = s.raw()
+        body, prior = resume.parse_request(memory, KEY, "chat", raw)
+        (plan,) = paging.plan_candidates("chat", body, [1500], ids, prior=prior)
+        resume.keep(memory, KEY, raw, body, prior)
+        assert plan.pages and all(p.page_id == ids(p.sha256) for p in plan.pages)
+
+
+def test_the_memory_is_bounded_and_evicts_the_least_recent():
+    memory = LastTurns(max_bytes=10 * last_turns.COST_PER_BYTE * 100)
+    entry = lambda n: last_turns.LastTurn(b"x" * n, b"", [], [], [], [], [], {}, {}, {}, 0, 0,  # noqa: E731
+                                          last_turns.cost(b"x" * n))
+    for k in range(12):
+        memory.put(k, entry(100))
+        memory.get(0)                    # 0 stays the most recent
+    assert memory.total <= memory.max_bytes and len(memory) == 10
+    assert memory.get(0) is not None and memory.get(1) is None
+    memory.put("huge", entry(600))       # over half the bound: never kept
+    assert memory.get("huge") is None and memory.total <= memory.max_bytes
+
+
+@pytest.mark.parametrize("recalling", [False, True])
+def test_cost_per_byte_covers_what_an_entry_holds(recalling):
+    """``COST_PER_BYTE`` × the raw body's length bounds the memory an entry pins (the
+    bound is stated in bytes, docs/design.md §5.13): what forgetting it frees."""
+    import gc
+    import tracemalloc
+    s = Session("chat", True, "compact", {"capabilities": ["multillm_context_retrieve"]
+                                          + (["multillm_context_recall"] if recalling else [])})
+    for i in range(200):
+        s.items += [user("chat", f"*leans* Port {i}, captain? 港口の歌 " * 6),
+                    reply("chat", f"*Mira smiles* Port {i} — the singing harbour. " * 8)]
+    s.items.append(user("chat", "Mira, the singing harbour of port 7?"))
+    memory = LastTurns()
+    tracemalloc.start()
+    raw = s.raw()
+    size, cost = len(raw), last_turns.cost(raw)
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [size // 3], IDS, prior=prior, recalling=recalling)
+    resume.keep(memory, KEY, raw, body, prior)
+    del body, prior, raw
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0]
+    memory.clear()
+    gc.collect()
+    held = kept - tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert size * 4 < held <= cost, (held, size)
+
+
+WALKS = {       # scenarios the walk to a fit must not carry over (core/paging.Walk)
+    "an early message edited": [("edit", 5, "a much longer early message " * 20), ("append", "r", "u")],
+    "the last reply shrunk": [("big", 400, "long "), ("swipe", "short", "")],
+    "the window grows past fits": [("append", "reply " * 40, "turn " * 10)] * 6,
+    "an exchange protected": [("append", "r", "u"), ("protect", 9, ""), ("protect", 3, "")],
+    "a reply continued": [("append", "r", "u"), ("continue", "more " * 30, ""), ("append", "r", "u")],
+    "an early message edited, then recalled": [
+        ("append", "r", "Mira, sing me the lantern whale song again"),
+        ("edit", 5, "the lantern whale song of port two, sung at dusk by the whole crew"),
+        ("append", "r", "Mira, the lantern whale song of port two, sung at dusk?")],
+}
+
+
+@pytest.mark.parametrize("scenario", list(WALKS))
+def test_the_walk_to_a_fit_resumes_only_where_it_may(scenario):
+    # a small page limit: the prompt cache's first fit answers when a stop's page is over it
+    options = {"paging": True, "search": False, "recall": False, "ids": IDS, "max_page_bytes": 1200}
+    for cache, anchors, recall in ((False, False, False), (True, False, False), (True, True, False),
+                                   (True, True, True), (False, False, True)):
+        for fmt in ("chat", "messages"):
+            for budget in range(1000, 9000, 250):
+                caps = {"capabilities": ["multillm_context_retrieve"]
+                        + (["multillm_context_prompt_cache"] if cache else [])}
+                run_sequence(fmt, True, "compact", caps, [("append", "r", "u")] + WALKS[scenario],
+                             [budget], {**options, "cache": cache, "anchors": anchors, "recall": recall},
+                             start=40)
