@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench: the paging, turn, capacity, storage and prompt-cache benchmarks in CPython and in Pyodide (same code, same tables).
+# npm run bench: the paging, turn, capacity, storage, prompt-cache and forward-guard benchmarks in CPython and in Pyodide (same code, same tables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -12,12 +12,14 @@ echo "== CPython =="
 "$PY" bench/bench_capacity.py || rc=1
 "$PY" bench/bench_storage.py || rc=1    # in-process platform: CPython only
 "$PY" bench/bench_cache.py || rc=1      # bytes, not time: the same in Pyodide
+"$PY" bench/bench_forward_guard.py || rc=1
 echo
 echo "== Pyodide =="
 node bench/pyodide_bench.mjs || rc=1
 node bench/pyodide_bench.mjs bench_turn || rc=1
 node bench/pyodide_bench.mjs bench_recall || rc=1
 node bench/pyodide_bench.mjs bench_capacity || rc=1
+node bench/pyodide_bench.mjs bench_forward_guard || rc=1
 echo
 echo "== Search over a full session, through the runner =="
 "$PY" bench/bench_search.py || rc=1
