@@ -223,30 +223,33 @@ def main(runtime: str = "CPython") -> int:
     print("|---|" + "---:|" * len(SIZES))
     for step in results[SIZES[0]][0]:
         print(f"| {step} | " + " | ".join(f"{results[n][0][step]:.2f}" for n in SIZES) + " |")
+
     def row(name, figure):
         print(f"| {name} | " + " | ".join(figure(results[n][0]) for n in SIZES) + " |")
+
+    def ratio(label: str, over: str, under: str):
+        row(label, lambda r: f"{r[over] / r[under]:.2f}")
 
     def required(r):
         return sum(r[k] for k in REQUIRED)
 
     row("required steps (sum)", lambda r: f"{required(r):.2f}")
-    row("turn / floor", lambda r: f"{r['turn'] / r['floor']:.2f}")
+    ratio("turn / floor", "turn", "floor")
     row("required / floor", lambda r: f"{required(r) / r['floor']:.2f}")
     row("beyond required / floor", lambda r: f"{(r['turn'] - required(r)) / r['floor']:.2f}")
     # recall's targets (issue 26): warm ≤ 1.5 × the turn, cold ≤ 4 ×
-    row("recall warm / turn", lambda r: f"{r['turn + recall, warm'] / r['turn']:.2f}")
-    row("recall cold / turn", lambda r: f"{r['turn + recall, cold'] / r['turn']:.2f}")
-    row("recall new isolate / turn", lambda r: f"{r['turn + recall, new isolate'] / r['turn']:.2f}")
-    row("recall ranking, steady / first", lambda r: f"{r['recall ranking, steady'] / r['recall ranking, first']:.2f}")
-    row("recall ranking, grown / first", lambda r: f"{r['recall ranking, grown'] / r['recall ranking, first']:.2f}")
+    ratio("recall warm / turn", "turn + recall, warm", "turn")
+    ratio("recall cold / turn", "turn + recall, cold", "turn")
+    ratio("recall new isolate / turn", "turn + recall, new isolate", "turn")
+    ratio("recall ranking, steady / first", "recall ranking, steady", "recall ranking, first")
+    ratio("recall ranking, grown / first", "recall ranking, grown", "recall ranking, first")
     # issue 40's targets (Pyodide): steady ≤ 0.5 × floor at 200, ≤ 0.25 × at 800;
     # with recall, warm ≤ 1.0 × floor
-    row("steady turn / floor", lambda r: f"{r['steady turn'] / r['floor']:.2f}")
-    row("steady + recall warm / floor", lambda r: f"{r['steady turn + recall, warm'] / r['floor']:.2f}")
-    row("after a step / floor", lambda r: f"{r['first turn after a step'] / r['floor']:.2f}")
-    row("steady, no prompt cache / floor", lambda r: f"{r['steady turn, no prompt cache'] / r['floor']:.2f}")
-    row("steady / the same turn in a new isolate",
-        lambda r: f"{r['steady turn'] / r['pair, first isolate turn']:.2f}")
+    ratio("steady turn / floor", "steady turn", "floor")
+    ratio("steady + recall warm / floor", "steady turn + recall, warm", "floor")
+    ratio("after a step / floor", "first turn after a step", "floor")
+    ratio("steady, no prompt cache / floor", "steady turn, no prompt cache", "floor")
+    ratio("steady / the same turn in a new isolate", "steady turn", "pair, first isolate turn")
     real_chats(runtime)
     sys.stdout.flush()
     return 0

@@ -10,7 +10,7 @@ import pytest
 
 from devkit import roleplay as rp
 from devkit import standin
-from devkit.runner import Edge
+from tests.support.standin import standin_edge
 from tools import long_chat
 
 MODEL = standin.MODEL
@@ -20,9 +20,7 @@ CAPABILITIES = ["multillm_context_retrieve", "multillm_context_search"]
 
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory):
-    vars = {"CONTEXT_PAGING_ENABLED": "true", "MEDIA_SIGNING_SECRET": rp.SIGNING_SECRET}
-    with Edge(tmp_path_factory.mktemp("standin-sdks"), vars=vars, extra_env={"EDGE_STANDIN": "1"}) as e:
-        rp.set_model(e, MODEL, standin.WINDOW_TOKENS, standin.MAX_OUTPUT_TOKENS)
+    with standin_edge(tmp_path_factory.mktemp("standin-sdks")) as e:
         yield e
 
 

@@ -11,6 +11,7 @@ from devkit import roleplay as rp
 from devkit import standin
 from devkit.fakes import FakeServer
 from devkit.runner import Edge
+from tests.support.standin import standin_edge
 from tools import long_chat
 
 MODEL = standin.MODEL
@@ -22,9 +23,7 @@ ITEMS = {"chat": "messages", "responses": "input", "messages": "messages"}
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory):
     """A runner with no provider at all in PROVIDERS: only the stand-in serves."""
-    vars = {"CONTEXT_PAGING_ENABLED": "true", "MEDIA_SIGNING_SECRET": rp.SIGNING_SECRET}
-    with Edge(tmp_path_factory.mktemp("standin"), vars=vars, extra_env={"EDGE_STANDIN": "1"}) as e:
-        rp.set_model(e, MODEL, standin.WINDOW_TOKENS, standin.MAX_OUTPUT_TOKENS)
+    with standin_edge(tmp_path_factory.mktemp("standin")) as e:
         yield e
 
 
