@@ -29,7 +29,7 @@ def seed_principal(edge, principal: str | None = None, grants=("chat",), retenti
                    revision: int = 1) -> tuple[str, str]:
     """A key and policy for a (new) principal → (key, principal)."""
     principal = principal or "p_" + secrets.token_hex(4)
-    key = "rpk_" + secrets.token_urlsafe(18)
+    key = "rpk_" + secrets.token_urlsafe(32)      # the admin CLI's format (docs/design.md §2)
     edge.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at) VALUES (?1, ?2, 0)",
              hashlib.sha256(key.encode()).hexdigest(), principal)
     set_policy(edge, principal, grants, retention, revision)

@@ -4,7 +4,9 @@ SillyTavern's status check read them; an unknown or revoked key of the reserved 
 a 401, and no request carrying one reaches the origin, on any path; any other request
 reaches the origin exactly as one without a key (docs/design.md §2, §9)."""
 
+import base64
 import hashlib
+import random
 
 import httpx
 import openai
@@ -13,6 +15,8 @@ import pytest
 from devkit import roleplay as rp
 from devkit.fakes import FakeServer, Reply
 from devkit.runner import Edge
+from tests.hostile.generator import BASIC_SPELLINGS
+from tests.support.werkzeug_basic import origin_reads_a_key
 
 ORIGIN_LIST = b'{"object":"list","data":[{"id":"flask-model","object":"model"}]}'
 LISTED = (b'{"object":"list","data":['
@@ -117,6 +121,28 @@ def test_a_roleplay_key_never_reaches_the_origin(edge, origin, key):
     assert edge.client.get("/api/characters", headers={"Authorization": "Bearer sk-origin"}).status_code == 200
     [got] = origin.received
     assert got.headers["authorization"] == "Bearer sk-origin"
+
+
+ISSUE_46 = ("space_inside", "tab_inside", "dot_inside", "leading_equals")
+
+
+def test_no_basic_spelling_carries_a_roleplay_key_to_the_origin(edge, origin, key):
+    """Issue 46: a live key in a Basic credential the origin's decoder (Python's default
+    b64decode, Werkzeug's) reads through a space, a tab, a `.` or a leading `=` — and
+    every other spelling of the hostile tier's — on three forwarded paths: 0 reach it."""
+    origin.clear()
+    rng, tried = random.Random(46), 0
+    for pair in (f"me:{key}", f"{key}:"):
+        token = base64.b64encode(pair.encode()).decode()
+        for name, spell in BASIC_SPELLINGS.items():
+            value = spell(token, rng)
+            assert name not in ISSUE_46 or origin_reads_a_key(value), value   # what the origin would read
+            for path in ("/v1/embeddings", "/v1/files", "/v1/audio/speech"):
+                r = edge.client.post(path, headers={"Authorization": value, "Content-Type": "application/json"},
+                                     content=b'{"model":"m","input":"x"}')
+                assert (r.status_code, r.json()["error"]["code"]) == (401, "invalid_api_key"), (name, path)
+                tried += 1
+    assert tried == 2 * len(BASIC_SPELLINGS) * 3 and origin.received == [] and key not in edge.output()
 
 
 def test_the_runner_listens_on_edge_host(edge, key):

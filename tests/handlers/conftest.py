@@ -3,7 +3,8 @@ import pytest
 from devkit import roleplay as rp
 from tests.support.inprocess import LocalEdge
 
-KEY, SESSION = "rpk_handler_key", "rps_handler_session"
+# The admin CLI's format, rpk_ + 43 URL-safe characters: only such a key can be live (§2).
+KEY, SESSION = "rpk_" + "handler_key".ljust(43, "0"), "rps_handler_session"
 MODEL = "fake:rp-small"
 WINDOW = 6000
 

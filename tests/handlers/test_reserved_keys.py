@@ -11,7 +11,7 @@ from tests.handlers.conftest import KEY, SESSION
 from tests.support.inprocess import Answer, LocalEdge
 
 ORIGIN = "http://origin.test"
-REVOKED = "rpk_handler_revoked"
+REVOKED = "rpk_" + "handler_revoked".ljust(43, "0")
 PAGE = "/v1/context/pages/cp_" + "A" * 43
 
 
@@ -102,6 +102,12 @@ SPELLINGS = {
     "basic_user": [("authorization", "Basic " + b64(f"{KEY}:"))],
     "basic_password": [("authorization", "basic " + b64(f"me:{KEY}"))],
     "basic_unpadded": [("authorization", "Basic " + b64(f"me:{KEY}").rstrip("="))],
+    # issue 46: Python's b64decode (Werkzeug's) skips characters outside the alphabet
+    "basic_space_inside": [("authorization", "Basic " + b64(f"me:{KEY}")[:9] + " " + b64(f"me:{KEY}")[9:])],
+    "basic_tab_inside": [("authorization", "Basic " + b64(f"me:{KEY}")[:9] + "\t" + b64(f"me:{KEY}")[9:])],
+    "basic_dot_inside": [("authorization", "Basic " + b64(f"me:{KEY}")[:9] + "." + b64(f"me:{KEY}")[9:])],
+    "basic_leading_equals": [("authorization", "Basic =" + b64(f"me:{KEY}"))],
+    "basic_after_another": [("authorization", f"Basic {b64('me:sk-origin')}, Basic {b64(KEY + ':')}")],
 }
 
 
@@ -123,6 +129,26 @@ def test_the_status_follows_the_key_the_edge_reads(edge):
         r = edge.request("GET", "/api/characters", headers)
         assert r.status == status, headers
         assert ("d1_ms" in edge.logs[-1]) == (status == 403)
+
+
+def test_only_a_key_of_the_full_format_costs_a_storage_call(edge, monkeypatch):
+    """`rpk_` + 43 URL-safe characters is the only key that can be live: anything else
+    of the prefix is a 401 without a D1 statement (junk costs no storage call)."""
+    statements = []
+    real = edge.executor._cursor
+    monkeypatch.setattr(edge.executor, "_cursor", lambda sql, params: statements.append(sql) or real(sql, params))
+    junk = ["rpk_x", "rpk_" + "a" * 42, "rpk_" + "a" * 44, "rpk_" + "a" * 42 + "!", "rpk_" + "a" * 42 + "=",
+            "RPK_" + KEY[4:], "rpk_" + "é" * 43, "rpk_" + "a" * 42 + " b"]
+    for key in junk:
+        for headers in ({"Authorization": f"Bearer {key}"}, {"x-api-key": key}):
+            for method, path in (("GET", "/api/characters"), ("GET", "/v1/models"), ("POST", "/v1/files")):
+                r = edge.request(method, path, headers)
+                assert (r.status, r.json()["error"]["code"]) == (401, "invalid_api_key"), (key, path)
+                assert "d1_ms" not in edge.logs[-1]
+    assert statements == [] and not edge.sent
+    for key, status in ((KEY, 403), (REVOKED, 401), ("rpk_" + "b" * 43, 401)):   # the format: one read each
+        assert edge.request("GET", "/api/characters", {"Authorization": f"Bearer {key}"}).status == status
+    assert len(statements) == 3 and not edge.sent
 
 
 # -- keys of any other form: forwarded byte-identical --------------------------------

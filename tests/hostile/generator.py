@@ -24,8 +24,8 @@ from urllib.parse import quote
 
 from devkit import roleplay as rp
 
-KEY = "rpk_hostile_KEY_7f3e"
-OTHER_KEY = "rpk_hostile_other_91ab"
+KEY = "rpk_" + "hostile_KEY_7f3e".ljust(43, "0")     # the admin CLI's format (§2)
+OTHER_KEY = "rpk_" + "hostile_other_91ab".ljust(43, "0")
 SESSION = "rps_hostile_session"
 MODEL = "fake:rp-small"
 WINDOW = 1500          # small: most valid bodies page
@@ -359,7 +359,7 @@ def other_route(rng: random.Random, n: int) -> Case:
 # without a key: unknown and revoked keys alike).
 # ---------------------------------------------------------------------------
 
-REVOKED_KEY = "rpk_hostile_revoked_c0de"
+REVOKED_KEY = "rpk_" + "hostile_revoked_c0de".ljust(43, "0")
 MODELS_LISTED = ["fake:rp-small", "fake:rp-wide", "fake:tiny"]   # every seeded model, sorted
 MODEL_PATHS = ["/v1/models", "/v1/models", "/v1/models", "/v1/models?limit=1", "/v1/models?x=%ff&x",
                "/v1/models/", "/v1/models/fake:rp-small", "/v1/models%2F", "/V1/models", "/v1/modelsx"]
@@ -455,9 +455,35 @@ FORWARDED_ROUTES = [
     ("GET", "/v1/roleplay/sessions"), ("GET", "/v1/roleplay/sessions/rps_x"), ("GET", "/healthzx")]
 
 
-def _basic(text: str, padded: bool) -> str:
-    token = base64.b64encode(text.encode()).decode()
-    return "Basic " + (token if padded else token.rstrip("="))
+def _inside(token: str, char: str, at: int) -> str:
+    return token[:at] + char + token[at:]
+
+
+# A Basic credential, every way Python's default base64.b64decode (Werkzeug's) still reads
+# it: characters outside the alphabet skipped (issue 46: a space, a tab, a `.` inside, a
+# leading `=`), the scheme in any case, any whitespace after it, the URL-safe alphabet, or
+# after another credential in a comma-joined list. (token, rng) → header value (no
+# whitespace at either end: HTTP clients refuse it).
+BASIC_SPELLINGS = {
+    "padded": lambda t, r: f"Basic {t}",
+    "unpadded": lambda t, r: "Basic " + t.rstrip("="),
+    "space_inside": lambda t, r: "Basic " + _inside(t, " ", r.randrange(1, len(t))),
+    "tab_inside": lambda t, r: "Basic " + _inside(t, "\t", r.randrange(1, len(t))),
+    "dot_inside": lambda t, r: "Basic " + _inside(t, ".", r.randrange(1, len(t))),
+    "leading_equals": lambda t, r: f"Basic ={t}",
+    "equals_inside": lambda t, r: "Basic " + _inside(t, "=", 4 * r.randrange(1, len(t) // 4)),
+    "junk_everywhere": lambda t, r: "Basic " + "".join(c + r.choice(["", " ", ".", "!", "\t", "*"]) for c in t[:-1]) + t[-1],
+    "upper_scheme": lambda t, r: f"BASIC {t}",
+    "tab_after_scheme": lambda t, r: f"basic\t{t}",
+    "spaces_after_scheme": lambda t, r: f"Basic    {t}",
+    "url_safe": lambda t, r: "Basic " + t.replace("+", "-").replace("/", "_"),
+    "after_another": lambda t, r: f"Basic bWU6c2stb3JpZ2lu, Basic {t}",
+}
+
+
+def _basic(rng: random.Random, text: str) -> tuple[str, str]:
+    how = rng.choice(list(BASIC_SPELLINGS))
+    return how, BASIC_SPELLINGS[how](base64.b64encode(text.encode()).decode(), rng)
 
 
 def reserved_case(rng: random.Random, n: int) -> Case:
@@ -472,7 +498,8 @@ def reserved_case(rng: random.Random, n: int) -> Case:
     elif how == "behind_origin_key":
         headers = {"Authorization": "Bearer sk-origin", "x-api-key": key}
     else:
-        headers = {"Authorization": _basic(rng.choice([f"{key}:", f"me:{key}"]), rng.random() < 0.5)}
+        spelling, value = _basic(rng, rng.choice([f"{key}:", f"me:{key}", f"{key}:{key}", f"é:{key}"]))
+        how, headers = f"basic:{spelling}", {"Authorization": value}
     method, path = rng.choice(FORWARDED_ROUTES)
     body = b""
     if path == "/v1/files" and method == "POST" and rng.random() < 0.5:   # a batch upload, not declaring

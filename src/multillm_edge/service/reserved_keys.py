@@ -6,11 +6,17 @@ characters). Every `Authorization` and `x-api-key` value (each occurrence, a
 comma-joined list included) is searched for a token starting with the prefix in any
 letter case — at the value's start or after a character no key holds (space, tab,
 comma, `=`, a quote) — so no scheme spelling (`Bearer`, `bearer`, `BEARER<TAB>`, none,
-`Token`, `key=`) lets one through; a Basic credential is decoded and searched too.
-Keys of any other form (the origin's own) are forwarded byte-identical (§7).
+`Token`, `key=`) lets one through. A Basic credential is decoded as the origin will
+(Werkzeug reads it with Python's default `base64.b64decode`, which skips characters
+outside the alphabet and stops at the first complete padding): everything after
+`basic` and whitespace, in any case, non-ASCII characters dropped, in the standard and
+the URL-safe alphabet, padded where the end lacks it; and the same up to a comma (an
+origin reading one of several joined values). Keys of any other form (the origin's own)
+are forwarded byte-identical (§7).
 
 On a path the edge forwards, such a request is answered here (`refuse`): 401 when the
-key the edge reads is unknown, revoked or not the one of that format, 403
+key the edge reads is unknown, revoked or not of the full format (`rpk_` + 43 URL-safe
+characters: no other can be live, so it costs no storage call), 403
 `roleplay_key_not_accepted` when it is live (it is valid, only not for this path).
 """
 
@@ -30,8 +36,14 @@ KEY_PREFIX = "rpk_"
 CREDENTIAL_HEADERS = ("authorization", "x-api-key")
 # The prefix where a token starts: not right after a character a key holds (base64url).
 _RESERVED = re.compile(r"(?<![A-Za-z0-9_\-])" + KEY_PREFIX, re.IGNORECASE)
-_BASIC = re.compile(r"(?<![A-Za-z0-9])basic\s+([A-Za-z0-9+/_\-]+)", re.IGNORECASE)
-_URLSAFE = str.maketrans("-_", "+/")
+# The prefix then the admin CLI's 43 URL-safe characters (token_urlsafe(32)): only such a
+# key can be live.
+_FULL_KEY = re.compile(KEY_PREFIX + r"[A-Za-z0-9_\-]{43}")
+_BASIC = re.compile(r"(?<![A-Za-z0-9])basic\s+", re.IGNORECASE)
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
+# A padding that completes any end b64decode refuses: 2 or 3 characters of a quad ("=="),
+# or 1 (a character more, then "==": one byte more than the quads hold, never a key's).
+_PADDINGS = (b"", b"==", b"A==")
 
 
 class UnknownRoleplayKey(Unauthorized):
@@ -47,12 +59,43 @@ class RoleplayKeyNotAccepted(EdgeError):
                "and are never forwarded to the origin: use the origin's own key here.")
 
 
-def _decoded_basic(value: str):
-    for m in _BASIC.finditer(value):
+def lenient_b64decode(data: bytes) -> bytes:
+    """``base64.b64decode(data)`` (validate=False: what Werkzeug calls), and where it
+    refuses the end (no or short padding, a lone last character), the bytes read with the
+    end padded: never less than an origin reading it with or without padding."""
+    for pad in _PADDINGS:
         try:
-            yield base64.b64decode(m.group(1).translate(_URLSAFE) + "==").decode("latin-1")
-        except (binascii.Error, ValueError):
+            return base64.b64decode(data + pad)
+        except binascii.Error:
             continue
+    return b""      # unreachable: "A==" completes any end
+
+
+def _basic_tokens(value: str):
+    """What an origin may decode as a Basic credential: all after the first `basic`
+    (Werkzeug decodes the rest of the value), and, in a comma-joined list, what follows
+    `basic` up to the next comma. Each character is decoded at most twice: a value of
+    many `basic`s costs no more than a long one."""
+    m = _BASIC.search(value)
+    if m is None:
+        return
+    yield value[m.end():]
+    if "," in value:
+        for part in value.split(","):
+            m = _BASIC.search(part)
+            if m is not None:
+                yield part[m.end():]
+
+
+def _decoded_basic(value: str):
+    """Each text a Basic credential in ``value`` may decode to, as latin-1 (every byte
+    one character: a key the origin reads as UTF-8 reads the same here)."""
+    for token in _basic_tokens(value):
+        # b64decode refuses a str with non-ASCII; a bytes origin (Werkzeug < 2.3) skips it
+        data = token.encode("ascii", "ignore")
+        yield lenient_b64decode(data).decode("latin-1")
+        if b"-" in data or b"_" in data:    # the URL-safe alphabet, where it differs
+            yield lenient_b64decode(data.translate(_URLSAFE)).decode("latin-1")
 
 
 def reserved(value: str) -> bool:
@@ -69,17 +112,17 @@ def carries_roleplay_key(req: Incoming) -> bool:
 
 def roleplay_key_digest(req: Incoming) -> str | None:
     """The digest of the key the edge reads (`Bearer`, else `x-api-key`) when it has the
-    format; None otherwise (no key of that format could be live then)."""
+    full format; None otherwise (no other key could be live: no storage call for junk)."""
     key = presented_key(req)
-    if key is None or not key.startswith(KEY_PREFIX):
+    if key is None or not _FULL_KEY.fullmatch(key):
         return None
     return digest(key)
 
 
 async def refuse(req: Incoming, platform: Platform) -> EdgeError:
     """The answer to a request with a reserved-format key on a path the edge forwards:
-    401 unless the key the edge reads is live, then 403. One D1 read, only for a key that
-    could be live; without D1 (or when the read fails) 503: nothing is forwarded."""
+    401 unless the key the edge reads is live, then 403. One D1 read, only for a key of
+    the full format (``roleplay_key_digest``); without D1 (or when the read fails) 503: nothing is forwarded."""
     sha = roleplay_key_digest(req)
     facts = None if sha is None else await key_facts(req, platform, sha)
     req.record.note(forwarded="refused_roleplay_key")
