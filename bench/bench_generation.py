@@ -21,7 +21,8 @@ With --cpu (issue 13) it runs instead, for each history size of --cpu-sizes (def
 50, 200, 800 exchanges): a first paging, then --turns steady turns (+1 exchange each),
 reporting the median of the Worker's own CPU per phase as its log line carries it
 (`cpu_<phase>_ms`: perf_counter around pure-CPU sections, never across an await) —
-parse, load (decoding the context row), plan, sign (page writes: classify, rows),
+parse, load (decoding the context row), plan, keep (the turn kept for the session's
+next one, §5.13), sign (page writes: classify, rows),
 encode (upstream body), response — their sum, and the floor of the same body (json.loads
 + compact json.dumps + SHA-256, timed right after each turn in the Worker's own Pyodide,
 `/__runner/floor`). With --profile K, K steady turns at 200 exchanges run under cProfile
@@ -221,7 +222,7 @@ def summary(out: dict):
     print(f"| refresh turn after +1,900 s: rows changed | {out['refresh_turn']['changed']} |")
 
 
-PHASES = ("parse", "load", "plan", "sign", "encode", "response")
+PHASES = ("parse", "load", "plan", "keep", "sign", "encode", "response")
 
 
 def post_turn(edge: Edge, raw: bytes, headers: dict) -> dict:

@@ -105,3 +105,29 @@ def test_another_principal_with_the_same_bytes_resumes_nothing(monkeypatch):
         assert edge.request("POST", "/v1/chat/completions", HEADERS, raw).status == 200
     assert [p.last is not None for _, p in seen] == [False, False, False, True]
     LAST_TURNS.clear()
+
+
+def test_the_log_line_says_what_was_taken_and_keeping_has_its_own_phase(monkeypatch):
+    """`resumed`: the groups whose grouping, bytes and pages were taken (0 when the parse
+    resumed but the groups could not be); `resumed_items`: the items whose parse was
+    taken; `keep_ms`/`cpu_keep_ms`: keeping the turn, never counted as planning (issue 46)."""
+    import time
+
+    monkeypatch.setattr(generation, "LAST_TURNS", LastTurns())
+    real_keep = resume.keep
+    monkeypatch.setattr(resume, "keep", lambda *a: time.sleep(0.05) or real_keep(*a))
+    sys_, u1, a1, u2 = ({"role": "system", "content": "You are Mira."}, {"role": "user", "content": "hello"},
+                        {"role": "assistant", "content": "Welcome aboard."}, {"role": "user", "content": "Aurore?"})
+    a2, u3 = {"role": "assistant", "content": "The lantern."}, {"role": "user", "content": "Sing."}
+    more = {"role": "assistant", "content": "…and the whale."}      # a reply continued: no group opens
+    bodies = [[sys_, u1, a1, u2], [sys_, u1, a1, u2, a2, u3], [sys_, u1, a1, u2, a2, more]]
+    with new_edge() as edge:
+        for messages in bodies:
+            r = edge.request("POST", "/v1/chat/completions", HEADERS,
+                             compact({"model": WIDE, "messages": messages}))
+            assert r.status == 200
+        logs = [r for r in edge.logs if "resumed" in r]
+    assert [(r["resumed"], r["resumed_items"]) for r in logs] == [(0, 0), (2, 3), (0, 5)]
+    for r in logs:
+        assert r["keep_ms"] >= 50 and r["cpu_keep_ms"] >= 50
+        assert r["plan_ms"] < 50 and r["cpu_plan_ms"] < 50

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from multillm_edge.base.errors import EdgeError
-from multillm_edge.core import compaction, last_turns, paging, resume, validation
+from multillm_edge.core import compaction, last_turns, paging, prepared, resume, validation
 from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.core.last_turns import LastTurns
 from multillm_edge.core.pages import PageSigner, canonical_bytes
@@ -216,6 +216,7 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
                                    lambda r: resume.parse_request(memory, key, fmt, r))
         assert got == full, (op, raw[-300:])
         if prior is not None:
+            assert prior.brackets == validation.bracket_count(raw), op      # exact, resumed or not
             reused += prior.used
             resume.keep(memory, key, raw, body, prior)
     return reused
@@ -285,7 +286,7 @@ def test_a_new_revision_makes_its_own_page_ids():
 
 def test_the_memory_is_bounded_and_evicts_the_least_recent():
     memory = LastTurns(max_bytes=10 * last_turns.COST_PER_BYTE * 100)
-    entry = lambda n: last_turns.LastTurn(b"x" * n, b"", [], [], [], [], [], {}, {}, {}, 0, 0,  # noqa: E731
+    entry = lambda n: last_turns.LastTurn(b"x" * n, b"", [], [], [], [], [], {}, {}, {}, 0, [],  # noqa: E731
                                           last_turns.cost(b"x" * n))
     for k in range(12):
         memory.put(k, entry(100))
@@ -351,3 +352,82 @@ def test_the_walk_to_a_fit_resumes_only_where_it_may(scenario):
                 run_sequence(fmt, True, "compact", caps, [("append", "r", "u")] + WALKS[scenario],
                              [budget], {**options, "cache": cache, "anchors": anchors, "recall": recall},
                              start=40)
+
+
+# -- the bracket count (issue 46) ------------------------------------------------------
+
+def schema_tools(n: int) -> list:
+    """n tool schemas, each nesting a few objects and arrays: a head of ~12 n brackets."""
+    return [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": "Roll dice [for the scene].",
+        "parameters": {"type": "object", "required": ["dice"], "properties": {
+            "dice": {"type": "array", "items": {"type": "object", "properties": {"sides": {"type": "integer"}}}},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}}}}}} for i in range(n)]
+
+
+def long_session(turns: int, tools: int = 200):
+    """A chat with a large tool schema before its history, one exchange appended per
+    turn, each turn resumed when it can: yields (turn, raw, Prior) after keeping it.
+    (Encoded as a client would, one new message at a time.)"""
+    memory = LastTurns()
+    head = enc({"model": "openai:gpt-4o", "max_tokens": 300, "tools": schema_tools(tools)})[:-1] + b',"messages":['
+    items = [enc({"role": "system", "content": "You are Mira."}), enc(user("chat", "hello"))]
+    for turn in range(1, turns + 1):
+        raw = head + b",".join(items) + b"]}"
+        body, prior = resume.parse_request(memory, KEY, "chat", raw)
+        prepared.Prepared("chat", body, None, prior=prior)       # takes the reused groups
+        resume.keep(memory, KEY, raw, body, prior)
+        yield turn, raw, prior
+        items += [enc(reply("chat", f"*Mira* [{turn}] {{the harbour}}")), enc(user("chat", f"turn {turn} [x]"))]
+
+
+def test_a_long_session_counts_its_brackets_as_a_full_parse_does():
+    """Each resumed turn's bracket count is the body's, exactly: it does not climb turn
+    over turn until resumption stops by itself (2 × MAX_BRACKETS)."""
+    for turn, raw, prior in long_session(60):
+        assert prior.brackets == validation.parse_json_counted(raw)[1], turn
+        assert turn < 3 or prior.used, turn
+
+
+def test_a_200_tool_session_resumes_on_its_500th_turn():
+    counts = []
+    for turn, raw, prior in long_session(500):
+        counts.append(prior.brackets == validation.bracket_count(raw))     # what the full parse counts
+        assert turn < 3 or prior.used, turn
+    assert all(counts) and len(counts) == 500
+
+
+def test_a_memory_error_while_resuming_is_not_taken_for_doubt(monkeypatch):
+    """Any doubt about a cut body sends the turn the full path; running out of memory is
+    no doubt about the body: it reaches the memory handling (issue 46)."""
+    memory = LastTurns()
+    s = Session("chat", True, "compact", {})
+    s.items += [user("chat", "a"), reply("chat", "b"), user("chat", "c")]
+    body, prior = resume.parse_request(memory, KEY, "chat", s.raw())
+    prepared.Prepared("chat", body, None, prior=prior)
+    resume.keep(memory, KEY, s.raw(), body, prior)
+    s.items += [reply("chat", "d"), user("chat", "e")]
+    assert resume.parse_request(memory, KEY, "chat", s.raw())[1].last is not None     # it resumes
+
+    real_parse, real_check, calls = validation.parse_json_counted, validation.check_body, []
+
+    def exhausted(raw, pairs=None):      # only resuming runs out; the full path would not
+        if pairs is None:
+            return real_parse(raw)
+        raise MemoryError
+
+    def exhausted_check(fmt, body):
+        calls.append(fmt)
+        if len(calls) == 1:
+            raise MemoryError
+        return real_check(fmt, body)
+
+    for where, fake in (("parse_json_counted", exhausted), ("check_body", exhausted_check)):
+        with monkeypatch.context() as m:
+            m.setattr(resume, where, fake)
+            with pytest.raises(MemoryError):
+                resume.parse_request(memory, KEY, "chat", s.raw())
+    with monkeypatch.context() as m:      # any other exception resuming: the full path answers
+        m.setattr(resume, "parse_json_counted", lambda raw, pairs=None: real_parse(raw) if pairs is None else 1 / 0)
+        body, prior = resume.parse_request(memory, KEY, "chat", s.raw())
+        assert prior.last is None and body == json.loads(s.raw())

@@ -30,16 +30,16 @@ from ..base.jsonbytes import compact
 from . import last_turns
 from .last_turns import LastTurn, LastTurns
 from .prepared import _group_bytes
-from .validation import MAX_BRACKETS, check_body, parse_json_counted
+from .validation import MAX_BRACKETS, bracket_count, check_body, parse_json_counted
 
 _COMMA = ord(",")
 
 
 class Prior:
     """One request's link to its session's last turn: ``last`` (None: nothing reused),
-    ``reused`` its leading groups this body shares, ``brackets`` at least this body's
-    bracket bytes; ``prep`` the request's Prepared once made (``adopt``), ``used``
-    whether it took the groups."""
+    ``reused`` its leading groups this body shares (their items' parse taken),
+    ``brackets`` this body's bracket bytes, exactly (§5.13); ``prep`` the request's
+    Prepared once made (``adopt``), ``used`` whether it took the groups too."""
     __slots__ = ("last", "reused", "brackets", "prep", "used")
 
     def __init__(self, last: LastTurn | None, reused: int, brackets: int):
@@ -48,6 +48,10 @@ class Prior:
 
     def adopt(self, prep) -> None:
         self.prep = prep
+
+    def items_reused(self) -> int:
+        """How many history items were taken parsed and checked from the last turn."""
+        return self.last.groups[self.reused - 1].end if self.last is not None and self.reused else 0
 
     def measured(self, prep, items: list, classify):
         """``(groups, raw, inner)`` of ``items``: the reused groups as they were, then the
@@ -107,16 +111,32 @@ def _resume(last: LastTurn, fmt: str, raw: bytes):
     try:
         body, brackets = parse_json_counted(raw[:len(last.head)] + raw[cut:], pairs)
         check_body(fmt, body)
+    except MemoryError:     # no doubt about the body: the isolate's memory handling's
+        raise
     except Exception:   # noqa: BLE001 — any doubt: the full path answers, or raises
         return None
     key = _formats.get(fmt).ITEMS_KEY
     rest = body.get(key)
-    brackets += last.brackets
+    brackets += _counted(last, j)       # the cut groups' own: exact, never the last body's
     if (brackets > 2 * MAX_BRACKETS or type(rest) is not list or not rest
             or sum(k == key for k, _ in top) != 1):
         return None
     body[key] = last.items[:last.groups[j - 1].end] + rest
     return body, Prior(last, j, brackets)
+
+
+def _counted(last: LastTurn, j: int) -> int:
+    """The bracket bytes of the last body's first ``j`` groups (each group's bytes, less
+    its own list's two): counted once per group, cumulative in ``last.brackets``, carried
+    to the next turn for the groups it takes (``keep``). Exact: the body holds each
+    verified group's bytes as they are (``_verified``), complete values outside any string."""
+    counted = last.brackets
+    if len(counted) < j:
+        total = counted[-1] if counted else 0
+        for r in last.group_raw[len(counted):j]:
+            total += bracket_count(r) - 2
+            counted.append(total)
+    return counted[j - 1]
 
 
 def _shared(last: LastTurn, raw: bytes) -> int:
@@ -180,10 +200,12 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
         memory.forget(key)
         return
     last = prior.last
-    verified = prior.reused if prior.used and last is not None and head == last.head else 0
+    took = prior.used and last is not None
+    verified = prior.reused if took and head == last.head else 0
+    counted = last.brackets[:prior.reused] if took else []     # the same groups' counts
     pages, blocks = prep.made()
     memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None,
-                             pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
+                             pages, blocks, prep.walks, verified, counted, last_turns.cost(raw)))
 
 
 def _head(body: dict, key: str) -> bytes:

@@ -58,6 +58,11 @@ def _brackets(raw: bytes) -> bytes:
     return outside.translate(_PARENS)
 
 
+def bracket_count(raw: bytes) -> int:
+    """The arrays' and objects' bracket bytes in ``raw`` (exact for valid JSON)."""
+    return len(_brackets(raw))
+
+
 def _nests_deeper(brackets: bytes, limit: int) -> bool:
     """Each pass removes every innermost ``()``, lowering the depth of a balanced
     structure by exactly one, so a run of ``limit + 1 - passes`` openers proves it too

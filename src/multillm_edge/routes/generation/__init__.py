@@ -62,12 +62,14 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
         cands = candidates(fmt, body, models, rc.caller, providers,
                            config.safety_tokens(platform.var("CONTEXT_SAFETY_TOKENS")))
         scope = settle(req, rc, fmt, wants_paging(body))
-        with timed(turn.timings, "plan_ms"):
-            try:
-                plan_all(scope, body, cands, prior)
-            finally:
-                resume.keep(LAST_TURNS, memory_key, raw, body, prior)
-    req.notes["resumed"] = prior.reused     # groups taken from the last turn: a count only
+    try:
+        with record.cpu("plan"), timed(turn.timings, "plan_ms"):
+            plan_all(scope, body, cands, prior)
+    finally:    # its own phase: keeping is not planning (docs/design.md §8)
+        with record.cpu("keep"), timed(turn.timings, "keep_ms"):
+            resume.keep(LAST_TURNS, memory_key, raw, body, prior)
+    # what was taken from the last turn (§5.13): counts only
+    req.notes.update(resumed=prior.reused if prior.used else 0, resumed_items=prior.items_reused())
     try:  # store → dispatch, per candidate
         upstream, chosen = await dispatch(scope, cands, body, raw, turn)
     finally:  # the log line keeps every attempt, answered or not
