@@ -29,6 +29,8 @@ CASES = {
     "origin key (Bearer sk-…)": COMMON + [("authorization", "Bearer sk-flask-" + "a" * 40)],
     "no key": COMMON + [("x-trace", "t")],
     "Basic credential": COMMON + [("authorization", "Basic dXNlcjpwYXNzd29yZA==")],
+    "Basic credential, spaced (issue 46)": COMMON + [("authorization", "Basic dXNl cjpw.YXNz\td29y ZA==")],
+    "Basic credential, 1 KiB": COMMON + [("authorization", "Basic " + "dXNlcjpwYXNzd29yZA" * 57 + "==")],
     "roleplay key (refused)": COMMON + [("authorization", "Bearer rpk_" + "a" * 43)],
 }
 CALLS, ROUNDS = 20_000, 7

@@ -286,7 +286,7 @@ def test_a_new_revision_makes_its_own_page_ids():
 
 def test_the_memory_is_bounded_and_evicts_the_least_recent():
     memory = LastTurns(max_bytes=10 * last_turns.COST_PER_BYTE * 100)
-    entry = lambda n: last_turns.LastTurn(b"x" * n, b"", [], [], [], [], [], {}, {}, {}, 0, [],  # noqa: E731
+    entry = lambda n: last_turns.LastTurn(b"x" * n, b"", [], [], [], [], [], {}, {}, {}, 0, 0,  # noqa: E731
                                           last_turns.cost(b"x" * n))
     for k in range(12):
         memory.put(k, entry(100))

@@ -35,9 +35,8 @@ class LastTurn:
     (``pages``: group -> Page, ``blocks``: (first, last) -> Page), the plan's ``walks``
     to a fit (core/paging.Walk, by budget and rule), ``verified``: how many
     leading groups are known to stand in ``raw`` exactly as ``head`` and their bytes
-    (−1: ``raw`` does not start with ``head``), ``brackets``: the bracket bytes of the
-    leading groups, cumulative, as far as a turn resumed from it has needed them
-    (core/resume.py), ``cost``: its estimated memory."""
+    (−1: ``raw`` does not start with ``head``), ``brackets``: the body's bracket bytes,
+    exactly (core/validation.py), ``cost``: its estimated memory."""
     raw: bytes
     head: bytes
     items: list
@@ -49,7 +48,7 @@ class LastTurn:
     blocks: dict
     walks: dict
     verified: int
-    brackets: list
+    brackets: int
     cost: int
 
 

@@ -117,26 +117,14 @@ def _resume(last: LastTurn, fmt: str, raw: bytes):
         return None
     key = _formats.get(fmt).ITEMS_KEY
     rest = body.get(key)
-    brackets += _counted(last, j)       # the cut groups' own: exact, never the last body's
+    # exact (§5.13): the last body's count, less what it held besides the shared groups
+    # (the same head, its own rest), is the shared groups' own
+    brackets += last.brackets - bracket_count(last.head + last.raw[cut:])
     if (brackets > 2 * MAX_BRACKETS or type(rest) is not list or not rest
             or sum(k == key for k, _ in top) != 1):
         return None
     body[key] = last.items[:last.groups[j - 1].end] + rest
     return body, Prior(last, j, brackets)
-
-
-def _counted(last: LastTurn, j: int) -> int:
-    """The bracket bytes of the last body's first ``j`` groups (each group's bytes, less
-    its own list's two): counted once per group, cumulative in ``last.brackets``, carried
-    to the next turn for the groups it takes (``keep``). Exact: the body holds each
-    verified group's bytes as they are (``_verified``), complete values outside any string."""
-    counted = last.brackets
-    if len(counted) < j:
-        total = counted[-1] if counted else 0
-        for r in last.group_raw[len(counted):j]:
-            total += bracket_count(r) - 2
-            counted.append(total)
-    return counted[j - 1]
 
 
 def _shared(last: LastTurn, raw: bytes) -> int:
@@ -200,12 +188,10 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
         memory.forget(key)
         return
     last = prior.last
-    took = prior.used and last is not None
-    verified = prior.reused if took and head == last.head else 0
-    counted = last.brackets[:prior.reused] if took else []     # the same groups' counts
+    verified = prior.reused if prior.used and last is not None and head == last.head else 0
     pages, blocks = prep.made()
     memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None,
-                             pages, blocks, prep.walks, verified, counted, last_turns.cost(raw)))
+                             pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
 
 
 def _head(body: dict, key: str) -> bytes:
