@@ -145,6 +145,12 @@ class WranglerExecutor:
                             + ";\nSELECT changes() AS changes")
         return int(doc[-1]["results"][0]["changes"])
 
+    async def batch(self, statements: list) -> list:
+        """The statements in one `d1 execute` (as D1's batch: one call, in order)."""
+        doc = self._execute(";\n".join(admin_sql.inline(sql, params).strip().rstrip(";")
+                                        for sql, params in statements))
+        return [list(part.get("results") or []) for part in doc]
+
 
 class PrintExecutor:
     """store.Executor that runs nothing: it collects each statement, rendered, for
@@ -167,6 +173,11 @@ class PrintExecutor:
     async def run(self, sql: str, params: list) -> int:
         self._add(sql, params)
         return 1
+
+    async def batch(self, statements: list) -> list:
+        for sql, params in statements:
+            self._add(sql, params)
+        return [[] for _ in statements]
 
 
 def apply_local_migrations(persist_to: str | None) -> None:
