@@ -253,9 +253,10 @@ def test_scheduled_cleanup_deletes_old_expired_roleplay_rows_in_bounded_batches(
     live = rows(edge, player)
 
     assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": bound, "batches": config.CLEANUP_MAX_BATCHES,
-                     "more": True}
+                     "more": True, "requests_deleted": 0, "requests_more": False}
     assert _seeded(edge) == {"old": 500, "managed": 5, "recent": 7}
-    assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": 500, "batches": 1, "more": False}
+    assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": 500, "batches": 1, "more": False,
+                                     "requests_deleted": 0, "requests_more": False}
     assert _seeded(edge) == {"managed": 5, "recent": 7}
     assert rows(edge, player) == live
     assert fetch(edge, player, pages[0]["page_id"]).status_code == 200

@@ -226,9 +226,12 @@ SELECT k.principal, ?3
   JOIN principal_policies p ON p.principal = k.principal
   JOIN roleplay_sessions s ON s.session_id = ?2 AND s.principal = k.principal AND s.ended_at IS NULL
  WHERE k.key_sha256 = ?1 AND k.revoked_at IS NULL
-   AND CASE WHEN json_type(p.grants) = 'array'   -- as _policy reads them: strings, else none
-            THEN EXISTS (SELECT 1 FROM json_each(p.grants) g WHERE g.value = 'chat')
-                 AND NOT EXISTS (SELECT 1 FROM json_each(p.grants) g WHERE g.type <> 'text') END
+   -- the grants as _policy reads them: a JSON array of strings, else none (CASE is lazy:
+   -- json_type and json_each raise on malformed JSON)
+   AND CASE WHEN json_valid(p.grants) THEN
+         CASE WHEN json_type(p.grants) = 'array'
+              THEN EXISTS (SELECT 1 FROM json_each(p.grants) g WHERE g.value = 'chat')
+                   AND NOT EXISTS (SELECT 1 FROM json_each(p.grants) g WHERE g.type <> 'text') END END
    AND (SELECT COUNT(*) FROM principal_requests r
          WHERE r.principal = k.principal AND r.at > ?3 - 60) < l.requests_per_minute
    AND (l.tokens_per_day IS NULL
@@ -700,6 +703,26 @@ async def purge_expired_pages(db: Executor, expired_before: int, batch_rows: int
     n = batch_rows
     while batches < max_batches and n == batch_rows:
         n = await db.run(SQL_PURGE_EXPIRED, [int(expired_before), int(batch_rows), ROLEPLAY])
+        deleted += n
+        batches += 1
+    return Purged(deleted, batches, n == batch_rows)
+
+
+# Request-window rows that left the window (docs/design.md §4.1): the admission counts
+# only the last 60 s, so older rows are dead weight. rowid order: oldest first.
+SQL_PURGE_OLD_REQUESTS = """
+DELETE FROM principal_requests
+ WHERE rowid IN (SELECT rowid FROM principal_requests WHERE at <= ?1 LIMIT ?2)
+"""
+
+
+async def purge_old_requests(db: Executor, now: int, batch_rows: int, max_batches: int) -> Purged:
+    """Delete `principal_requests` rows out of the window at ``now``, at most batch_rows
+    per statement and max_batches statements."""
+    deleted = batches = 0
+    n = batch_rows
+    while batches < max_batches and n == batch_rows:
+        n = await db.run(SQL_PURGE_OLD_REQUESTS, [int(now) - limits.WINDOW_SECONDS, int(batch_rows)])
         deleted += n
         batches += 1
     return Purged(deleted, batches, n == batch_rows)
