@@ -62,6 +62,7 @@ def test_past_requests_per_minute_a_429_with_retry_after_and_nothing_sent(edge, 
     edge.clock += 5
     r = edge.request("POST", path, headers, body(40, tag="RL"))
     assert r.status == 429 and r.header("retry-after") == "45"       # the first leaves at +60
+    assert r.header("x-should-retry") == "true"                          # seconds: worth waiting
     assert error_of(r, tagged) == {
         "type": "rate_limit_error", "code": "rate_limit_exceeded",
         "message": "Rate limit reached: this key allows 2 requests per minute. Retry after 45 s.",
@@ -84,6 +85,7 @@ def test_past_tokens_per_day_a_429_until_utc_midnight(edge, headers, path, body,
     r = edge.request("POST", path, headers, body(31, tag="TB"))
     wait = limits.until_tomorrow(edge.clock)
     assert r.status == 429 and r.header("retry-after") == str(wait)
+    assert r.header("x-should-retry") == "false"                         # hours: an SDK must not sleep
     err = error_of(r, tagged)
     assert (err["code"], err["limit"], err["limit_value"], err["retry_after_seconds"]) == \
         ("token_budget_exceeded", "tokens_per_day", 1000, wait)
@@ -100,7 +102,7 @@ def test_past_sessions_per_day_a_429_and_no_session(edge, headers):
     before = edge.sql("SELECT session_id FROM roleplay_sessions ORDER BY session_id")
     r = edge.request("POST", "/v1/roleplay/sessions", auth)
     wait = limits.until_tomorrow(edge.clock)
-    assert r.status == 429 and r.header("retry-after") == str(wait)
+    assert r.status == 429 and r.header("retry-after") == str(wait) and r.header("x-should-retry") == "false"
     assert r.json() == {"error": {
         "type": "rate_limit_error", "code": "session_limit_reached",
         "message": f"Session limit reached: this key may create 2 sessions per UTC day. Retry after {wait} s.",

@@ -77,7 +77,7 @@ def test_window_frees_when_the_oldest_counted_request_is_60s_old():
 
 def test_a_429_carries_retry_after_and_names_its_limit():
     err = limits.rate_limited(10, 7)
-    assert err.status == 429 and err.headers == (("retry-after", "7"),)
+    assert err.status == 429 and err.headers == (("retry-after", "7"), ("x-should-retry", "true"))
     body = json.loads(err.body())
     assert body == {"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded",
                               "message": "Rate limit reached: this key allows 10 requests per minute. "
@@ -103,7 +103,7 @@ def test_requests_per_minute_counts_admitted_turns_and_refuses_past_the_limit(db
         assert ctx.refusal is None and ctx.limits.requests_per_minute == 3
     ctx = turn(db, now=NOW + 10)
     assert ctx.refusal.code == "rate_limit_exceeded"
-    assert ctx.refusal.headers == (("retry-after", "50"),)       # NOW leaves at NOW + 60
+    assert ctx.refusal.headers[0] == ("retry-after", "50")       # NOW leaves at NOW + 60
     assert requests(db) == [{"principal": "lim", "at": NOW + i} for i in range(3)]   # the 429 took none
     assert turn(db, now=NOW + 60).refusal is None                 # NOW left the window
     assert len(requests(db)) == 4
@@ -131,7 +131,7 @@ def test_a_request_refused_for_another_reason_takes_no_slot(db):
 def test_a_limit_of_zero_refuses_every_request_for_a_whole_window(db):
     set_limits(db, requests_per_minute=0)
     ctx = turn(db)
-    assert ctx.refusal.code == "rate_limit_exceeded" and ctx.refusal.headers == (("retry-after", "60"),)
+    assert ctx.refusal.code == "rate_limit_exceeded" and ctx.refusal.headers[0] == ("retry-after", "60")
     assert requests(db) == []
 
 
@@ -153,7 +153,7 @@ def test_tokens_per_day_admits_while_under_and_frees_at_utc_midnight(db):
     usage(db, "lim", day, "anthropic:b", 50, 50)               # 1000: at the limit
     ctx = turn(db, now=NOW + 1)
     assert ctx.refusal.code == "token_budget_exceeded"
-    assert ctx.refusal.headers == (("retry-after", str(86400 - 9 * 3600 - 1)),)
+    assert ctx.refusal.headers == (("retry-after", str(86400 - 9 * 3600 - 1)), ("x-should-retry", "false"))
     assert len(requests(db)) == 1                                # the 429 took no slot
     assert turn(db, now=limits.day_start(NOW) + 86400).refusal is None   # a new UTC day
 

@@ -79,13 +79,18 @@ def window_frees_in(frees_from: Optional[int], now: int) -> int:
 
 
 class LimitReached(EdgeError):
-    """429 with `Retry-After`: the limit, its value and when it frees are in the body."""
+    """429 with `Retry-After`: the limit, its value and when it frees are in the body.
+
+    `x-should-retry` (which the `openai` and `anthropic` SDKs obey before their own rules)
+    says whether waiting is worth it: yes for the request window (seconds), no for a day
+    limit (hours: the `anthropic` SDK would otherwise sleep until UTC midnight)."""
     status = 429
 
     def __init__(self, code: str, message: str, limit: str, value: int, retry_after: int):
         super().__init__(code=code, message=message, limit=limit, limit_value=value,
                          retry_after_seconds=retry_after)
-        self.headers = (("retry-after", str(retry_after)),)
+        retry = "true" if limit == "requests_per_minute" else "false"
+        self.headers = (("retry-after", str(retry_after)), ("x-should-retry", retry))
 
 
 def rate_limited(value: int, retry_after: int) -> LimitReached:
