@@ -242,3 +242,7 @@ def test_purge_old_requests_keeps_the_window(db):
     done = run(store.purge_old_requests(db, NOW, 10, 2))
     assert done == store.Purged(2, 1, False)
     assert [r["at"] for r in requests(db)] == [NOW - 59, NOW]
+
+
+def test_healthz_checks_the_limits_tables():
+    assert {"principal_limits", "principal_requests"} <= set(store.TABLES)
