@@ -11,6 +11,15 @@ Alternating per round (the order swapped every round), medians, CPython:
 
 SQLite here stands in for D1's own engine: its times say what the statements cost the
 database, not the Worker; the decode is the Worker's CPU (`cpu_load_ms`).
+
+Through two local runners, one from each repository (the before one a checkout of the
+older commit with this one's node_modules, .venv and .cache linked in), steady turns
+(the same 32k-window chat again: nothing new to store) alternated between the before
+runner, the after runner, and the after runner with every limit set on its principal;
+medians of the client's wall time, the Worker's `ms`, its CPU phases (`cpu_*_ms`) and
+`load_ms` (the D1 round trip, local Miniflare's):
+
+    python bench/bench_limits.py --runner BEFORE_REPO [--sizes 50,200] [--rounds 60]
 """
 
 from __future__ import annotations
@@ -102,11 +111,85 @@ def read(store, db):
     return t1 - t0, t2 - t1
 
 
+def runner_ab(before_repo: str, sizes, rounds: int) -> None:
+    """Steady turns through two runners, alternated (see the module's docstring)."""
+    import json
+    from pathlib import Path
+    repo = Path(HERE).parent
+    sys.path[:0] = [str(repo), str(repo / "src")]
+    import devkit.runner as runner
+    from devkit import roleplay as rp
+    from devkit.fakes import FakeServer, Reply
+
+    def reply(rec):
+        return Reply(chunks=[json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 0,
+                                         "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": "ok"}}]}).encode()])
+
+    def start(root, state, url):
+        runner.ROOT = Path(root)          # which repository's runner and src/ it starts
+        edge = runner.Edge(Path(state), vars=rp.edge_vars(url))
+        rp.set_model(edge, "fake:rp-32k", 32000, 1000)
+        return edge
+
+    def log_of(edge, since):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            found = [r for r in edge.logs()[since:] if r.get("route") == "generate"]
+            if found:
+                return found[-1]
+            time.sleep(0.005)
+        raise RuntimeError("no log line")
+
+    with FakeServer(reply) as provider, tempfile.TemporaryDirectory() as state:
+        edges = [start(before_repo, state + "/before", provider.url), start(repo, state + "/after", provider.url)]
+        try:
+            print("| exchanges | run | client wall ms | Worker ms | Worker CPU phases ms | load_ms |")
+            print("|---:|---|---:|---:|---:|---:|")
+            for n in sizes:
+                body = rp.chat_body(n, model="fake:rp-32k", size=450, tag=f"AB{n}")
+                runs = {"before": (edges[0], rp.new_player(edges[0])), "after": (edges[1], rp.new_player(edges[1])),
+                        "after, limits set": (edges[1], rp.new_player(edges[1]))}
+                edges[1].sql("INSERT INTO principal_limits VALUES (?1, 100000, 1000000000, 100, 100000000, 0)",
+                             runs["after, limits set"][1].principal)
+                for edge, player in runs.values():
+                    for _ in range(3):       # the first paging, then warm
+                        edge.client.post("/v1/chat/completions", json=body, headers=player.headers()).raise_for_status()
+                got = {k: {"wall": [], "ms": [], "cpu": [], "load": []} for k in runs}
+                for r in range(rounds):
+                    for k in (list(runs) if r % 2 == 0 else list(reversed(runs))):
+                        edge, player = runs[k]
+                        since, t = len(edge.logs()), time.perf_counter()
+                        edge.client.post("/v1/chat/completions", json=body, headers=player.headers()).raise_for_status()
+                        got[k]["wall"].append((time.perf_counter() - t) * 1000)
+                        log = log_of(edge, since)
+                        got[k]["ms"].append(log["ms"])
+                        got[k]["cpu"].append(sum(v for name, v in log.items() if name.startswith("cpu_")))
+                        got[k]["load"].append(log.get("load_ms", 0))
+                for k, v in got.items():
+                    print(f"| {n} | {k} | " + " | ".join(f"{statistics.median(v[m]):.2f}"
+                                                         for m in ("wall", "ms", "cpu", "load")) + " |")
+        finally:
+            for edge in edges:
+                edge.stop()
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("before")
-    ap.add_argument("after")
+    ap.add_argument("before", nargs="?")
+    ap.add_argument("after", nargs="?")
+    ap.add_argument("--runner", metavar="BEFORE_REPO", help="A/B through two runners instead")
+    ap.add_argument("--sizes", default="50,200")
+    ap.add_argument("--rounds", type=int, default=60)
     args = ap.parse_args(argv)
+    if args.runner:
+        runner_ab(args.runner, [int(x) for x in args.sizes.split(",")], args.rounds)
+        return 0
+    if not (args.before and args.after):
+        ap.error("BEFORE_TREE and AFTER_TREE, or --runner BEFORE_REPO")
     with tempfile.TemporaryDirectory() as into:
         sys.path.insert(0, into)
         stores = {"before": load(args.before, "edge_before", into), "after": load(args.after, "edge_after", into)}
