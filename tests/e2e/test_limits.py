@@ -175,3 +175,19 @@ def test_a_turn_is_one_d1_round_trip_before_dispatch(edge, provider, limited):
     d = {k: s1[k] - s0[k] for k in ("d1_batches", "d1_statements", "d1_rows_changed")}
     # steady: one batch (admission + read), nothing else; limited, its one request row
     assert d == {"d1_batches": 1, "d1_statements": 0, "d1_rows_changed": 1 if limited else 0}
+
+
+def test_a_failing_admission_is_a_503_and_nothing_is_sent_or_counted(edge, provider):
+    """The batch is one transaction: its admission failing fails the read with it."""
+    player = rp.new_player(edge)
+    limit(edge, player.principal, requests_per_minute=5)
+    edge.inject(d1_sql="INSERT INTO principal_requests")
+    try:
+        r = edge.client.post("/v1/messages", json=rp.messages_body(30, tag=player.principal),
+                             headers=player.headers())
+    finally:
+        edge.inject(d1_sql="")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "storage_failed"
+    assert r.json()["type"] == "error"
+    assert reached(provider, player) == 0 and stored(edge, player) == []
+    assert edge.sql("SELECT at FROM principal_requests WHERE principal = ?1", player.principal) == []

@@ -217,3 +217,14 @@ def test_concurrent_turns_never_pass_requests_per_minute(edge, headers):
         return await asyncio.gather(*(one() for _ in range(20)))
     statuses = edge.loop.run_until_complete(burst())
     assert sorted(statuses) == [200] * 7 + [429] * 13 and len(edge.sent) == 7
+
+
+def test_a_failing_batch_is_a_503_and_takes_no_slot(edge, headers):
+    set_limits(edge, requests_per_minute=5)
+    edge.executor.fail_sql = "json_group_object(m.model"   # the read, after the admission ran
+    try:
+        r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30))
+    finally:
+        edge.executor.fail_sql = None
+    assert r.status == 503 and r.json()["error"]["code"] == "storage_failed"
+    assert edge.sent == [] and edge.sql("SELECT * FROM principal_requests") == []   # rolled back
