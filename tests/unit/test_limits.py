@@ -246,3 +246,21 @@ def test_purge_old_requests_keeps_the_window(db):
 
 def test_healthz_checks_the_limits_tables():
     assert {"principal_limits", "principal_requests"} <= set(store.TABLES)
+
+
+@pytest.mark.parametrize("name,params", [
+    ("SQL_ADMIT_GENERATION", ["k", "s", NOW, "d"]),
+    ("SQL_LOAD_GENERATION_CONTEXT", ["k", "s", "[]", NOW, "roleplay", "d"]),
+    ("SQL_CREATE_SESSION", ["s", "p", NOW, NOW - 10]),
+    ("SQL_PRINCIPAL_LIMITS_AND_COUNTS", ["p", NOW, NOW - 10, "roleplay"])])
+def test_the_limits_statements_search_by_index_never_scan_a_table(name, params):
+    """Each count is an index range of its principal (the admission: the key's row, then
+    the absent limits row, for a principal without limits)."""
+    conn = migrated_connection()
+    plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + getattr(store, name), params)]
+    scans = [p for p in plan if p.startswith("SCAN") and "VIRTUAL TABLE" not in p and "(subquery-" not in p
+             and "CONSTANT ROW" not in p]
+    assert not scans, plan
+    if name == "SQL_ADMIT_GENERATION":
+        assert plan[:2] == ["SEARCH k USING INDEX sqlite_autoindex_roleplay_keys_1 (key_sha256=?)",
+                            "SEARCH l USING INDEX sqlite_autoindex_principal_limits_1 (principal=?)"]
