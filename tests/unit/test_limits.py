@@ -264,3 +264,10 @@ def test_the_limits_statements_search_by_index_never_scan_a_table(name, params):
     if name == "SQL_ADMIT_GENERATION":
         assert plan[:2] == ["SEARCH k USING INDEX sqlite_autoindex_roleplay_keys_1 (key_sha256=?)",
                             "SEARCH l USING INDEX sqlite_autoindex_principal_limits_1 (principal=?)"]
+
+
+def test_a_context_reports_every_limit_set_even_one_generation_does_not_count(db):
+    set_limits(db, sessions_per_day=4)
+    ctx = turn(db)
+    assert ctx.limits.sessions_per_day == 4 and ctx.refusal is None and requests(db) == []
+    assert limits.WINDOW_SECONDS == 60 and "r.at > ?3 - 60" in store.SQL_ADMIT_GENERATION

@@ -169,7 +169,8 @@ def _page_columns(alias: str = "c", prefix: str = "") -> str:
 
 # The principal's limits (docs/design.md §4.1), joined by every read that enforces them;
 # no row = unlimited. Each count below is evaluated only when its limit is set (CASE is
-# lazy): a principal without limits costs the one lookup.
+# lazy): a principal without limits costs the one lookup. The request window is the 60 s
+# of core.limits.WINDOW_SECONDS (`at > now - 60`).
 _LIMIT_COLUMNS = """l.requests_per_minute AS limit_requests_per_minute,
        l.tokens_per_day AS limit_tokens_per_day, l.sessions_per_day AS limit_sessions_per_day,
        l.active_bytes AS limit_active_bytes"""
@@ -299,7 +300,7 @@ def generation_context(row: Optional[dict], counted: bool = False,
 def _admission(row: dict, counted: bool, now: int) -> dict:
     """The limits and what they say of this turn; nothing to decode without a limit."""
     if row.get("limit_requests_per_minute") is None and row.get("limit_tokens_per_day") is None \
-            and row.get("limit_active_bytes") is None:
+            and row.get("limit_active_bytes") is None and row.get("limit_sessions_per_day") is None:
         return {}
     lim = limits.limits_of(row, "limit_")
     refusal = None
