@@ -73,7 +73,7 @@ def turn(edge: Edge, body: dict, headers: dict) -> dict:
     while len(edge.logs()) <= n and time.monotonic() < deadline:
         time.sleep(0.01)
     log = last_log(edge)
-    return {"d1": d["d1_statements"], "changed": d.get("d1_rows_changed", 0),
+    return {"d1": d["d1_statements"] + d["d1_batches"], "changed": d.get("d1_rows_changed", 0),
             "written": d.get("d1_rows_written", 0), "puts": d["r2_puts"], "pages": log.get("pages", 0),
             "new": log.get("new_pages", 0), "wall_ms": wall, "store_ms": log.get("store_ms", 0.0)}
 
@@ -214,7 +214,7 @@ def summary(out: dict):
     print(f"| largest first paging accepted | {acc.get('pages')} pages, "
           f"{(acc.get('bytes') or 0) / 1048576:.2f} MiB, {acc.get('r2_puts')} R2 puts "
           f"(next: {ref.get('status')} {ref.get('code')}) |")
-    print(f"| D1 statements per steady turn (median, one new page; nothing new) | {s['d1']:g}; "
+    print(f"| D1 round trips per steady turn (median, one new page; nothing new) | {s['d1']:g}; "
           f"{out['same_turn']['d1']} |")
     print(f"| orphan R2 objects after {out['writers']} concurrent writers | {cw['orphan_objects']} "
           f"(rows without object: {cw['rows_without_object']}) |")

@@ -1,4 +1,4 @@
-"""The admin CLI's statements (keys, policies, models) and the SQL literal renderer it
+"""The admin CLI's statements (keys, policies, models, limits) and the SQL literal renderer it
 uses with `wrangler d1 execute --command`. The Worker never writes these tables.
 """
 
@@ -8,6 +8,7 @@ import json
 from typing import Any, Sequence
 
 from multillm_edge.base.jsonbytes import compact_text
+from multillm_edge.core.limits import NAMES as LIMIT_NAMES
 from multillm_edge.storage.store import RETENTIONS, Executor
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -40,6 +41,28 @@ SQL_SET_MODEL = """
 INSERT INTO models (model, input_tokens, max_output_tokens) VALUES (?1, ?2, ?3)
 ON CONFLICT(model) DO UPDATE SET
   input_tokens = excluded.input_tokens, max_output_tokens = excluded.max_output_tokens
+"""
+
+# The limits of a principal (docs/design.md §4.1): ?2..?5 the values in LIMIT_NAMES order,
+# ?6 now, ?7..?10 1 where the value replaces the stored one (set or cleared), 0 where the
+# stored one stays. Not a policy revision: pages stay retrievable.
+SQL_SET_LIMITS = """
+INSERT INTO principal_limits (principal, requests_per_minute, tokens_per_day, sessions_per_day,
+                              active_bytes, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT(principal) DO UPDATE SET
+  requests_per_minute = CASE WHEN ?7 THEN excluded.requests_per_minute ELSE requests_per_minute END,
+  tokens_per_day      = CASE WHEN ?8 THEN excluded.tokens_per_day ELSE tokens_per_day END,
+  sessions_per_day    = CASE WHEN ?9 THEN excluded.sessions_per_day ELSE sessions_per_day END,
+  active_bytes        = CASE WHEN ?10 THEN excluded.active_bytes ELSE active_bytes END,
+  updated_at          = excluded.updated_at
+"""
+
+SQL_SHOW_LIMITS = """
+SELECT updated_at,
+       (SELECT COALESCE(SUM(u.input_tokens + u.output_tokens), 0) FROM principal_usage u
+         WHERE u.principal = ?1 AND u.day = ?2) AS tokens_today
+  FROM (SELECT 1) LEFT JOIN principal_limits l ON l.principal = ?1
 """
 
 
@@ -148,6 +171,29 @@ async def set_policy(db: Executor, principal: str, revision: int, grants: Sequen
     if not all(isinstance(g, str) and g for g in grants):
         raise ValueError("grants must be non-empty strings")
     await db.run(SQL_SET_POLICY, [principal, revision, compact_text(grants, ascii=True), retention, int(now)])
+
+
+async def set_limits(db: Executor, principal: str, values: dict, cleared: Sequence[str],
+                     now: int) -> None:
+    """Set the limits in ``values`` (name -> integer >= 0) and clear those in ``cleared``
+    (unlimited); the others stay as they are."""
+    unknown = (set(values) | set(cleared)) - set(LIMIT_NAMES)
+    if unknown:
+        raise ValueError(f"unknown limit {sorted(unknown)[0]}: one of {', '.join(LIMIT_NAMES)}")
+    if set(values) & set(cleared):
+        raise ValueError(f"{sorted(set(values) & set(cleared))[0]} is both set and cleared")
+    if not values and not cleared:
+        raise ValueError("nothing to change: give a limit to set or --clear NAME")
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _INT64_MAX:
+            raise ValueError(f"{name} must be an integer >= 0")
+    touched = [1 if n in values or n in cleared else 0 for n in LIMIT_NAMES]
+    await db.run(SQL_SET_LIMITS, [principal, *(values.get(n) for n in LIMIT_NAMES), int(now), *touched])
+
+
+async def show_limits(db: Executor, principal: str, day: str) -> dict:
+    """When the principal's limits last changed (None: never set) and its tokens of ``day``."""
+    return await db.first(SQL_SHOW_LIMITS, [principal, day]) or {}
 
 
 async def set_model(db: Executor, model: str, input_tokens: int, max_output_tokens: int) -> None:

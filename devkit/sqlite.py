@@ -45,6 +45,19 @@ class SqliteExecutor:
             self.conn.commit()
         return rows
 
+    async def batch(self, statements: list) -> list[list[dict]]:
+        """As D1's batch: the statements in order, one transaction (all or nothing)."""
+        out = []
+        try:
+            for sql, params in statements:
+                cur = self._cursor(sql, params)
+                out.append([self._row(cur, r) for r in cur.fetchall()] if cur.description else [])
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
+        return out
+
     async def run(self, sql: str, params: list) -> int:
         # cursor.rowcount is -1 for statements starting with WITH (CPython only counts
         # statements it recognizes as DML); total_changes counts like D1's meta.changes.

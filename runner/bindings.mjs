@@ -41,13 +41,20 @@ class D1PreparedStatement {
   run() { counts.d1_statements++; return this.#fault() ?? metered(this.#stmt.run()); }
   raw(options) { counts.d1_statements++; return this.#fault() ?? this.#stmt.raw(options); }
   get inner() { return this.#stmt; }
+  get faulty() { return Boolean(faults.d1_sql && this.#sql.includes(faults.d1_sql)); }
 }
 
 export class D1Database {
   #db;
   constructor(db) { this.#db = db; }
   prepare(sql) { return new D1PreparedStatement(this.#db.prepare(sql), sql); }
-  batch(statements) { counts.d1_batches++; return this.#db.batch(statements.map((s) => s.inner)); }
+  // One round trip (counted as one batch, its statements not again); its writes are metered.
+  batch(statements) {
+    counts.d1_batches++;
+    const fault = statements.find((s) => s.faulty);
+    if (fault) return Promise.reject(new Error("injected D1 fault"));
+    return this.#db.batch(statements.map((s) => s.inner)).then((results) => Promise.all(results.map((r) => metered(Promise.resolve(r)))));
+  }
   exec(sql) { return this.#db.exec(sql); }
   dump() { return this.#db.dump(); }
 }

@@ -15,6 +15,9 @@
     session list   [--principal P] [--open] | session show S
     model set      provider:model --input-tokens N --max-output-tokens M
     model list | model show provider:model
+    limits set     --principal P [--requests-per-minute N] [--tokens-per-day N]
+                   [--sessions-per-day N] [--active-bytes N] [--clear NAME]...
+    limits show    P                                    each limit, what counts against it, what is left
 
 Every statement comes from src/multillm_edge/storage/store.py or devkit/admin_sql.py, rendered
 with `admin_sql.inline`
@@ -55,6 +58,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from devkit import admin_sql  # noqa: E402
 from multillm_edge.storage import store  # noqa: E402
 from multillm_edge.core.config import split_model  # noqa: E402
+from multillm_edge.core.limits import NAMES as LIMIT_NAMES, utc_day  # noqa: E402
 from multillm_edge.base.errors import EdgeError  # noqa: E402
 # The key format the edge reserves: never forwarded to the origin (docs/design.md §2).
 from multillm_edge.service.reserved_keys import KEY_PREFIX  # noqa: E402
@@ -145,6 +149,12 @@ class WranglerExecutor:
                             + ";\nSELECT changes() AS changes")
         return int(doc[-1]["results"][0]["changes"])
 
+    async def batch(self, statements: list) -> list:
+        """The statements in one `d1 execute` (as D1's batch: one call, in order)."""
+        doc = self._execute(";\n".join(admin_sql.inline(sql, params).strip().rstrip(";")
+                                        for sql, params in statements))
+        return [list(part.get("results") or []) for part in doc]
+
 
 class PrintExecutor:
     """store.Executor that runs nothing: it collects each statement, rendered, for
@@ -167,6 +177,11 @@ class PrintExecutor:
     async def run(self, sql: str, params: list) -> int:
         self._add(sql, params)
         return 1
+
+    async def batch(self, statements: list) -> list:
+        for sql, params in statements:
+            self._add(sql, params)
+        return [[] for _ in statements]
 
 
 def apply_local_migrations(persist_to: str | None) -> None:
@@ -195,6 +210,13 @@ def _name(value: str) -> str:
 def _positive(value: str) -> int:
     if not re.fullmatch(r"[0-9]{1,12}", value) or int(value) <= 0:
         raise argparse.ArgumentTypeError("must be a positive integer")
+    return int(value)
+
+
+def _count(value: str) -> int:
+    """A limit: an integer >= 0 (0 refuses everything it counts)."""
+    if not re.fullmatch(r"[0-9]{1,15}", value):
+        raise argparse.ArgumentTypeError("must be a non-negative integer")
     return int(value)
 
 
@@ -363,8 +385,37 @@ async def cmd_policy_set(db, a):
 async def cmd_session_create(db, a):
     session_id = SESSION_PREFIX + secrets.token_urlsafe(18)
     now = int(time.time())
-    await store.create_session(db, session_id, a.principal, now)
+    if not await store.create_session(db, session_id, a.principal, now):
+        raise AdminError(f"{a.principal} has reached its sessions_per_day limit today "
+                         "(`limits show`; `limits set --clear sessions_per_day` lifts it)")
     return {"session_id": session_id, "principal": a.principal, "created_at": now}, session_id
+
+
+async def cmd_limits_set(db, a):
+    values = {n: getattr(a, n) for n in LIMIT_NAMES if getattr(a, n) is not None}
+    cleared = list(dict.fromkeys(a.clear or []))
+    await admin_sql.set_limits(db, a.principal, values, cleared, int(time.time()))
+    said = [f"{n} {v}" for n, v in values.items()] + [f"{n} unlimited" for n in cleared]
+    return ({"principal": a.principal, "set": values, "cleared": cleared},
+            f"limits of {a.principal}: " + ", ".join(said))
+
+
+async def cmd_limits_show(db, a):
+    """Each limit (None: unlimited), what counts against it now and what is left (design §4.1)."""
+    now = int(time.time())
+    counts = await store.principal_limits_and_counts(db, a.principal, now)
+    extra = await admin_sql.show_limits(db, a.principal, utc_day(now))
+    tokens = int(extra.get("tokens_today") or 0)
+    used = {"requests_per_minute": counts.requests_in_window, "tokens_per_day": tokens,
+            "sessions_per_day": counts.sessions_today, "active_bytes": counts.active_bytes}
+    lim = counts.limits.as_dict()
+    remaining = counts.remaining(tokens)
+    res = {"principal": a.principal, "limits": lim, "used": used, "remaining": remaining,
+           "updated_at": extra.get("updated_at")}
+    rows = [{"limit": n, "value": lim[n], "used": used[n], "remaining": remaining[n]}
+            for n in LIMIT_NAMES]
+    return res, table(rows, "") + ("" if lim != dict.fromkeys(LIMIT_NAMES) else
+                                   f"\n{a.principal} has no limits (unlimited).")
 
 
 async def cmd_session_end(db, a):
@@ -411,7 +462,7 @@ def _common(defaults: bool) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     common = _common(defaults=False)
     parser = argparse.ArgumentParser(prog="npm run admin --", parents=[_common(defaults=True)],
-                                     description="Roleplay edge admin: keys, policies, sessions, models.")
+                                     description="Roleplay edge admin: keys, policies, sessions, models, limits.")
     groups = parser.add_subparsers(dest="group", required=True)
 
     key = groups.add_parser("key", help="roleplay API keys").add_subparsers(dest="action", required=True)
@@ -474,6 +525,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = model.add_parser("show", parents=[common], help="a model's window sizes")
     p.add_argument("model", type=_model, metavar="provider:model")
     p.set_defaults(func=cmd_model_show)
+
+    lim = groups.add_parser("limits", help="a principal's limits (not a policy revision)"
+                            ).add_subparsers(dest="action", required=True)
+    p = lim.add_parser("set", parents=[common], help="set or clear limits; the others stay")
+    p.add_argument("--principal", required=True, type=_name)
+    for n in LIMIT_NAMES:
+        p.add_argument("--" + n.replace("_", "-"), dest=n, type=_count, metavar="N")
+    p.add_argument("--clear", action="append", choices=LIMIT_NAMES, metavar="NAME",
+                   help="remove a limit (unlimited); repeatable: " + ", ".join(LIMIT_NAMES))
+    p.set_defaults(func=cmd_limits_set)
+    p = lim.add_parser("show", parents=[common], help="a principal's limits, use and what is left")
+    p.add_argument("principal", type=_name)
+    p.set_defaults(func=cmd_limits_show)
     return parser
 
 

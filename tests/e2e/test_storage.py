@@ -90,7 +90,7 @@ def test_steady_turns_write_only_their_new_pages_then_one_turn_refreshes_all(edg
     body = rp.one_page_each("chat", rp.chat_body(200, model="fake:rp-32k", size=450, tag="SD"))
     msgs = body["messages"]
     pages, d = turn(edge, player, body)
-    assert len(pages) > 150 and d["r2_puts"] == 1 and d["d1_statements"] == 2
+    assert len(pages) > 150 and d["r2_puts"] == 1 and (d["d1_batches"], d["d1_statements"]) == (1, 1)
     assert d["d1_rows_changed"] == len(pages)
     moves = 0
     for i in range(4):
@@ -101,7 +101,7 @@ def test_steady_turns_write_only_their_new_pages_then_one_turn_refreshes_all(edg
         new = set(after) - set(before)
         changed = {pid for pid, row in after.items() if row != before.get(pid)}
         assert len(new) <= 1 and d["r2_puts"] == len(new)       # one put, for the new page
-        assert d["d1_rows_changed"] == len(changed) and d["d1_statements"] == 1 + len(new)
+        assert d["d1_rows_changed"] == len(changed) and (d["d1_batches"], d["d1_statements"]) == (1, len(new))
         # Besides it, only rows merged into its object (§5.9): same page, same bytes.
         moved = changed - new
         assert not moved or new
@@ -114,9 +114,11 @@ def test_steady_turns_write_only_their_new_pages_then_one_turn_refreshes_all(edg
         assert {p["page_id"]: p["expires_at"] for p in pages} == \
             {pid: after[pid]["expires_at"] for pid in (p["page_id"] for p in pages)}
     assert moves                 # the steady turns' small objects were merged at least once
-    # Nothing new: the context read is the only statement; nothing written at all.
+    # Nothing new: the context read (one batch with the admission, §4.1) is the only round
+    # trip; nothing written at all.
     pages, d = turn(edge, player, {**body, "messages": msgs})
-    assert (d["d1_statements"], d["d1_rows_changed"], d["d1_rows_written"], d["r2_puts"]) == (1, 0, 0, 0)
+    assert (d["d1_batches"], d["d1_statements"], d["d1_rows_changed"], d["d1_rows_written"], d["r2_puts"]) == \
+        (1, 0, 0, 0, 0)
     # Under half the TTL left: one turn refreshes every page once, in place...
     before = rows(edge, player)
     edge.set_clock(1900)
@@ -124,7 +126,8 @@ def test_steady_turns_write_only_their_new_pages_then_one_turn_refreshes_all(edg
         pages, d = turn(edge, player, {**body, "messages": msgs})
         after = rows(edge, player)
         assert {p["page_id"] for p in pages} == set(after) == set(before)
-        assert d["d1_rows_changed"] == len(after) and d["r2_puts"] == 0 and d["d1_statements"] == 2
+        assert d["d1_rows_changed"] == len(after) and d["r2_puts"] == 0
+        assert (d["d1_batches"], d["d1_statements"]) == (1, 1)
         for pid, row in after.items():
             assert row["expires_at"] >= before[pid]["expires_at"] + 1899
             assert row["signature"] != before[pid]["signature"]
@@ -133,7 +136,7 @@ def test_steady_turns_write_only_their_new_pages_then_one_turn_refreshes_all(edg
         assert {p["page_id"]: p["expires_at"] for p in pages} == {pid: r["expires_at"] for pid, r in after.items()}
         # ...and the next turn is steady again.
         pages, d = turn(edge, player, {**body, "messages": msgs})
-        assert (d["d1_statements"], d["d1_rows_changed"], d["r2_puts"]) == (1, 0, 0)
+        assert (d["d1_batches"], d["d1_statements"], d["d1_rows_changed"], d["r2_puts"]) == (1, 0, 0, 0)
         assert fetch(edge, player, pages[0]["page_id"]).status_code == 200
     finally:
         edge.set_clock(0)
@@ -253,9 +256,10 @@ def test_scheduled_cleanup_deletes_old_expired_roleplay_rows_in_bounded_batches(
     live = rows(edge, player)
 
     assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": bound, "batches": config.CLEANUP_MAX_BATCHES,
-                     "more": True}
+                     "more": True, "requests_deleted": 0, "requests_more": False}
     assert _seeded(edge) == {"old": 500, "managed": 5, "recent": 7}
-    assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": 500, "batches": 1, "more": False}
+    assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": 500, "batches": 1, "more": False,
+                                     "requests_deleted": 0, "requests_more": False}
     assert _seeded(edge) == {"managed": 5, "recent": 7}
     assert rows(edge, player) == live
     assert fetch(edge, player, pages[0]["page_id"]).status_code == 200

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tests.hostile.generator import KEY, MODELS_LISTED, OTHER_KEY, RESERVED_TOKEN, Case
+from tests.hostile.generator import (KEY, LIMIT_CODES, LIMITED_KEY, MODELS_LISTED, OTHER_KEY,
+                                     RESERVED_TOKEN, SPENT_KEY, Case)
 
 
 @dataclass
@@ -154,6 +155,25 @@ def check_anchors(case: Case, seen: Observed) -> None:
     assert sent <= max(bp.MAX_BREAKPOINTS, theirs), f"{sent} breakpoints upstream\n{case.describe()}"
 
 
+def check_limits(case: Case, seen: Observed, err: dict | None) -> None:
+    """A principal's limits (design §4.1): only a key with limits meets them; a 429 names
+    its limit and carries a whole-seconds `Retry-After`; SPENT's generations never pass."""
+    where = case.describe()
+    auth = case.headers.get("Authorization", "") + case.headers.get("x-api-key", "")
+    limited = LIMITED_KEY in auth or SPENT_KEY in auth
+    code = (err or {}).get("code")
+    if seen.status == 429 or code in LIMIT_CODES[413]:
+        assert limited and code in LIMIT_CODES[seen.status], f"{seen.status} {code}\n{where}"
+    if seen.status == 429:
+        if seen.headers is not None:
+            retry = dict(seen.headers).get("retry-after", "")
+            assert retry.isdigit() and 1 <= int(retry) <= 86400, where
+            assert int(retry) == err["retry_after_seconds"], where
+        assert err["limit"] in ("requests_per_minute", "tokens_per_day", "sessions_per_day"), where
+    if SPENT_KEY in auth and case.path.split("?")[0] in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+        assert seen.status != 200 and not seen.provider_requests, f"a spent key was served\n{where}"
+
+
 def check(case: Case, seen: Observed) -> None:
     """Raise AssertionError (with the case) if any invariant is broken."""
     if "declares" in case.notes:
@@ -162,7 +182,7 @@ def check(case: Case, seen: Observed) -> None:
     where = case.describe()
     assert seen.status < 500 or relayed, f"{seen.status} {seen.body[:300]!r}\n{where}"
     for headers, body in seen.provider_requests:
-        for key in (KEY, OTHER_KEY):
+        for key in (KEY, OTHER_KEY, LIMITED_KEY, SPENT_KEY):
             assert key not in headers and key.encode() not in body, f"roleplay key reached a provider\n{where}"
     if case.roleplay:
         assert seen.origin_requests == 0, f"roleplay traffic reached the origin\n{where}"
@@ -170,11 +190,13 @@ def check(case: Case, seen: Observed) -> None:
         assert not RESERVED_TOKEN.search(headers), f"a roleplay-format key reached the origin\n{where}"
     if "reserved" in case.notes and case.notes.get("declares") is None:   # a declaring batch: 400 first
         check_reserved(case, seen)
+    err = None
     if case.method != "HEAD" and (seen.status >= 400 and not relayed):
         doc = json.loads(seen.body)
         err = doc["error"]
         assert isinstance(err["code"], str) and isinstance(err["message"], str), where
         assert (doc.get("type") == "error") == case.anthropic, f"wrong envelope\n{where}"
+    check_limits(case, seen, err)
     if case.notes.get("search"):
         check_search(case, seen)
     if seen.status == 200 and seen.provider_requests:

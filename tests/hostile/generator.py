@@ -27,6 +27,24 @@ from devkit import roleplay as rp
 KEY = "rpk_" + "hostile_KEY_7f3e".ljust(43, "0")     # the admin CLI's format (§2)
 OTHER_KEY = "rpk_" + "hostile_other_91ab".ljust(43, "0")
 SESSION = "rps_hostile_session"
+# Principals with limits (design §4.1): LIMITED's requests_per_minute, sessions_per_day
+# and active_bytes are small, so bursts of its cases meet each; SPENT's tokens_per_day
+# is 0, so every generation of it is refused.
+LIMITED_KEY, LIMITED_SESSION = "rpk_hostile_limited_4d1c", "rps_hostile_limited"
+SPENT_KEY, SPENT_SESSION = "rpk_hostile_spent_77aa", "rps_hostile_spent"
+LIMITS = {"p_limited": {"requests_per_minute": 3, "sessions_per_day": 2, "active_bytes": 1500},
+          "p_spent": {"tokens_per_day": 0}}
+LIVE_KEYS = (KEY, OTHER_KEY, LIMITED_KEY, SPENT_KEY)
+LIMIT_CODES = {429: ("rate_limit_exceeded", "token_budget_exceeded", "session_limit_reached"),
+               413: ("context_principal_limit_exceeded",)}
+
+
+def seed_limited(sql) -> None:
+    """Give LIMITED and SPENT their limits; ``sql(statement, *params)`` runs on the edge's D1."""
+    for principal, values in LIMITS.items():
+        cols = ", ".join(values)
+        sql(f"INSERT INTO principal_limits (principal, {cols}, updated_at) VALUES "
+            f"(?1, {', '.join(f'?{i + 2}' for i in range(len(values)))}, 0)", principal, *values.values())
 MODEL = "fake:rp-small"
 WINDOW = 1500          # small: most valid bodies page
 RECALL_MODEL, RECALL_WINDOW = "fake:rp-wide", 9000   # recall's room (15 %) holds a moment
@@ -275,8 +293,12 @@ def roleplay_headers(rng: random.Random) -> tuple[str, dict]:
     headers = {"Authorization": f"Bearer {KEY}", "X-Roleplay-Session-ID": SESSION,
                "Content-Type": "application/json"}
     r = rng.random()
-    if r < 0.80:
+    if r < 0.72:
         return "valid", headers
+    if r < 0.80:     # bursts of a principal with limits: its window fills, its bytes run out
+        key, session = (LIMITED_KEY, LIMITED_SESSION) if r < 0.785 else (SPENT_KEY, SPENT_SESSION)
+        headers.update({"Authorization": f"Bearer {key}", "X-Roleplay-Session-ID": session})
+        return "limited" if key == LIMITED_KEY else "spent", headers
     variant = rng.choice(["empty_session", "blank_session", "long_session", "sql_session",
                           "no_key", "bearer_only", "x_api_key", "wrong_key", "other_key",
                           "content_type", "no_content_type", "lower_bearer", "passed_headers"])
@@ -393,7 +415,7 @@ def models_case(rng: random.Random, n: int) -> Case:
         headers["X-Roleplay-Session-ID"] = rng.choice([SESSION, "", "' OR 1=1"])
     # As an HTTP client sends it: values trimmed.
     on_edge = (method == "GET" and path.split("?")[0] == "/v1/models"
-               and (presented_key({k: v.strip() for k, v in headers.items()}) or "") in (KEY, OTHER_KEY))
+               and (presented_key({k: v.strip() for k, v in headers.items()}) or "") in LIVE_KEYS)
     body = b"" if method in ("GET", "HEAD", "OPTIONS") else b'{"a":1}'
     reserved = carries_reserved(headers)
     notes = {"models": "edge" if on_edge else "refused" if reserved else "forward"}
@@ -434,7 +456,7 @@ def reserved_notes(method: str, path: str, headers: dict, carried: bool | None =
             return {}
         # An HTTP client resolves "../" first: such a path may leave the edge's routes.
         return {"reserved": (400, 401, 403) if "/.." in bare else (400,)}
-    live = (presented_key({k: v.strip() for k, v in headers.items()}) or "") in (KEY, OTHER_KEY)
+    live = (presented_key({k: v.strip() for k, v in headers.items()}) or "") in LIVE_KEYS
     if method == "GET" and bare == "/v1/models" and live:
         return {}                                     # the edge's list (models_case)
     return {"reserved": (403,) if live else (401,)}

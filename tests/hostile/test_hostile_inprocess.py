@@ -6,6 +6,7 @@ names the seed and the case, so `HOSTILE_SEED=<seed> pytest tests/hostile` repla
 """
 
 import gc
+import json
 import os
 import random
 import time
@@ -33,6 +34,9 @@ def hostile_edge() -> tuple[LocalEdge, dict]:
     edge.seed_player("p_other", gen.OTHER_KEY, "rps_other")
     edge.seed_player("p_revoked", gen.REVOKED_KEY, "rps_revoked")
     edge.sql("UPDATE roleplay_keys SET revoked_at = 1 WHERE principal = 'p_revoked'")
+    edge.seed_player("p_limited", gen.LIMITED_KEY, gen.LIMITED_SESSION)
+    edge.seed_player("p_spent", gen.SPENT_KEY, gen.SPENT_SESSION)
+    gen.seed_limited(edge.sql)
     edge.set_model(gen.MODEL, gen.WINDOW, 1000)
     edge.set_model(gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
     edge.set_model("fake:tiny", 300, 100)
@@ -59,6 +63,7 @@ def test_hostile_requests_in_process():
     print(f"\nhostile seed {seed}: {CASES} in-process cases (replay: HOSTILE_SEED={seed})")
     started = time.monotonic()
     statuses: dict = {}
+    limited: dict = {}            # the limits' codes met (design §4.1)
     edge, script = hostile_edge()
     # The collector off, each request is checked to leave no reference cycle: one would
     # pin what it references (a whole request body) until a cycle collection runs.
@@ -77,9 +82,14 @@ def test_hostile_requests_in_process():
             except Exception as e:
                 raise AssertionError(f"hostile seed {seed}, {case.describe()}") from e
             statuses[seen.status] = statuses.get(seen.status, 0) + 1
+            if seen.status in gen.LIMIT_CODES:
+                code = json.loads(seen.body)["error"]["code"]
+                if code in gen.LIMIT_CODES[seen.status]:
+                    limited[code] = limited.get(code, 0) + 1
         for record in edge.logs:
             text = repr(record)
             assert gen.KEY not in text and gen.OTHER_KEY not in text and gen.REVOKED_KEY not in text
+            assert gen.LIMITED_KEY not in text and gen.SPENT_KEY not in text
             assert gen.QUERY_MARK.lower() not in text.lower() and "lantern" not in text.lower()
         assert not [r for r in edge.logs if r.get("error") == "internal_error"]
     finally:
@@ -87,3 +97,6 @@ def test_hostile_requests_in_process():
         edge.close()
     print(f"hostile: {CASES} cases in {time.monotonic() - started:.1f} s; statuses {dict(sorted(statuses.items()))}")
     assert statuses.get(200, 0) > CASES // 20      # the generator also makes accepted requests
+    print(f"hostile: limits met {dict(sorted(limited.items()))}")
+    if CASES >= 5000:   # bursts of the principals with limits meet each of them
+        assert {c for cs in gen.LIMIT_CODES.values() for c in cs} <= set(limited), limited

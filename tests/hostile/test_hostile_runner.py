@@ -42,7 +42,9 @@ def servers():
 def edge(servers, tmp_path_factory):
     provider, origin, _ = servers
     with Edge(tmp_path_factory.mktemp("hostile"), vars=rp.edge_vars(provider.url, origin.url, CORS_ALLOWED_ORIGINS=gen.CORS_SETTING)) as edge:
-        for principal, key, session in (("p_hostile", gen.KEY, gen.SESSION), ("p_other", gen.OTHER_KEY, "rps_other")):
+        for principal, key, session in (("p_hostile", gen.KEY, gen.SESSION), ("p_other", gen.OTHER_KEY, "rps_other"),
+                                        ("p_limited", gen.LIMITED_KEY, gen.LIMITED_SESSION),
+                                        ("p_spent", gen.SPENT_KEY, gen.SPENT_SESSION)):
             edge.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at) VALUES (?1, ?2, 0)",
                      hashlib.sha256(key.encode()).hexdigest(), principal)
             rp.set_policy(edge, principal)
@@ -51,6 +53,7 @@ def edge(servers, tmp_path_factory):
         edge.sql("INSERT INTO roleplay_keys (key_sha256, principal, created_at, revoked_at) VALUES (?1, 'p_revoked', 0, 1)",
                  hashlib.sha256(gen.REVOKED_KEY.encode()).hexdigest())
         rp.set_policy(edge, "p_revoked")
+        gen.seed_limited(edge.sql)
         rp.set_model(edge, gen.MODEL, gen.WINDOW, 1000)
         rp.set_model(edge, gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
         rp.set_model(edge, "fake:tiny", 300, 100)

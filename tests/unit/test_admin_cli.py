@@ -316,3 +316,55 @@ def test_a_local_statement_meeting_the_runners_lock_is_tried_again_a_remote_one_
     with pytest.raises(admin.AdminError, match="internal error"):
         admin.WranglerExecutor()._execute("SELECT 1 AS n")
     assert len(calls) == admin.LOCAL_ATTEMPTS
+
+
+def test_limits_set_clear_and_show_on_local_d1(tmp_path):
+    """`limits set` sets only what it names, `--clear` makes one unlimited, the others
+    stay; `limits show` (table and --json) says each limit, its use and what is left;
+    the policy is untouched (not a revision, design §4.1); --print-sql runs nothing."""
+    state = tmp_path / "limits"
+    cli_json("policy", "set", "--principal", EVIL, "--revision", "7", "--grants", "chat",
+             "--retention", "standard", persist=state)
+    assert cli_json("limits", "show", EVIL, "--no-migrate", persist=state) == {
+        "principal": EVIL, "limits": dict.fromkeys(admin.LIMIT_NAMES), "updated_at": None,
+        "used": {"requests_per_minute": 0, "tokens_per_day": 0, "sessions_per_day": 0, "active_bytes": 0},
+        "remaining": dict.fromkeys(admin.LIMIT_NAMES)}
+    done = cli_json("limits", "set", "--principal", EVIL, "--requests-per-minute", "10",
+                    "--tokens-per-day", "1000000", "--sessions-per-day", "0", "--no-migrate", persist=state)
+    assert done == {"principal": EVIL, "set": {"requests_per_minute": 10, "tokens_per_day": 1000000,
+                                               "sessions_per_day": 0}, "cleared": []}
+    cli_json("limits", "set", "--principal", EVIL, "--active-bytes", "5000", "--clear", "tokens_per_day",
+             "--clear", "sessions_per_day", "--no-migrate", persist=state)
+    shown = cli_json("limits", "show", EVIL, "--no-migrate", persist=state)
+    assert shown["limits"] == {"requests_per_minute": 10, "tokens_per_day": None,
+                               "sessions_per_day": None, "active_bytes": 5000}
+    assert shown["remaining"] == {"requests_per_minute": 10, "tokens_per_day": None,
+                                  "sessions_per_day": None, "active_bytes": 5000}
+    assert shown["updated_at"] >= int(time.time()) - 120
+    text = cli("limits", "show", EVIL, "--no-migrate", persist=state).stdout.splitlines()
+    assert re.split(r"\s{2,}", text[0]) == ["limit", "value", "used", "remaining"]
+    assert re.split(r"\s{2,}", text[1]) == ["requests_per_minute", "10", "0", "10"]
+    assert re.split(r"\s{2,}", text[2]) == ["tokens_per_day", "-", "0", "-"]
+    rows, pol = d1_many(["SELECT * FROM principal_limits", "SELECT revision FROM principal_policies"], state)
+    assert [{k: v for k, v in r.items() if k != "updated_at"} for r in rows] == [
+        {"principal": EVIL, "requests_per_minute": 10, "tokens_per_day": None,
+         "sessions_per_day": None, "active_bytes": 5000}]
+    assert pol == [{"revision": 7}]
+    # sessions_per_day 1: the admin's own `session create` meets it too
+    cli_json("limits", "set", "--principal", EVIL, "--sessions-per-day", "1", "--no-migrate", persist=state)
+    cli_json("session", "create", "--principal", EVIL, "--no-migrate", persist=state)
+    refused = cli("session", "create", "--principal", EVIL, "--no-migrate", persist=state)
+    assert refused.returncode == 1 and "sessions_per_day" in refused.stderr
+    printed = cli("--print-sql", "limits", "set", "--principal", "p", "--clear", "active_bytes",
+                  persist=tmp_path / "none")
+    assert printed.returncode == 0 and not (tmp_path / "none").exists()
+    assert "INSERT INTO principal_limits" in printed.stdout and "'p', NULL, NULL, NULL, NULL" in printed.stdout
+    for bad in (["limits", "set", "--principal", "p"],                                  # nothing to do
+                ["limits", "set", "--principal", "p", "--tokens-per-day", "5", "--clear", "tokens_per_day"]):
+        proc = cli(*bad, "--no-migrate", persist=state)
+        assert proc.returncode == 1 and proc.stderr.startswith("admin: "), bad
+    for bad in (["limits", "set", "--principal", "p", "--requests-per-minute", "-1"],
+                ["limits", "set", "--principal", "p", "--requests-per-minute", "ten"],
+                ["limits", "set", "--principal", "p", "--clear", "nonsense"],
+                ["limits", "show"]):
+        assert cli(*bad, persist=state).returncode == 2, bad

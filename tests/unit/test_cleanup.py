@@ -56,7 +56,8 @@ def test_deletes_rows_expired_beyond_retention_and_logs_counts():
     record = asyncio.run(cleanup.scheduled_cleanup(platform))
     assert platform.logs == [record]
     assert {k: v for k, v in record.items() if k != "ms"} == \
-        {"route": "scheduled", "deleted": 3, "batches": 1, "more": False}
+        {"route": "scheduled", "deleted": 3, "batches": 1, "more": False,
+         "requests_deleted": 0, "requests_more": False}
     assert count(conn) == 6
 
 
@@ -74,3 +75,20 @@ def test_failure_is_logged_by_type_only():
     assert record["error"] == "OperationalError" and "deleted" not in record
     assert set(record) == {"route", "error", "ms"}
     assert asyncio.run(cleanup.scheduled_cleanup(Platform(None)))["error"] == "d1_unbound"
+
+
+def test_deletes_request_window_rows_that_left_the_window_in_bounded_batches(monkeypatch):
+    """principal_requests rows older than the 60 s window go (design §4.1); those in it stay."""
+    conn = migrated()
+    monkeypatch.setattr(config, "CLEANUP_BATCH_ROWS", 10)
+    monkeypatch.setattr(config, "CLEANUP_MAX_BATCHES", 2)
+    conn.executemany("INSERT INTO principal_requests (principal, at) VALUES (?, ?)",
+                     [("p", NOW - 60 - i) for i in range(25)] + [("p", NOW - 59 + i) for i in range(5)])
+    conn.commit()
+    platform = Platform(SqliteExecutor(conn))
+    record = asyncio.run(cleanup.scheduled_cleanup(platform))
+    assert (record["requests_deleted"], record["requests_more"]) == (20, True)
+    record = asyncio.run(cleanup.scheduled_cleanup(platform))
+    assert (record["requests_deleted"], record["requests_more"]) == (5, False)
+    assert sorted(r[0] for r in conn.execute("SELECT at FROM principal_requests")) == \
+        [NOW - 59 + i for i in range(5)]

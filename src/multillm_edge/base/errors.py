@@ -20,6 +20,7 @@ _OPENAI_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    429: "rate_limit_error",
     500: "server_error",
     502: "server_error",
     503: "service_unavailable",
@@ -49,6 +50,7 @@ class EdgeError(Exception):
     status = 500
     code = "internal_error"
     message = "The edge could not handle this request."
+    headers: tuple = ()     # extra response headers (a 429's Retry-After)
 
     def __init__(self, status: int | None = None, code: str | None = None,
                  message: str | None = None, **details):

@@ -67,8 +67,8 @@ def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None =
 
 def error_response(err: EdgeError, envelope: Envelope = EDGE_ENVELOPE) -> Outgoing:
     # Errors are about this caller and this moment: never cached by anything between.
-    return Outgoing(err.status, [("content-type", "application/json"), ("cache-control", "no-store")],
-                    err.body(envelope))
+    return Outgoing(err.status, [("content-type", "application/json"), ("cache-control", "no-store"),
+                                 *err.headers], err.body(envelope))
 
 
 def forwardable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -36,6 +36,7 @@ ERROR_ENVELOPE = Envelope({
     404: "not_found_error",
     405: "invalid_request_error",
     413: "request_too_large",
+    429: "rate_limit_error",
     500: "api_error",
     502: "api_error",
     503: "overloaded_error",

@@ -83,6 +83,14 @@ class D1Executor:
             raise StorageError("d1") from e
         return int(res["meta"]["changes"])
 
+    async def batch(self, statements: list) -> list[list[dict]]:
+        """D1's `batch`: one round trip, the statements in order as one transaction."""
+        try:
+            results = await self._d1.batch([self._stmt(sql, params) for sql, params in statements])
+        except JsException as e:
+            raise StorageError("d1") from e
+        return [[dict(r) for r in res["results"]] for res in results]
+
 
 class R2PageStore:
     """Page bodies in the R2 bucket, as exact bytes."""

@@ -7,6 +7,7 @@ import secrets
 from ..base.errors import SessionNotFound, StorageError, StorageFailed
 from ..base.http import Incoming, Outgoing, json_response
 from ..base.platform import Platform
+from ..core import limits
 from ..service.access import check_principal, database, key_digest
 from ..storage import store
 
@@ -24,9 +25,14 @@ async def create_session(req: Incoming, platform: Platform) -> Outgoing:
         principal = await _principal(digest, db)
         session_id = "rps_" + secrets.token_urlsafe(24)
         now = platform.now()
-        await store.create_session(db, session_id, principal, now)
+        created = await store.create_session(db, session_id, principal, now)
+        if not created:   # sessions_per_day reached (docs/design.md §4.1): its figures
+            counted = await store.principal_limits_and_counts(db, principal, now)
     except StorageError:
         raise StorageFailed("The session could not be created.") from None
+    if not created:
+        raise limits.session_limit_reached(counted.limits.sessions_per_day or 0,
+                                           limits.until_tomorrow(now))
     return json_response(201, {"session_id": session_id, "created_at": now})
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 from ..base.errors import EdgeError, StorageError, StorageFailed
 from ..base.platform import Bucket, Database
 from ..base.timing import LogRecord
-from ..core import config, page_writes
+from ..core import config, limits, page_writes
 from ..core.pages import Lifetime, Owner, PageSigner
 from ..core.rows import ActivePage
 from ..storage import store
@@ -36,6 +36,10 @@ class Shelf:
     horizon: int                        # PAGE_REWRITE_AFTER_SECONDS
     known: Mapping[str, ActivePage]
     active_bytes: int
+    # the principal's `active_bytes` limit (None: unlimited) and its active page bytes
+    # across its sessions counted so far (docs/design.md §4.1)
+    principal_limit: int | None = None
+    principal_active_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,10 @@ async def store_pages(shelf: Shelf, pages, record: LogRecord,
         if active + w.new_bytes > config.SESSION_ALLOWANCE_BYTES \
                 or len(known) + w.new_pages > config.MAX_SESSION_PAGES:
             raise session_limit(active, w.new_bytes)
+        if shelf.principal_limit is not None:
+            held = counted_bytes(shelf.principal_active_bytes, covered)
+            if held + w.new_bytes > shelf.principal_limit:
+                raise limits.principal_limit(held, shelf.principal_limit, w.new_bytes)
         if w.bodies:  # moved rows are existing rows (same bytes): the pre-check holds
             page_writes.merge(w, known, now, pages, superseded, page_writes.MERGE)
     if w.empty:
@@ -113,7 +121,7 @@ async def _write(shelf: Shelf, w: page_writes.Writes, record: LogRecord, covered
     if not done:
         if ours:
             await discard_object(shelf.bucket, key, record)
-        raise session_limit(counted_bytes(shelf.active_bytes, covered), w.new_bytes)
+        raise await refused(shelf, covered, w.new_bytes)
     # A concurrent request may have written every page of the object first (its rows won).
     if ours and all(r.r2_key != key for r in done.rows.values()):
         await discard_object(shelf.bucket, key, record)
@@ -122,6 +130,24 @@ async def _write(shelf: Shelf, w: page_writes.Writes, record: LogRecord, covered
     record.count("rows_refreshed", len(w.refresh))
     record.count("pages_moved", len(w.moved))
     return done.rows
+
+
+async def refused(shelf: Shelf, covered: dict, needed: int) -> EdgeError:
+    """Which allowance refused the upsert: the session's if its figures say so, else the
+    principal's when a limit may be set (a concurrent request filled it: its figures are
+    read again), else the session's (a concurrent request in the same session)."""
+    active = counted_bytes(shelf.active_bytes, covered)
+    if active + needed <= config.SESSION_ALLOWANCE_BYTES:
+        try:
+            row = await store.principal_limits_and_counts(shelf.db, shelf.owner.principal, shelf.now)
+        except StorageError:
+            raise StorageFailed("Context pages could not be stored.") from None
+        limit = row.limits.active_bytes
+        if limit is not None:
+            held = counted_bytes(row.active_bytes, covered)
+            if held + needed > limit:
+                return limits.principal_limit(held, limit, needed)
+    return session_limit(active, needed)
 
 
 async def discard_object(bucket: Bucket, key: str, record: LogRecord) -> None:

@@ -3,7 +3,8 @@
 Deletes roleplay rows of `context_pages` that expired more than
 EXPIRED_ROW_RETENTION_SECONDS ago (default 7 days), in bounded batches; managed rows
 belong to the Flask side. R2 bodies are left to the bucket's lifecycle rule on
-`context-pages/` (README). One log line, counts only.
+`context-pages/` (README). Then the `principal_requests` rows that left the request
+window (design §4.1), in bounded batches too. One log line, counts only.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ async def scheduled_cleanup(platform) -> dict:
                                                      config.CLEANUP_BATCH_ROWS,
                                                      config.CLEANUP_MAX_BATCHES)
             record.update(deleted=purged.deleted, batches=purged.batches, more=purged.more)
+            old = await store.purge_old_requests(db, platform.now(), config.CLEANUP_BATCH_ROWS,
+                                                 config.CLEANUP_MAX_BATCHES)
+            record.update(requests_deleted=old.deleted, requests_more=old.more)
     except Exception as e:  # the type only: a cron run must log, never leak or crash silently
         record["error"] = type(e).__name__
     record["ms"] = round((time.monotonic() - started) * 1000, 1)

@@ -5,9 +5,10 @@ The executor is D1 in production (platform layer) and sqlite3 in tests and tools
 Lists travel as ONE JSON parameter read with `json_each` (D1 binds at most 100
 parameters per statement).
 
-A generation turn costs one statement (`load_generation_context`) when it has nothing
-new to store and no row due for refresh, else two (plus `upsert_pages`). The scheduled
-cleanup runs `purge_expired_pages` in bounded batches.
+A generation turn costs one round trip (`read_generation_rows`: a batch of the request
+admission and the context read, docs/design.md §4.1) when it has nothing new to store
+and no row due for refresh, else two (plus `upsert_pages`). The scheduled cleanup runs
+`purge_expired_pages` and `purge_old_requests` in bounded batches.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from ..base.jsonbytes import compact_text
 from ..base.platform import Database as Executor
+from ..core import limits
 from ..core.pages import ROLEPLAY
 from ..core.rows import COLUMNS as PAGE_COLUMNS, INT_COLUMNS, STR_COLUMNS, ActivePage, PageRow, active, decoded, read_integer as _int
 
-TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages")
+TABLES = ("roleplay_keys", "roleplay_sessions", "principal_policies", "models", "context_pages",
+          "principal_limits", "principal_requests")
 RETENTIONS = ("standard", "zero")
 
 
@@ -74,6 +77,12 @@ class GenerationContext:
     # page_id -> ActivePage: roleplay rows of (principal, session, current revision), unexpired
     active_pages: Mapping[str, ActivePage]
     active_bytes: int  # SUM(byte_length) of the active pages (current revision, unexpired)
+    # docs/design.md §4.1: the principal's limits; the 429 a limit answers this turn
+    # (None: admitted), raised after the key, grant and session checks; the principal's
+    # active page bytes across its sessions (None unless `active_bytes` is set).
+    limits: limits.Limits = limits.NO_LIMITS
+    refusal: Optional[limits.LimitReached] = None
+    principal_active_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,22 @@ def _page_columns(alias: str = "c", prefix: str = "") -> str:
     return ", ".join(f"{alias}.{c}" + (f" AS {prefix}{c}" if prefix else "") for c in PAGE_COLUMNS)
 
 
+# The principal's limits (docs/design.md §4.1), joined by every read that enforces them;
+# no row = unlimited. Each count below is evaluated only when its limit is set (CASE is
+# lazy): a principal without limits costs the one lookup. The request window is the 60 s
+# of core.limits.WINDOW_SECONDS (`at > now - 60`).
+_LIMIT_COLUMNS = """l.requests_per_minute AS limit_requests_per_minute,
+       l.tokens_per_day AS limit_tokens_per_day, l.sessions_per_day AS limit_sessions_per_day,
+       l.active_bytes AS limit_active_bytes"""
+_LIMITS_JOIN = "  LEFT JOIN principal_limits l ON l.principal = k.principal"
+
+# ?1 key digest, ?2 session, ?3 models (JSON), ?4 now, ?5 authority, ?6 the UTC day.
+# With `requests_per_minute` set: the requests in the window and when the oldest was
+# counted (`requests_frees_from`: its leaving frees a slot; the admission never counts
+# past the limit, so only a lowered limit needs more to leave, and its Retry-After is
+# then early: the retry gets a 429 with the next one). With
+# `tokens_per_day`: the day's tokens so far. With `active_bytes`: the principal's active
+# page bytes across its sessions.
 SQL_LOAD_GENERATION_CONTEXT = _roleplay_read("""(SELECT json_group_object(m.model, json_object('input_tokens', m.input_tokens,
                                                        'max_output_tokens', m.max_output_tokens))
           FROM models m
@@ -170,20 +195,71 @@ SQL_LOAD_GENERATION_CONTEXT = _roleplay_read("""(SELECT json_group_object(m.mode
        (SELECT COALESCE(SUM(c.byte_length), 0)
           FROM context_pages c
          WHERE c.principal = k.principal AND c.session_id = ?2
-           AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_bytes""")
+           AND c.policy_revision = p.revision AND c.expires_at > ?4) AS active_bytes,
+       """ + _LIMIT_COLUMNS + """,
+       CASE WHEN l.requests_per_minute IS NOT NULL THEN
+         (SELECT COUNT(*) FROM principal_requests r
+           WHERE r.principal = k.principal AND r.at > ?4 - 60) END AS requests_in_window,
+       CASE WHEN l.requests_per_minute IS NOT NULL THEN
+         (SELECT MIN(r.at) FROM principal_requests r
+           WHERE r.principal = k.principal AND r.at > ?4 - 60) END AS requests_frees_from,
+       CASE WHEN l.tokens_per_day IS NOT NULL THEN
+         (SELECT COALESCE(SUM(u.input_tokens + u.output_tokens), 0) FROM principal_usage u
+           WHERE u.principal = k.principal AND u.day = ?6) END AS tokens_today,
+       CASE WHEN l.active_bytes IS NOT NULL THEN
+         (SELECT COALESCE(SUM(c.byte_length), 0)
+            FROM context_pages c
+           WHERE c.principal = k.principal AND c.authority = ?5
+             AND c.policy_revision = p.revision AND c.expires_at > ?4) END AS principal_active_bytes""",
+    _LIMITS_JOIN)
+
+# A generation's slot in its principal's request window (docs/design.md §4.1), counted
+# by the statement that checks it: one row per admitted generation of a principal with
+# `requests_per_minute` set, only if the window has room, the day's tokens are under
+# `tokens_per_day` and the request would pass the read's checks (live key, chat granted,
+# the caller's open session): a request refused for any of them takes no slot.
+# ?1 key digest, ?2 session, ?3 now, ?4 the UTC day. RETURNING: a row iff counted.
+SQL_ADMIT_GENERATION = """
+INSERT INTO principal_requests (principal, at)
+SELECT k.principal, ?3
+  FROM roleplay_keys k
+  JOIN principal_limits l ON l.principal = k.principal AND l.requests_per_minute IS NOT NULL
+  JOIN principal_policies p ON p.principal = k.principal
+  JOIN roleplay_sessions s ON s.session_id = ?2 AND s.principal = k.principal AND s.ended_at IS NULL
+ WHERE k.key_sha256 = ?1 AND k.revoked_at IS NULL
+   -- the grants as _policy reads them: a JSON array of strings, else none (CASE is lazy:
+   -- json_type and json_each raise on malformed JSON)
+   AND CASE WHEN json_valid(p.grants) THEN
+         CASE WHEN json_type(p.grants) = 'array'
+              THEN EXISTS (SELECT 1 FROM json_each(p.grants) g WHERE g.value = 'chat')
+                   AND NOT EXISTS (SELECT 1 FROM json_each(p.grants) g WHERE g.type <> 'text') END END
+   AND (SELECT COUNT(*) FROM principal_requests r
+         WHERE r.principal = k.principal AND r.at > ?3 - 60) < l.requests_per_minute
+   AND (l.tokens_per_day IS NULL
+        OR (SELECT COALESCE(SUM(u.input_tokens + u.output_tokens), 0) FROM principal_usage u
+             WHERE u.principal = k.principal AND u.day = ?4) < l.tokens_per_day)
+RETURNING at
+"""
 
 
 async def load_generation_context(db: Executor, key_sha256: str, session_id: str,
                                   models: Sequence[str], now: int) -> Optional[GenerationContext]:
-    """Everything a generation turn needs, in one statement. None = unknown key."""
-    return generation_context(await read_generation_row(db, key_sha256, session_id, models, now))
+    """Everything a generation turn needs, in one round trip. None = unknown key."""
+    return generation_context(*await read_generation_rows(db, key_sha256, session_id, models, now), now)
 
 
-async def read_generation_row(db: Executor, key_sha256: str, session_id: str,
-                              models: Sequence[str], now: int) -> Optional[dict]:
-    """The one statement of `load_generation_context`, its row undecoded."""
-    return await db.first(SQL_LOAD_GENERATION_CONTEXT,
-                          [key_sha256, session_id, _json_list(models), int(now), ROLEPLAY])
+async def read_generation_rows(db: Executor, key_sha256: str, session_id: str,
+                               models: Sequence[str], now: int) -> tuple[Optional[dict], bool]:
+    """The one round trip of a turn: ONE D1 batch of the admission (counts the request
+    in its principal's window when it has room) and the context read → (the context's
+    row undecoded, whether the admission counted the request)."""
+    now = int(now)
+    day = limits.utc_day(now)
+    counted, rows = await db.batch([
+        (SQL_ADMIT_GENERATION, [key_sha256, session_id, now, day]),
+        (SQL_LOAD_GENERATION_CONTEXT, [key_sha256, session_id, _json_list(models), now, ROLEPLAY, day]),
+    ])
+    return (rows[0] if rows else None), bool(counted)
 
 
 _tuple_new = tuple.__new__
@@ -201,8 +277,10 @@ def _active_pages(text: Optional[str]) -> dict:
     return out
 
 
-def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
-    """Decode the row of `read_generation_row` (pure CPU: timed apart from the read)."""
+def generation_context(row: Optional[dict], counted: bool = False,
+                       now: int = 0) -> Optional[GenerationContext]:
+    """Decode the rows of `read_generation_rows` (pure CPU: timed apart from the read):
+    ``counted`` whether the admission took a slot, ``now`` the clock it read at."""
     if row is None:
         return None
     windows = {}
@@ -215,7 +293,27 @@ def generation_context(row: Optional[dict]) -> Optional[GenerationContext]:
         models=windows,
         active_pages=_active_pages(row.get("active_pages")),
         active_bytes=_int(row.get("active_bytes") or 0),
+        **_admission(row, counted, now),
     )
+
+
+def _admission(row: dict, counted: bool, now: int) -> dict:
+    """The limits and what they say of this turn; nothing to decode without a limit."""
+    if row.get("limit_requests_per_minute") is None and row.get("limit_tokens_per_day") is None \
+            and row.get("limit_active_bytes") is None and row.get("limit_sessions_per_day") is None:
+        return {}
+    lim = limits.limits_of(row, "limit_")
+    refusal = None
+    tokens = row.get("tokens_today")
+    if lim.tokens_per_day is not None and _int(tokens or 0) >= lim.tokens_per_day:
+        refusal = limits.token_budget_exceeded(lim.tokens_per_day, limits.until_tomorrow(now))
+    elif lim.requests_per_minute is not None and not counted:
+        frees = row.get("requests_frees_from")
+        refusal = limits.rate_limited(lim.requests_per_minute, limits.window_frees_in(
+            None if frees is None else _int(frees), now))
+    principal_bytes = row.get("principal_active_bytes")
+    return {"limits": lim, "refusal": refusal,
+            "principal_active_bytes": None if principal_bytes is None else _int(principal_bytes)}
 
 
 SQL_LOAD_PAGE_FOR_RETRIEVAL = _roleplay_read(
@@ -376,7 +474,18 @@ verdict AS (
      AND NOT EXISTS (SELECT 1
                        FROM context_pages c JOIN incoming i ON c.page_id = i.page_id
                       WHERE c.principal <> ?2 OR c.session_id <> ?3
-                         OR c.authority <> ?7) AS ok
+                         OR c.authority <> ?7)
+     -- the principal's `active_bytes` across its sessions (docs/design.md §4.1), if set
+     AND COALESCE((SELECT (SELECT COALESCE(SUM(c.byte_length), 0)
+                             FROM context_pages c
+                            WHERE c.principal = ?2 AND c.authority = ?7 AND c.policy_revision = ?8
+                              AND c.expires_at > ?4
+                              AND c.page_id NOT IN (SELECT page_id FROM incoming)
+                              AND c.page_id NOT IN (SELECT value FROM json_each(?10)))
+                        + (SELECT COALESCE(SUM(byte_length), 0) FROM incoming
+                            WHERE page_id NOT IN (SELECT value FROM json_each(?10))) <= l.active_bytes
+                     FROM principal_limits l
+                    WHERE l.principal = ?2 AND l.active_bytes IS NOT NULL), 1) AS ok
 ),
 -- A row that a concurrent request has just written elsewhere (active, young body, another
 -- location) stays as it is: repointing it would leave that request's object without rows.
@@ -471,7 +580,8 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
                        uncounted: Sequence[str] = ()) -> Upserted:
     """Write page rows for `owner` (principal, session_id) iff the session's active allowance
     holds: SUM(byte_length) of active rows (expires_at > now, same policy revision) not
-    among the incoming page_ids + SUM(incoming byte_length) <= allowance. Existing rows
+    among the incoming page_ids + SUM(incoming byte_length) <= allowance, and so does the
+    principal's `active_bytes` limit if set (the same sum over all its roleplay sessions). Existing rows
     are rewritten (expires_at, location, signature), never double counted, except one a
     concurrent request wrote elsewhere after `young_after` (default: now), which is kept;
     a row carrying `moved_from` (key, offset: a merge, docs/design.md §5.9) is moved
@@ -510,6 +620,62 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
 
 
 # ---------------------------------------------------------------------------
+# Limits: what a principal may still do (docs/design.md §4.1)
+# ---------------------------------------------------------------------------
+
+# ?1 principal, ?2 now, ?3 the UTC day's first second, ?4 authority. Counted as the
+# enforcing statements count: requests in the sliding window, sessions created since the
+# UTC day began, active roleplay page bytes (current revision, unexpired) across sessions.
+SQL_PRINCIPAL_LIMITS_AND_COUNTS = """
+SELECT """ + _LIMIT_COLUMNS + """,
+       (SELECT COUNT(*) FROM principal_requests r
+         WHERE r.principal = ?1 AND r.at > ?2 - 60) AS requests_in_window,
+       (SELECT r.at FROM principal_requests r
+         WHERE r.principal = ?1 AND r.at > ?2 - 60 ORDER BY r.at LIMIT 1) AS requests_oldest,
+       (SELECT COUNT(*) FROM roleplay_sessions s
+         WHERE s.principal = ?1 AND s.created_at >= ?3) AS sessions_today,
+       (SELECT COALESCE(SUM(c.byte_length), 0)
+          FROM context_pages c JOIN principal_policies p ON p.principal = c.principal
+         WHERE c.principal = ?1 AND c.authority = ?4 AND c.policy_revision = p.revision
+           AND c.expires_at > ?2) AS active_bytes
+  FROM (SELECT 1)
+  LEFT JOIN principal_limits l ON l.principal = ?1
+"""
+
+
+@dataclass(frozen=True)
+class PrincipalCounts:
+    """A principal's limits and what counts against them at ``now`` (tokens aside:
+    they are `principal_usage`'s)."""
+    limits: limits.Limits
+    requests_in_window: int     # generations counted in the last 60 s (only with requests_per_minute set)
+    requests_oldest: Optional[int]   # when the oldest of them was counted (None: none)
+    sessions_today: int         # sessions created since the UTC day began
+    active_bytes: int           # active roleplay page bytes across its sessions
+    now: int
+
+    def remaining(self, tokens_today: int) -> dict:
+        """Per limit name, what is left now (never below 0); None where no limit is set.
+        ``tokens_today``: input + output tokens of the UTC day (`principal_usage`)."""
+        used = {"requests_per_minute": self.requests_in_window, "tokens_per_day": int(tokens_today),
+                "sessions_per_day": self.sessions_today, "active_bytes": self.active_bytes}
+        return {name: None if limit is None else max(0, limit - used[name])
+                for name, limit in self.limits.as_dict().items()}
+
+
+async def principal_limits_and_counts(db: Executor, principal: str, now: int) -> PrincipalCounts:
+    """The principal's limits and current counts, in one statement (the usage route's
+    `limits` and `remaining`; a refused upsert's figures)."""
+    now = int(now)
+    row = await db.first(SQL_PRINCIPAL_LIMITS_AND_COUNTS,
+                         [principal, now, limits.day_start(now), ROLEPLAY]) or {}
+    oldest = row.get("requests_oldest")
+    return PrincipalCounts(limits.limits_of(row, "limit_"), _int(row.get("requests_in_window") or 0),
+                           None if oldest is None else _int(oldest),
+                           _int(row.get("sessions_today") or 0), _int(row.get("active_bytes") or 0), now)
+
+
+# ---------------------------------------------------------------------------
 # Scheduled cleanup
 # ---------------------------------------------------------------------------
 
@@ -543,13 +709,39 @@ async def purge_expired_pages(db: Executor, expired_before: int, batch_rows: int
     return Purged(deleted, batches, n == batch_rows)
 
 
+# Request-window rows that left the window (docs/design.md §4.1): the admission counts
+# only the last 60 s, so older rows are dead weight. rowid order: oldest first.
+SQL_PURGE_OLD_REQUESTS = """
+DELETE FROM principal_requests
+ WHERE rowid IN (SELECT rowid FROM principal_requests WHERE at <= ?1 LIMIT ?2)
+"""
+
+
+async def purge_old_requests(db: Executor, now: int, batch_rows: int, max_batches: int) -> Purged:
+    """Delete `principal_requests` rows out of the window at ``now``, at most batch_rows
+    per statement and max_batches statements."""
+    deleted = batches = 0
+    n = batch_rows
+    while batches < max_batches and n == batch_rows:
+        n = await db.run(SQL_PURGE_OLD_REQUESTS, [int(now) - limits.WINDOW_SECONDS, int(batch_rows)])
+        deleted += n
+        batches += 1
+    return Purged(deleted, batches, n == batch_rows)
+
+
 # ---------------------------------------------------------------------------
 # Sessions
 # ---------------------------------------------------------------------------
 
+# ?4 the UTC day's first second: with `sessions_per_day` set, the session goes in only
+# while fewer were created today (check and insert in one statement: no race).
 SQL_CREATE_SESSION = """
 INSERT INTO roleplay_sessions (session_id, principal, created_at, ended_at)
-VALUES (?1, ?2, ?3, NULL)
+SELECT ?1, ?2, ?3, NULL
+ WHERE NOT EXISTS (SELECT 1 FROM principal_limits l
+                    WHERE l.principal = ?2 AND l.sessions_per_day IS NOT NULL
+                      AND (SELECT COUNT(*) FROM roleplay_sessions s
+                            WHERE s.principal = ?2 AND s.created_at >= ?4) >= l.sessions_per_day)
 """
 
 SQL_END_SESSION = """
@@ -558,9 +750,11 @@ UPDATE roleplay_sessions SET ended_at = ?3
 """
 
 
-async def create_session(db: Executor, session_id: str, principal: str, now: int) -> None:
-    """Insert an open session (raises on a duplicate id, which a random id never hits)."""
-    await db.run(SQL_CREATE_SESSION, [session_id, principal, int(now)])
+async def create_session(db: Executor, session_id: str, principal: str, now: int) -> bool:
+    """Insert an open session (raises on a duplicate id, which a random id never hits).
+    False: the principal's `sessions_per_day` is reached (nothing inserted)."""
+    now = int(now)
+    return await db.run(SQL_CREATE_SESSION, [session_id, principal, now, limits.day_start(now)]) > 0
 
 
 async def end_session(db: Executor, session_id: str, principal: str, now: int) -> bool:

@@ -1,7 +1,7 @@
 """Roleplay generation at the edge (docs/design.md §5): auth, plan, store before dispatch, fallbacks.
 
-The order is the contract: validate → one D1 read (key, policy, session, models,
-active pages) → plan every candidate → for the candidate being tried, put the bodies it
+The order is the contract: validate → one D1 round trip (the admission against the
+principal's limits; key, policy, session, models, active pages) → plan every candidate → for the candidate being tried, put the bodies it
 must write in ONE R2 object and upsert its new and due rows in one D1 statement (nothing
 at all when nothing is new or due) → dispatch. Any storage fault is a 503 before the
 provider is called, and leaves no object behind; nothing is ever truncated to make it fit.
@@ -30,14 +30,15 @@ from .responding import annotate, idle_event, info_headers, page_list_comment, r
 
 async def load_context(turn: Turn, record: LogRecord, digest: str, session_id: str,
                        models: list, db, now: int) -> store.GenerationContext | None:
-    """The one D1 read of a turn (access.request_context then checks key and grant)."""
+    """The one D1 round trip of a turn: the admission and the read, one batch
+    (access.request_context then checks key and grant)."""
     with timed(turn.timings, "load_ms"):
         try:
-            row = await store.read_generation_row(db, digest, session_id, models, now)
+            row, counted = await store.read_generation_rows(db, digest, session_id, models, now)
         except StorageError:
             raise StorageFailed("Roleplay state could not be read.") from None
     with record.cpu("load"):
-        return store.generation_context(row)
+        return store.generation_context(row, counted, now)
 
 
 async def generate(req: Incoming, platform: Platform) -> Outgoing:
@@ -57,6 +58,9 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
                                partial(load_context, turn, record, digest, session_id, models))
     if not rc.caller.session.open:
         raise SessionNotFound()
+    if rc.caller.refusal is not None:   # a limit (docs/design.md §4.1): nothing stored or sent
+        req.record.note(limit=rc.caller.refusal.details["limit"])
+        raise rc.caller.refusal
     with record.cpu("plan"):
         providers = configured_providers(platform, models, rc.caller.models)
         cands = candidates(fmt, body, models, rc.caller, providers,

@@ -83,7 +83,8 @@ def shelf(scope: Scope, turn: Turn) -> storing.Shelf:
     return storing.Shelf(rc.db, rc.page_bodies(), scope.sign,
                          Owner(AUTHORITY, ctx.principal, rc.session_id, ctx.policy.revision),
                          platform.now(), config.rewrite_after(platform.var("PAGE_REWRITE_AFTER_SECONDS")),
-                         known, ctx.active_bytes + turn.new_bytes)
+                         known, ctx.active_bytes + turn.new_bytes, ctx.limits.active_bytes,
+                         (ctx.principal_active_bytes or 0) + turn.new_bytes)
 
 
 async def store(scope: Scope, c: Candidate, turn: Turn) -> dict:
