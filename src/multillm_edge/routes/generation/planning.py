@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ... import formats
 from ...base.errors import EdgeError
@@ -20,6 +21,27 @@ FIND_MODELS = ("GET /v1/models (same key) lists the models it can use; an operat
 CAPABILITY, SEARCH_CAPABILITY = formats.RETRIEVE_CAPABILITY, formats.SEARCH_CAPABILITY
 
 
+class PageRef(NamedTuple):
+    """What an answer names of a page: its id and digest (not its body or items)."""
+    page_id: str
+    sha256: str
+
+
+class Sent(NamedTuple):
+    """What the answer needs of a dispatched plan (docs/design.md §7.2): its pages' ids and
+    digests, the exchanges compaction dropped, the moments recall quoted (without their
+    excerpts). The plan itself — bodies, items, encoded history — is let go before the
+    request waits for its provider."""
+    pages: tuple
+    dropped: int
+    recall: tuple
+
+    @classmethod
+    def of(cls, plan: paging.Plan) -> "Sent":
+        return cls(tuple(PageRef(p.page_id, p.sha256) for p in plan.pages), plan.dropped,
+                   tuple(m._replace(lines=()) for m in plan.recall))
+
+
 @dataclass
 class Candidate:
     model: str                      # provider:model, as the client named it
@@ -29,6 +51,7 @@ class Candidate:
     plan: paging.Plan | None = None         # what it sends (paged or compacted alike)
     skipped: EdgeError | None = None        # why it was never sent
     covered: dict = field(default_factory=dict)   # single pages its blocks hold again (§5.9)
+    sent: Sent | None = None                # once dispatched: what the answer needs (plan let go)
 
 
 def requested_models(body: dict) -> list[str]:
