@@ -154,7 +154,7 @@ if (typeof undiciAgent?.dispatch !== "function") throw new Error("runner: undici
 const nodeFetch = globalThis.fetch;
 const TRANSPORT = new Set(["host", "content-length", "transfer-encoding"]);
 
-function exactDispatcher(given) {
+function exactDispatcher(given, sent) {
   const keep = (name) => given.has(name.toLowerCase()) || TRANSPORT.has(name.toLowerCase());
   return {
     dispatch(opts, handler) {
@@ -166,13 +166,16 @@ function exactDispatcher(given) {
       } else if (headers) {
         headers = Object.fromEntries(Object.entries(headers).filter(([k]) => keep(k)));
       }
-      return undiciAgent.dispatch({ ...opts, headers }, handler);
+      // undici calls onRequestSent once the body is written: the isolate holds it no more.
+      const watched = new Proxy(handler, { get: (target, key) => (key !== "onRequestSent" ? target[key]
+        : function onRequestSent(...args) { sent(); return target.onRequestSent?.apply(this, args); }) });
+      return undiciAgent.dispatch({ ...opts, headers }, watched);
     },
   };
 }
 
-// A body the Worker hands to fetch is JS memory its isolate holds until the answer's
-// headers arrive: counted against the isolate's limit meanwhile (runner/isolate.mjs).
+// A body the Worker hands to fetch is JS memory its isolate holds until it is written to
+// the connection: counted against the isolate's limit meanwhile (runner/isolate.mjs).
 const byteLength = (body) => (body instanceof ArrayBuffer || ArrayBuffer.isView(body) ? body.byteLength
   : typeof body === "string" ? Buffer.byteLength(body) : 0);
 
@@ -181,7 +184,7 @@ globalThis.fetch = async (input, init = {}) => {
   const given = new Set(new Headers(source).keys());
   const release = isolates.holdJs(byteLength(init.body));
   try {
-    return await nodeFetch(input, { ...init, dispatcher: exactDispatcher(given) });
+    return await nodeFetch(input, { ...init, dispatcher: exactDispatcher(given, release) });
   } finally {
     release();
   }
@@ -342,6 +345,18 @@ else:
 text
 `;
 
+// tracemalloc over the Worker's Python (bench: what requests in flight hold).
+const HEAP_PY = `
+import gc, json, tracemalloc
+if action == "start" and not tracemalloc.is_tracing():
+    tracemalloc.start()
+gc.collect()
+traced, peak = tracemalloc.get_traced_memory() if tracemalloc.is_tracing() else (0, 0)
+if action == "stop":
+    tracemalloc.stop()
+json.dumps({"traced": traced, "peak": peak})
+`;
+
 const MODULES_PY = `
 import json, os, site, sys
 files = {name: getattr(m, "__file__", None) for name, m in list(sys.modules.items())}
@@ -384,6 +399,10 @@ async function testControl(req, res, url) {
     const { action = "start", top = 25, sort = "tottime" } = await readJson(req);
     const text = pyodide.runPython(PROFILE_PY, { globals: pyodide.toPy({ action, top, sort }) });
     return sendJson(res, 200, { text });
+  }
+  if (route === "POST /__runner/heap") {
+    const { action = "read" } = await readJson(req);
+    return sendJson(res, 200, JSON.parse(pyodide.runPython(HEAP_PY, { globals: pyodide.toPy({ action }) })));
   }
   if (route === "GET /__runner/modules") {
     // Where each loaded module came from, and what site-packages holds (bundle tests).

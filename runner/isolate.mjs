@@ -3,9 +3,10 @@
 // Cloudflare kills an isolate whose JavaScript heap plus WebAssembly memory pass 128 MB,
 // with every request in flight (error 1102). The runner counts, per isolate:
 //   - wasm: Pyodide's whole linear memory (the Worker's Python heap; it grows, never shrinks);
-//   - js:   the bodies of the Worker's outbound fetches not yet answered (the one large
-//           JS object a waiting request hands the runtime). wrangler's platform proxy, Node
-//           and undici are the host's, as workerd's own memory is not the Worker's.
+//   - js:   the bodies of the Worker's outbound fetches not yet written to their connection
+//           (the one large JS object a request hands the runtime; undici's onRequestSent
+//           ends it). wrangler's platform proxy, Node and undici are the host's, as
+//           workerd's own memory is not the Worker's.
 // Every growth of the wasm heap goes through WebAssembly.Memory.prototype.grow (Emscripten's
 // growMemory), hooked here: the growth that would pass the limit is refused (Python gets a
 // MemoryError and unwinds), the isolate is lost at that instant, so no spike between two
@@ -61,6 +62,7 @@ export class Isolates {
     this.makeEnv = makeEnv;
     this.log = log;
     this.peak = 0;
+    this.jsPeak = 0;
     this.lostCount = 0;
     this.current = null;
     this.dying = [];            // lost isolates whose Python may still run: never grow again
@@ -98,7 +100,9 @@ export class Isolates {
     if (!iso) throw new IsolateLost();
     iso.jsBytes += bytes;
     if (!this.admits(iso, iso.wasmBytes)) { iso.jsBytes -= bytes; throw new IsolateLost(); }
-    return () => { iso.jsBytes -= bytes; };
+    this.jsPeak = Math.max(this.jsPeak, iso.jsBytes);
+    let held = bytes;
+    return () => { iso.jsBytes -= held; held = 0; };
   }
 
   poll() {
@@ -135,6 +139,7 @@ export class Isolates {
     const wasm = iso ? iso.wasmBytes : null;
     if (wasm !== null) this.peak = Math.max(this.peak, wasm);
     return { wasm_bytes: wasm, wasm_peak_bytes: this.peak, js_bytes: iso ? iso.jsBytes : null,
+      js_peak_bytes: this.jsPeak,
       isolates_lost: this.lostCount, limit_bytes: Number.isFinite(this.limit) ? this.limit : 0 };
   }
 }

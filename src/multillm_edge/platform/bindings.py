@@ -339,7 +339,9 @@ class WorkersPlatform:
         on_timeout = create_proxy(lambda: (expired.append(True), controller.abort()))
         timer = js.setTimeout(on_timeout, int(timeout * 1000)) if timeout else None
         try:
-            resp = await js.fetch(url, to_js(init, dict_converter=js.Object.fromEntries))
+            pending = js.fetch(url, to_js(init, dict_converter=js.Object.fromEntries))
+            del init        # the body is the runtime's now: freed once written (§7.2)
+            resp = await pending
         except JsException as e:
             if self.client_gone():
                 raise EdgeError(499, "client_closed_request", "The client closed the request.") from None

@@ -1,0 +1,27 @@
+"""A smaller busy minute through the runner with its 128 MiB isolate limit on
+(docs/design.md §7.2, §9; bench/bench_isolate_memory.py runs the issue's full mix):
+sessions page a long chat once, their next turns wait together on a slow provider, streams
+run together, and 7.6 MiB requests arrive together. The isolate is never lost; every paged
+turn and stream answers 200; each large request answers 200, or 503 edge_busy with
+Retry-After (admission by memory, docs/design.md §7.2)."""
+
+import pytest
+
+from tests.support.isolate_mix import MiB, run_mix
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_smaller_busy_minute_never_loses_the_isolate(tmp_path):
+    out = run_mix(tmp_path / "mix", sessions=6, streams=6, large=3, delay=2.0,
+                  report=lambda name, doc: print(name, doc))
+    end = out["end"]
+    assert end["memory"]["isolates_lost"] == 0, end["lost_lines"]
+    assert not end["lost_lines"]
+    assert out["paged"]["statuses"] == {"200": 6}
+    assert out["waiting"]["statuses"] == {"200": 6}
+    assert out["streams"]["statuses"] == {"200": 6}
+    large = out["large"]["statuses"]
+    assert set(large) <= {"200", "503 edge_busy retry-after"}, large
+    assert large.get("200", 0) * 2 >= sum(large.values()), large
+    assert end["memory"]["wasm_peak_bytes"] <= 128 * MiB
