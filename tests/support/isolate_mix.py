@@ -177,7 +177,9 @@ def run_mix(state_dir: Path, sessions: int = 16, streams: int = 16, large: int =
             phase("waiting", [(players[s].headers(), paged_body(s, 1), False) for s in range(sessions)], held)
             phase("streams", [(players[s].headers(), paged_body(s, 2, stream=True), True)
                               for s in range(min(streams, sessions))])
-            phase("large", [(players[sessions + i].headers(), large_body(i), False) for i in range(large)], held)
+            if large:
+                phase("large", [(players[sessions + i].headers(), large_body(i), False)
+                                for i in range(large)], held)
             out["end"] = {"memory": edge.memory(),
                           "lost_lines": [r for r in edge.logs() if r.get("runner") == "isolate_memory_exceeded"]}
     finally:
