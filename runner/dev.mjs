@@ -125,7 +125,8 @@ async function probeProxy() {
     log(JSON.stringify({ runner: "platform_proxy_lost", error: String(err?.name ?? "Error") }));
     await within(proxy.dispose(), 5000).catch(() => {});
     try {
-      proxy = await startProxy();
+      // bounded: a start that hangs would leave every binding call failing, unnoticed
+      proxy = await within(startProxy(), 120_000);
       const iso = isolates.current;
       if (iso) iso.env = presentEnv(proxy.env, declared, overrides, iso.alive);
       log(JSON.stringify({ runner: "platform_proxy_restarted" }));

@@ -65,7 +65,7 @@ export class Isolates {
     this.jsPeak = 0;
     this.lostCount = 0;
     this.current = null;
-    this.dying = [];            // lost isolates whose Python may still run: never grow again
+    this.dying = [];            // lost isolates (weakly: freed once their Python is done): never grow again
     hookGrowth(this);
     this.ready = this.#start(first ?? load());
     setInterval(() => this.poll(), 250).unref();
@@ -82,7 +82,11 @@ export class Isolates {
   // The isolate whose heap `buffer` is (before a growth, its current buffer).
   owning(buffer) {
     if (this.current && this.current.heap === buffer) return this.current;
-    return this.dying.find((iso) => iso.heap === buffer) ?? null;
+    for (const ref of this.dying) {
+      const iso = ref.deref();
+      if (iso && iso.heap === buffer) return iso;
+    }
+    return null;
   }
 
   // Whether `iso` may hold `wasmAfter` bytes of wasm (and its JS side) → lost if not.
@@ -119,7 +123,7 @@ export class Isolates {
     this.peak = Math.max(this.peak, wasmBytes);       // what the isolate asked for, refused
     this.log(JSON.stringify({ runner: "isolate_memory_exceeded", wasm_bytes: wasmBytes,
       js_bytes: iso.jsBytes, limit_bytes: this.limit, requests_lost: iso.inflight.size }));
-    this.dying = [...this.dying.slice(-3), iso];
+    this.dying = [...this.dying.filter((ref) => ref.deref()), new WeakRef(iso)];
     if (this.current === iso) {
       this.current = null;
       this.ready = this.#start(this.load());
