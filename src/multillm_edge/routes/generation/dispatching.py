@@ -145,7 +145,7 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
             c.covered = await store(scope, c, turn)
         with req.record.cpu("encode"):
             payload = Handoff(dispatch_body(c, held.body, held.raw, turn))
-        c.sent, c.plan = Sent.of(c.plan), None
+            c.sent, c.plan = Sent.of(c.plan), None
         if not any(not later.skipped for later in cands[index + 1:]):
             held.release()
         answer = await attempt(scope, c, index, headers, payload, turn)

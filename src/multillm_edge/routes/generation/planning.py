@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 from ... import formats
@@ -21,25 +22,24 @@ FIND_MODELS = ("GET /v1/models (same key) lists the models it can use; an operat
 CAPABILITY, SEARCH_CAPABILITY = formats.RETRIEVE_CAPABILITY, formats.SEARCH_CAPABILITY
 
 
-class PageRef(NamedTuple):
-    """What an answer names of a page: its id and digest (not its body or items)."""
-    page_id: str
-    sha256: str
-
-
 class Sent(NamedTuple):
-    """What the answer needs of a dispatched plan (docs/design.md §7.2): its pages' ids and
-    digests, the exchanges compaction dropped, the moments recall quoted (without their
-    excerpts). The plan itself — bodies, items, encoded history — is let go before the
-    request waits for its provider."""
+    """What the answer needs of a dispatched plan (docs/design.md §7.2): its pages'
+    ``(page_id, sha256)`` (a Page's first two fields: the answer reads pages by index, so
+    either will do), the exchanges compaction dropped, the moments recall quoted (without
+    their excerpts). The plan itself — bodies, items, encoded history — is let go before
+    the request waits for its provider."""
     pages: tuple
     dropped: int
     recall: tuple
 
     @classmethod
     def of(cls, plan: paging.Plan) -> "Sent":
-        return cls(tuple(PageRef(p.page_id, p.sha256) for p in plan.pages), plan.dropped,
+        # C calls only (no Python frame per page): a steady turn may page hundreds
+        return cls(tuple(map(_ID_AND_DIGEST, plan.pages)), plan.dropped,
                    tuple(m._replace(lines=()) for m in plan.recall))
+
+
+_ID_AND_DIGEST = itemgetter(0, 1)              # Page(page_id, sha256, body, items)
 
 
 @dataclass
