@@ -148,6 +148,7 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
             c.sent, c.plan = Sent.of(c.plan), None
         if not any(not later.skipped for later in cands[index + 1:]):
             held.release()
+        # From here the request holds `payload.size` bytes, in the runtime once fetch takes them.
         answer = await attempt(scope, c, index, headers, payload, turn)
         del payload
         if answer is None:
