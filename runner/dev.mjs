@@ -489,13 +489,14 @@ const server = http.createServer(async (req, res) => {
     } finally {
       if (!iso.dead) instance.destroy?.();
     }
+    if (iso.dead) throw new IsolateLost();      // an answer made as its isolate was lost
     const response = result?.js_object ?? result;
     if (typeof result?.destroy === "function") result.destroy();
     await iso.racing(sendWebResponse(res, response));
     discardBody();
     await iso.racing(Promise.allSettled(waits));
   } catch (err) {
-    if (err instanceof IsolateLost) {
+    if (err instanceof IsolateLost || iso?.dead) {
       // As Cloudflare's error 1102: the request dies with its isolate (runner/isolate.mjs).
       if (!res.headersSent) sendJson(res, 503, LOST_BODY);
       else res.destroy();
