@@ -145,7 +145,8 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
             c.covered = await store(scope, c, turn)
         with req.record.cpu("encode"):
             payload = Handoff(dispatch_body(c, held.body, held.raw, turn))
-            c.sent, c.plan = Sent.of(c.plan), None
+            c.sent = Sent.of(c.plan)
+        c.plan = None       # freed here rather than at the request's end, as before: not "encode"
         if not any(not later.skipped for later in cands[index + 1:]):
             held.release()
         # From here the request holds `payload.size` bytes, in the runtime once fetch takes them.
