@@ -28,6 +28,10 @@ def stop_process(proc: subprocess.Popen, grace: float = 15) -> None:
 class Edge:
     """A running runner: its base URL, its state dir and everything it printed."""
 
+    #: Every runner started and not yet stopped: a failing test shows their log tails
+    #: (tests/conftest.py), so a flake on a loaded machine can be diagnosed.
+    running: list["Edge"] = []
+
     def __init__(self, state_dir: Path, vars: dict[str, str] | None = None,
                  unbind: list[str] = (), extra_env: dict[str, str] | None = None,
                  control: bool = True, log_file: Path | None = None, start_timeout: float = 90):
@@ -43,6 +47,7 @@ class Edge:
         self._ready = threading.Event()
         self.proc = subprocess.Popen(["node", str(ROOT / "runner" / "dev.mjs")], cwd=ROOT, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        Edge.running.append(self)
         threading.Thread(target=self._pump, daemon=True).start()
         if not self._ready.wait(start_timeout):
             self.stop()
@@ -63,6 +68,14 @@ class Edge:
 
     def output(self) -> str:
         return "\n".join(self.lines)
+
+    def tail(self, lines: int = 60) -> str:
+        """The last ``lines`` lines the runner printed."""
+        return "\n".join(self.lines[-lines:])
+
+    def memory(self) -> dict:
+        """GET /__runner/memory: wasm_bytes, wasm_peak_bytes, isolates_lost, js_bytes, …"""
+        return self.client.get("/__runner/memory").json()
 
     def logs(self) -> list[dict]:
         """The Worker's structured log lines."""
@@ -112,6 +125,8 @@ class Edge:
         return self.client.get("/cdn-cgi/handler/scheduled", params={"cron": cron})
 
     def stop(self):
+        if self in Edge.running:
+            Edge.running.remove(self)
         if getattr(self, "client", None):
             self.client.close()
         stop_process(self.proc)

@@ -25,14 +25,20 @@ function metered(promise) {
   });
 }
 
+// A lost isolate (runner/isolate.mjs) reaches no binding again: `alive()` is false then.
+const always = () => true;
+const lost = () => Promise.reject(new Error("isolate lost"));
+
 class D1PreparedStatement {
   #stmt;
   #sql;
-  constructor(stmt, sql) { this.#stmt = stmt; this.#sql = sql; }
+  #alive;
+  constructor(stmt, sql, alive) { this.#stmt = stmt; this.#sql = sql; this.#alive = alive; }
   #fault() {
+    if (!this.#alive()) return lost();
     return faults.d1_sql && this.#sql.includes(faults.d1_sql) ? Promise.reject(new Error("injected D1 fault")) : null;
   }
-  bind(...values) { return new D1PreparedStatement(this.#stmt.bind(...values), this.#sql); }
+  bind(...values) { return new D1PreparedStatement(this.#stmt.bind(...values), this.#sql, this.#alive); }
   first(column) {
     counts.d1_statements++;
     return this.#fault() ?? (column === undefined ? this.#stmt.first() : this.#stmt.first(column));
@@ -46,16 +52,18 @@ class D1PreparedStatement {
 
 export class D1Database {
   #db;
-  constructor(db) { this.#db = db; }
-  prepare(sql) { return new D1PreparedStatement(this.#db.prepare(sql), sql); }
+  #alive;
+  constructor(db, alive = always) { this.#db = db; this.#alive = alive; }
+  prepare(sql) { return new D1PreparedStatement(this.#db.prepare(sql), sql, this.#alive); }
   // One round trip (counted as one batch, its statements not again); its writes are metered.
   batch(statements) {
     counts.d1_batches++;
+    if (!this.#alive()) return lost();
     const fault = statements.find((s) => s.faulty);
     if (fault) return Promise.reject(new Error("injected D1 fault"));
     return this.#db.batch(statements.map((s) => s.inner)).then((results) => Promise.all(results.map((r) => metered(Promise.resolve(r)))));
   }
-  exec(sql) { return this.#db.exec(sql); }
+  exec(sql) { return this.#alive() ? this.#db.exec(sql) : lost(); }
   dump() { return this.#db.dump(); }
 }
 
@@ -88,9 +96,12 @@ export class R2ObjectBody {
 // here: the Worker must hand over real JS bytes, as it must in production.
 export class R2Bucket {
   #bucket;
-  constructor(bucket) { this.#bucket = bucket; }
-  async head(key) { counts.r2_heads++; const o = await this.#bucket.head(key); return o && new R2Object(o); }
+  #alive;
+  constructor(bucket, alive = always) { this.#bucket = bucket; this.#alive = alive; }
+  #check() { if (!this.#alive()) throw new Error("isolate lost"); }
+  async head(key) { this.#check(); counts.r2_heads++; const o = await this.#bucket.head(key); return o && new R2Object(o); }
   async get(key, options) {
+    this.#check();
     counts.r2_gets++;
     if (faults.r2_get) throw new Error("injected R2 get fault");
     const o = await (options === undefined ? this.#bucket.get(key) : this.#bucket.get(key, options));
@@ -98,24 +109,27 @@ export class R2Bucket {
     return new R2ObjectBody(o);
   }
   async put(key, value, options) {
+    this.#check();
     counts.r2_puts++;
     if (faults.r2_put) throw new Error("injected R2 put fault");
     const o = await (options === undefined ? this.#bucket.put(key, value) : this.#bucket.put(key, value, options));
     return o && new R2Object(o);
   }
   async delete(keys) {
+    this.#check();
     counts.r2_deletes++;
     if (faults.r2_delete) throw new Error("injected R2 delete fault");
     return this.#bucket.delete(keys);
   }
-  list(options) { return this.#bucket.list(options); }
+  async list(options) { this.#check(); return this.#bucket.list(options); }
 }
 
-// Wrap the proxy env: D1 and R2 bindings by their wrangler.toml declarations.
-export function presentEnv(proxyEnv, config, overrides) {
+// Wrap the proxy env: D1 and R2 bindings by their wrangler.toml declarations; `alive`
+// says whether the isolate given this env still runs.
+export function presentEnv(proxyEnv, config, overrides, alive = always) {
   const env = { ...proxyEnv };
-  for (const db of config.d1 ?? []) if (env[db]) env[db] = new D1Database(proxyEnv[db]);
-  for (const b of config.r2 ?? []) if (env[b]) env[b] = new R2Bucket(proxyEnv[b]);
+  for (const db of config.d1 ?? []) if (env[db]) env[db] = new D1Database(proxyEnv[db], alive);
+  for (const b of config.r2 ?? []) if (env[b]) env[b] = new R2Bucket(proxyEnv[b], alive);
   for (const [k, v] of Object.entries(overrides)) {
     if (v === null) delete env[k]; else env[k] = v;
   }

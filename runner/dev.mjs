@@ -17,6 +17,13 @@
 //   EDGE_MAIN         another main module to load instead of src/entry.py (tests only)
 //   EDGE_STANDIN=1    also serve the stand-in provider (devkit/standin.py) as `standin`
 //                     in PROVIDERS; `npm start` sets it when no provider key is configured
+//   EDGE_MEMORY_LIMIT_MB the isolate's memory limit, as workerd's (default 128, in MiB; 0 =
+//                     none): Pyodide's wasm heap plus the bodies of the Worker's fetches in
+//                     flight (runner/isolate.mjs). Past it the isolate is lost as on Cloudflare:
+//                     its requests in flight get 503 `isolate_memory_exceeded`, one line
+//                     {"runner":"isolate_memory_exceeded",…} is logged and a fresh isolate
+//                     loads (requests wait for it); GET /__runner/memory reports
+//                     wasm_peak_bytes and isolates_lost
 //   EDGE_BUNDLE_DIR   run the upload instead of src/: a `wrangler deploy --dry-run --outdir`
 //                     directory (entry.py, multillm_edge/, python_modules/); no wheel
 //                     from .cache is installed (docs/deploy.md)
@@ -28,6 +35,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { getPlatformProxy } from "wrangler";
 import { counts, faults, presentEnv } from "./bindings.mjs";
+import { IsolateLost, Isolates, LOST_BODY } from "./isolate.mjs";
 import { loadWorker } from "./pyodide-host.mjs";
 import { startStandIn, standInVars } from "./standin.mjs";
 
@@ -64,11 +72,12 @@ const migrated = new Promise((done, fail) => execFile(process.execPath,
   { cwd: root, env: { ...process.env, CI: "true", WRANGLER_SEND_METRICS: "false" } },
   (err, _out, stderr) => (err ? fail(new Error(`migrations failed: ${stderr}`)) : done())));
 const standIn = process.env.EDGE_STANDIN === "1" ? startStandIn(root) : null;
-const worker = loadWorker({
+const loadIsolate = () => loadWorker({
   root, srcDir: join(root, "src"), mainPath: process.env.EDGE_MAIN && resolve(process.env.EDGE_MAIN),
   bundleDir: process.env.EDGE_BUNDLE_DIR && resolve(process.env.EDGE_BUNDLE_DIR),
   stdout: log,
 });
+const worker = loadIsolate();
 await migrated;
 
 // With EDGE_VARS_FILE (tests) the Worker sees wrangler.toml's [vars] plus that file only:
@@ -86,10 +95,12 @@ for (const name of (process.env.EDGE_UNBIND ?? "").split(",").filter(Boolean)) o
 const declared = declaredBindings(readFileSync(join(root, "wrangler.toml"), "utf8"));
 let proxy = await startProxy();
 if (standIn) Object.assign(overrides, standInVars(await standIn, { ...proxy.env, ...overrides }, log));
-let env = presentEnv(proxy.env, declared, overrides);
-
-const { main, pyodide } = await worker;
-const Default = main.Default;
+// Each isolate gets its own env: a lost one's bindings refuse every call.
+const isolates = new Isolates({
+  limitMb: Number(process.env.EDGE_MEMORY_LIMIT_MB ?? 128), load: loadIsolate, first: worker, log,
+  makeEnv: (alive) => presentEnv(proxy.env, declared, overrides, alive),
+});
+await isolates.ready;
 
 // The platform proxy runs in a child workerd. If it dies, every binding call fails
 // for the rest of the run: a watchdog probes it, logs the loss and starts a new one
@@ -114,8 +125,10 @@ async function probeProxy() {
     log(JSON.stringify({ runner: "platform_proxy_lost", error: String(err?.name ?? "Error") }));
     await within(proxy.dispose(), 5000).catch(() => {});
     try {
-      proxy = await startProxy();
-      env = presentEnv(proxy.env, declared, overrides);
+      // bounded: a start that hangs would leave every binding call failing, unnoticed
+      proxy = await within(startProxy(), 120_000);
+      const iso = isolates.current;
+      if (iso) iso.env = presentEnv(proxy.env, declared, overrides, iso.alive);
       log(JSON.stringify({ runner: "platform_proxy_restarted" }));
     } catch (restartErr) {
       log(JSON.stringify({ runner: "platform_proxy_restart_failed", error: String(restartErr?.name ?? "Error") }));
@@ -142,7 +155,7 @@ if (typeof undiciAgent?.dispatch !== "function") throw new Error("runner: undici
 const nodeFetch = globalThis.fetch;
 const TRANSPORT = new Set(["host", "content-length", "transfer-encoding"]);
 
-function exactDispatcher(given) {
+function exactDispatcher(given, sent) {
   const keep = (name) => given.has(name.toLowerCase()) || TRANSPORT.has(name.toLowerCase());
   return {
     dispatch(opts, handler) {
@@ -154,15 +167,28 @@ function exactDispatcher(given) {
       } else if (headers) {
         headers = Object.fromEntries(Object.entries(headers).filter(([k]) => keep(k)));
       }
-      return undiciAgent.dispatch({ ...opts, headers }, handler);
+      // undici calls onRequestSent once the body is written: the isolate holds it no more.
+      const watched = new Proxy(handler, { get: (target, key) => (key !== "onRequestSent" ? target[key]
+        : function onRequestSent(...args) { sent(); return target.onRequestSent?.apply(this, args); }) });
+      return undiciAgent.dispatch({ ...opts, headers }, watched);
     },
   };
 }
 
-globalThis.fetch = (input, init = {}) => {
+// A body the Worker hands to fetch is JS memory its isolate holds until it is written to
+// the connection: counted against the isolate's limit meanwhile (runner/isolate.mjs).
+const byteLength = (body) => (body instanceof ArrayBuffer || ArrayBuffer.isView(body) ? body.byteLength
+  : typeof body === "string" ? Buffer.byteLength(body) : 0);
+
+globalThis.fetch = async (input, init = {}) => {
   const source = init.headers ?? (input instanceof Request ? input.headers : undefined);
   const given = new Set(new Headers(source).keys());
-  return nodeFetch(input, { ...init, dispatcher: exactDispatcher(given) });
+  const release = isolates.holdJs(byteLength(init.body));
+  try {
+    return await nodeFetch(input, { ...init, dispatcher: exactDispatcher(given, release) });
+  } finally {
+    release();
+  }
 };
 
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade"]);
@@ -320,6 +346,18 @@ else:
 text
 `;
 
+// tracemalloc over the Worker's Python (bench: what requests in flight hold).
+const HEAP_PY = `
+import gc, json, tracemalloc
+if action == "start" and not tracemalloc.is_tracing():
+    tracemalloc.start()
+gc.collect()
+traced, peak = tracemalloc.get_traced_memory() if tracemalloc.is_tracing() else (0, 0)
+if action == "stop":
+    tracemalloc.stop()
+json.dumps({"traced": traced, "peak": peak})
+`;
+
 const MODULES_PY = `
 import json, os, site, sys
 files = {name: getattr(m, "__file__", None) for name, m in list(sys.modules.items())}
@@ -338,9 +376,12 @@ async function testControl(req, res, url) {
   }
   if (route === "GET /__runner/stats") return sendJson(res, 200, counts);
   if (route === "GET /__runner/memory") {
-    // The Worker's whole Python heap lives in Pyodide's wasm memory (it grows, never shrinks).
-    return sendJson(res, 200, { wasm_bytes: pyodide._module.HEAPU8.byteLength, rss_bytes: process.memoryUsage().rss });
+    // The Worker's whole Python heap lives in Pyodide's wasm memory (it grows, never
+    // shrinks); the peak is across isolates, a lost one included.
+    await isolates.ready;
+    return sendJson(res, 200, { ...isolates.memory(), rss_bytes: process.memoryUsage().rss });
   }
+  const { pyodide } = await isolates.ready;
   if (route === "POST /__runner/floor") {
     // The floor of a body (json.loads + compact json.dumps + SHA-256), timed in the
     // Worker's own Pyodide: the yardstick for the Worker's CPU per turn (bench).
@@ -359,6 +400,10 @@ async function testControl(req, res, url) {
     const { action = "start", top = 25, sort = "tottime" } = await readJson(req);
     const text = pyodide.runPython(PROFILE_PY, { globals: pyodide.toPy({ action, top, sort }) });
     return sendJson(res, 200, { text });
+  }
+  if (route === "POST /__runner/heap") {
+    const { action = "read" } = await readJson(req);
+    return sendJson(res, 200, JSON.parse(pyodide.runPython(HEAP_PY, { globals: pyodide.toPy({ action }) })));
   }
   if (route === "GET /__runner/modules") {
     // Where each loaded module came from, and what site-packages holds (bundle tests).
@@ -405,7 +450,7 @@ async function testControl(req, res, url) {
 }
 
 // A Cron Trigger's invocation, as wrangler's --test-scheduled route makes it.
-async function runScheduled(instance, url, ctx, waits, res) {
+async function runScheduled(instance, env, url, ctx, waits, res) {
   const controller = { scheduledTime: Date.now(), cron: url.searchParams.get("cron") ?? "", noRetry() {} };
   try {
     await instance.scheduled(controller, env, ctx);
@@ -419,40 +464,51 @@ async function runScheduled(instance, url, ctx, waits, res) {
 
 const server = http.createServer(async (req, res) => {
   let discardBody = () => {};
+  let iso = null, entry = null;
   try {
     const base = `http://${req.headers.host ?? "localhost"}`;
     if (process.env.EDGE_TEST_CONTROL === "1" && req.url.startsWith("/__runner/")) {
       return await testControl(req, res, new URL(req.url, base));
     }
+    iso = await isolates.ready;            // while a lost isolate is replaced, requests wait
     const waits = [];
     const ctx = { waitUntil: (p) => waits.push(p), passThroughOnException: () => {}, props: {} };
-    const instance = Default(ctx, env);
+    const instance = iso.Default(ctx, iso.env);
+    const client = new AbortController();
+    entry = iso.enter(res, client);
     if (process.env.EDGE_TEST_CONTROL === "1" && req.method === "GET"
         && req.url.split("?")[0] === "/cdn-cgi/handler/scheduled") {
-      return await runScheduled(instance, new URL(req.url, base), ctx, waits, res);
+      return await iso.racing(runScheduled(instance, iso.env, new URL(req.url, base), ctx, waits, res));
     }
-    const client = new AbortController();
     res.on("close", () => { if (!res.writableFinished) client.abort(); });
     const converted = toWebRequest(req, base, client.signal);
     discardBody = converted.discardBody;
     let result;
     try {
-      result = await instance.fetch(converted.request);
+      result = await iso.racing(instance.fetch(converted.request));
     } finally {
-      instance.destroy?.();
+      if (!iso.dead) instance.destroy?.();
     }
+    if (iso.dead) throw new IsolateLost();      // an answer made as its isolate was lost
     const response = result?.js_object ?? result;
     if (typeof result?.destroy === "function") result.destroy();
-    await sendWebResponse(res, response);
+    await iso.racing(sendWebResponse(res, response));
     discardBody();
-    await Promise.allSettled(waits);
+    await iso.racing(Promise.allSettled(waits));
   } catch (err) {
+    if (err instanceof IsolateLost || iso?.dead) {
+      // As Cloudflare's error 1102: the request dies with its isolate (runner/isolate.mjs).
+      if (!res.headersSent) sendJson(res, 503, LOST_BODY);
+      else res.destroy();
+      return;
+    }
     // As workerd: an uncaught Worker exception is a 500, and the runner keeps serving.
     log(JSON.stringify({ runner: "worker_exception", error: String(err?.type ?? err?.name ?? "Error") }));
     if (process.env.EDGE_RUNNER_DEBUG === "1") log(String(err?.stack ?? err));
     if (!res.headersSent) sendJson(res, 500, { error: { type: "server_error", code: "worker_exception", message: "The Worker raised an exception." } });
     else res.destroy();
   } finally {
+    if (entry) iso.leave(entry);
     discardBody();
   }
 });

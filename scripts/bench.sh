@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench: the paging, turn, capacity, storage, prompt-cache and forward-guard benchmarks in CPython and in Pyodide (same code, same tables).
+# npm run bench: the paging, turn, capacity, storage, prompt-cache and forward-guard benchmarks in CPython and in Pyodide (same code, same tables), then the runner benches (search, the isolate's memory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -13,6 +13,7 @@ echo "== CPython =="
 "$PY" bench/bench_storage.py || rc=1    # in-process platform: CPython only
 "$PY" bench/bench_cache.py || rc=1      # bytes, not time: the same in Pyodide
 "$PY" bench/bench_forward_guard.py || rc=1
+"$PY" bench/bench_waiting_request.py || rc=1   # what a waiting request holds (tracemalloc)
 echo
 echo "== Pyodide =="
 node bench/pyodide_bench.mjs || rc=1
@@ -23,4 +24,7 @@ node bench/pyodide_bench.mjs bench_forward_guard || rc=1
 echo
 echo "== Search over a full session, through the runner =="
 "$PY" bench/bench_search.py || rc=1
+echo
+echo "== A busy minute in one isolate, through the runner, its 128 MiB limit on =="
+"$PY" bench/bench_isolate_memory.py || rc=1
 exit $rc

@@ -57,6 +57,9 @@ def test_many_long_sessions_keep_the_heap_bounded(tmp_path):
     print(f"\nsoak: {SESSIONS} sessions × {TURNS} turns, bodies {min(sizes) / MiB:.2f}–{max(sizes) / MiB:.2f} MiB, "
           f"memory bound {bound:.0f} MiB (estimated): wasm heap {before['wasm_bytes'] / MiB:.0f} → "
           f"{after['wasm_bytes'] / MiB:.0f} MiB, runner RSS {before['rss_bytes'] / MiB:.0f} → "
-          f"{after['rss_bytes'] / MiB:.0f} MiB")
+          f"{after['rss_bytes'] / MiB:.0f} MiB, wasm peak {after['wasm_peak_bytes'] / MiB:.0f} MiB, "
+          f"isolates lost {after['isolates_lost']}")
     assert after["wasm_bytes"] <= 128 * MiB
     assert grown <= 32
+    # under the runner's isolate limit (on by default, docs/design.md §9): never passed
+    assert after["limit_bytes"] == 128 * MiB and after["isolates_lost"] == 0

@@ -198,3 +198,12 @@ def test_hostile_next_turns_through_the_runner(edge, servers):
     print(f"hostile resumed (runner): {RESUMED_PAIRS} pairs, {resumed} answered 200, "
           f"{len(resumed_logs)} turns resumed")
     assert resumed_logs
+
+
+def test_the_sample_never_lost_the_isolate(edge):
+    """Last in the module: the whole sample ran under the runner's 128 MiB isolate limit
+    (docs/design.md §9) and never passed it."""
+    mem = edge.memory()
+    assert mem["limit_bytes"] == 128 * MiB
+    assert mem["isolates_lost"] == 0, [r for r in edge.logs() if r.get("runner") == "isolate_memory_exceeded"]
+    print(f"\nhostile sample: wasm peak {mem['wasm_peak_bytes'] / MiB:.0f} MiB, 0 isolates lost")

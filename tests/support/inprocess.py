@@ -20,7 +20,7 @@ from typing import Callable
 from devkit.sqlite import SqliteExecutor, migrated_connection
 from multillm_edge import app
 from multillm_edge.base.errors import EdgeError, StorageError
-from multillm_edge.base.http import Incoming
+from multillm_edge.base.http import Handoff, Incoming
 
 BODY_CHUNK = 16 * 1024          # how a request body arrives here, in pieces
 SETTLE_BYTES = 64 * 1024        # mirrors platform.bindings.SETTLE_BYTES
@@ -112,6 +112,8 @@ class Answer:
 def _body_bytes(body) -> bytes:
     if body is None:
         return b""
+    if isinstance(body, Handoff):
+        return body.take()
     if isinstance(body, (bytes, bytearray)):
         return bytes(body)
     return b"".join(body)

@@ -56,6 +56,23 @@ class Outgoing:
     stream: Any = None                   # an upstream body to pass through chunk by chunk
 
 
+class Handoff:
+    """Bytes handed to the platform's ``fetch`` once: it ``take``s them (converting them to
+    the runtime's own buffer) and nothing of the request references them any more — a
+    request waiting for its provider holds its upstream body at most in the runtime, not
+    in the Python heap (docs/design.md §7.2)."""
+    __slots__ = ("_data", "size")
+
+    def __init__(self, data: bytes):
+        self._data, self.size = data, len(data)
+
+    def take(self) -> bytes:
+        data, self._data = self._data, None
+        if data is None:
+            raise RuntimeError("the bytes were handed over already")
+        return data
+
+
 #: Answers about one caller's pages: never stored by anything between (docs/design.md §6).
 NO_CACHE = [("cache-control", "private, no-store")]
 

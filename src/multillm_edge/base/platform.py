@@ -55,6 +55,7 @@ class Platform(Protocol):
                           ) -> tuple[Optional[bytes], Optional[AsyncIterator]]: ...
     async def fetch(self, url: str, method: str, headers: list, body: Any = None,
                     timeout: Optional[float] = None) -> UpstreamResponse: ...
+    # ``body``: bytes, a ``base.http.Handoff`` (taken once, its bytes let go) or a stream
 
 
 def var_text(value, stringify: Callable[[object], str]):

@@ -19,15 +19,18 @@ ADDED_KEYS = ("context_pages", "context_recall", "context_session", "context_com
 
 
 def pages_text(pages, rows, schema: dict) -> str:
-    """The ``context_pages`` array as compact JSON; ``rows`` maps a page id to its row
-    as stored (``store.ActivePage``: the real expiry), null for a page without one."""
+    """The ``context_pages`` array as compact JSON; ``pages`` are ``(page_id, sha256, …)``
+    tuples (a Page, or what a waiting request keeps of one, docs/design.md §7.2); ``rows``
+    maps a page id to its row as stored (``store.ActivePage``: the real expiry), null for
+    a page without one."""
     entry = '{"page_id":"%s","sha256":"%s","expires_at":%s,"tool_schema":'
     schema_text = compact_text(schema) + "}"     # appended, never a format string
     get = rows.get
     out = []
     for p in pages:
-        row = get(p.page_id)
-        out.append(entry % (p.page_id, p.sha256, "null" if row is None else row.expires_at) + schema_text)
+        page_id = p[0]
+        row = get(page_id)
+        out.append(entry % (page_id, p[1], "null" if row is None else row.expires_at) + schema_text)
     return "[" + ",".join(out) + "]"
 
 

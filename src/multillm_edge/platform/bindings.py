@@ -15,7 +15,7 @@ from pyodide.ffi import JsException, create_proxy, to_js
 from workers import Request, Response
 
 from ..base.errors import EdgeError, StorageError
-from ..base.http import Incoming, Outgoing
+from ..base.http import Handoff, Incoming, Outgoing
 from ..base.jsonbytes import compact_text
 from ..base.platform import var_text
 
@@ -327,22 +327,29 @@ class WorkersPlatform:
 
     async def fetch(self, url: str, method: str, headers: list[tuple[str, str]], body=None,
                     timeout: float | None = None) -> Upstream:
-        """Outbound HTTP; `body` is bytes or a runtime stream. No response headers within
+        """Outbound HTTP; `body` is bytes, a `Handoff` (its bytes copied to a Uint8Array once
+        and let go: the runtime holds the request body, not Python) or a runtime stream.
+        No response headers within
         `timeout` seconds → TimeoutError; network failure → OSError; the client gone →
         EdgeError 499. The request is aborted with the client's, and by `Upstream`."""
         controller = js.AbortController.new()
         init = {"method": method, "headers": _js_headers(headers), "redirect": "manual",
                 "signal": self._signal(controller)}
-        if isinstance(body, bytes):
+        if isinstance(body, Handoff):
+            init["body"] = _js_bytes(body.take())
+        elif isinstance(body, bytes):
             init["body"] = _js_bytes(body)
         elif body is not None:
             init["body"] = body
             init["duplex"] = "half"   # required by the fetch spec for streams; workerd ignores it
+        body = None
         expired = []
         on_timeout = create_proxy(lambda: (expired.append(True), controller.abort()))
         timer = js.setTimeout(on_timeout, int(timeout * 1000)) if timeout else None
         try:
-            resp = await js.fetch(url, to_js(init, dict_converter=js.Object.fromEntries))
+            pending = js.fetch(url, to_js(init, dict_converter=js.Object.fromEntries))
+            del init        # the body is the runtime's now: freed once written (§7.2)
+            resp = await pending
         except JsException as e:
             if self.client_gone():
                 raise EdgeError(499, "client_closed_request", "The client closed the request.") from None

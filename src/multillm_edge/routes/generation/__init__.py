@@ -24,7 +24,7 @@ from ...service.access import SESSION_HEADER, key_digest, request_context, warne
 # One module per step; `generate` calls each through this module's names.
 from .scope import Scope, Turn, settle
 from .planning import candidates, plan_all, requested_models, wants_paging, wants_recall
-from .dispatching import dispatch
+from .dispatching import Held, dispatch
 from .responding import annotate, idle_event, info_headers, page_list_comment, respond  # noqa: F401
 
 
@@ -74,14 +74,20 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
             resume.keep(LAST_TURNS, memory_key, raw, body, prior)
     # what was taken from the last turn (§5.13): counts only
     req.notes.update(resumed=prior.reused if prior.used else 0, resumed_items=prior.items_reused())
+    recalling = scope.paging and wants_recall(body)
+    # From here the request holds its body and parse only through `held`, which dispatch
+    # lets go before the last candidate waits for its provider (docs/design.md §7.2).
+    held = Held(body, raw)
+    del body, raw, prior
     try:  # store → dispatch, per candidate
-        upstream, chosen = await dispatch(scope, cands, body, raw, turn)
+        upstream, chosen = await dispatch(scope, cands, held, turn)
     finally:  # the log line keeps every attempt, answered or not
         note(req, scope, turn, cands)
-    turn.pages, turn.compacted = list(chosen.plan.pages), chosen.plan.dropped
+    sent = chosen.sent
+    turn.pages, turn.compacted = list(sent.pages), sent.dropped
     turn.covered = chosen.covered
-    if scope.paging and wants_recall(body):
-        turn.recalled = list(chosen.plan.recall)
+    if recalling:
+        turn.recalled = list(sent.recall)
         req.notes["recalled"] = len(turn.recalled)
     req.notes.update(pages=len(turn.pages), compacted=turn.compacted, model_index=cands.index(chosen))
     return await respond(scope, upstream, turn)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 from ...base.errors import EdgeError
-from ...base.http import Incoming
+from ...base.http import Handoff, Incoming
 from ...base.timing import timed
 from ...core import config
 from ...core.validation import has_duplicate_keys
 from ...formats import get as format_module
-from .planning import Candidate
+from .planning import Candidate, Sent
 from .scope import Scope, Turn, error
 from ...core.pages import ROLEPLAY as AUTHORITY, Owner
 from ...service import storing
@@ -30,6 +30,18 @@ def upstream_headers(req: Incoming, fmt: str, provider: config.Provider, platfor
     headers += [(k, req.header(k)) for k in PASSED_HEADERS
                 if req.header(k) is not None and k not in auth]
     return headers + list(auth.items())
+
+
+class Held:
+    """The client's raw body and its parse, held only while a candidate still to try may
+    need them: let go before the last candidate's request waits (docs/design.md §7.2)."""
+    __slots__ = ("body", "raw")
+
+    def __init__(self, body: dict, raw: bytes):
+        self.body, self.raw = body, raw
+
+    def release(self) -> None:
+        self.body = self.raw = None
 
 
 def dispatch_body(c: Candidate, body: dict, raw: bytes, turn: Turn) -> bytes:
@@ -53,7 +65,7 @@ def _repeats_a_key(raw: bytes, turn: Turn) -> bool:
     return turn.repeats_a_key
 
 
-async def attempt(scope: Scope, c: Candidate, index: int, headers: list, payload: bytes,
+async def attempt(scope: Scope, c: Candidate, index: int, headers: list, payload: Handoff,
                   turn: Turn):
     """One provider call, recorded in `turn.attempts` → its answer, or None if it gave none
     (network error, or no response headers within UPSTREAM_TIMEOUT_SECONDS)."""
@@ -109,25 +121,38 @@ def no_answer(turn: Turn, cands: list) -> EdgeError:
     return error("upstream_unreachable", "No provider could be reached.", 502)
 
 
-async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn):
+async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
     """Try each candidate in order, storing its pages first → (upstream, candidate).
     A retryable answer is relayed if no later candidate gives a better one; a candidate
-    whose provider is misconfigured is skipped like one that cannot fit."""
+    whose provider is misconfigured is skipped like one that cannot fit.
+
+    While a request waits for its provider it holds its upstream body at most, and that in
+    the runtime (docs/design.md §7.2): each tried candidate's plan is reduced to what the
+    answer needs (`Sent`), the bytes are handed to `fetch` (`Handoff`), and once no
+    fallback is left the client's body and its parse (`held`) are let go."""
     req, platform = scope.req, scope.rc.platform
     upstream = chosen = None
     for index, c in enumerate(cands):
         if c.skipped:
+            c.plan = None
             continue
         try:  # its provider key first: a misconfigured provider stores nothing
             headers = upstream_headers(req, scope.fmt, c.provider, platform)
         except EdgeError as err:
             c.skipped = err.with_traceback(None)    # no frames (and no `cands`) kept
+            c.plan = None
             continue
         if scope.paging:
             c.covered = await store(scope, c, turn)
         with req.record.cpu("encode"):
-            payload = dispatch_body(c, body, raw, turn)
+            payload = Handoff(dispatch_body(c, held.body, held.raw, turn))
+            c.sent = Sent.of(c.plan)
+        c.plan = None       # freed here rather than at the request's end, as before: not "encode"
+        if not any(not later.skipped for later in cands[index + 1:]):
+            held.release()
+        # From here the request holds `payload.size` bytes, in the runtime once fetch takes them.
         answer = await attempt(scope, c, index, headers, payload, turn)
+        del payload
         if answer is None:
             continue
         if upstream is not None:
@@ -135,6 +160,7 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
         upstream, chosen = answer, c
         if answer.status not in RETRY_STATUSES:
             break
+    held.release()
     if upstream is None:
         raise no_answer(turn, cands)
     return upstream, chosen

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import NamedTuple
 
 from ... import formats
 from ...base.errors import EdgeError
@@ -20,6 +22,26 @@ FIND_MODELS = ("GET /v1/models (same key) lists the models it can use; an operat
 CAPABILITY, SEARCH_CAPABILITY = formats.RETRIEVE_CAPABILITY, formats.SEARCH_CAPABILITY
 
 
+class Sent(NamedTuple):
+    """What the answer needs of a dispatched plan (docs/design.md §7.2): its pages'
+    ``(page_id, sha256)`` (a Page's first two fields: the answer reads pages by index, so
+    either will do), the exchanges compaction dropped, the moments recall quoted (without
+    their excerpts). The plan itself — bodies, items, encoded history — is let go before
+    the request waits for its provider."""
+    pages: tuple
+    dropped: int
+    recall: tuple
+
+    @classmethod
+    def of(cls, plan: paging.Plan) -> "Sent":
+        # C calls only (no Python frame per page): a steady turn may page hundreds
+        return cls(tuple(map(_ID_AND_DIGEST, plan.pages)), plan.dropped,
+                   tuple(m._replace(lines=()) for m in plan.recall))
+
+
+_ID_AND_DIGEST = itemgetter(0, 1)              # Page(page_id, sha256, body, items)
+
+
 @dataclass
 class Candidate:
     model: str                      # provider:model, as the client named it
@@ -29,6 +51,7 @@ class Candidate:
     plan: paging.Plan | None = None         # what it sends (paged or compacted alike)
     skipped: EdgeError | None = None        # why it was never sent
     covered: dict = field(default_factory=dict)   # single pages its blocks hold again (§5.9)
+    sent: Sent | None = None                # once dispatched: what the answer needs (plan let go)
 
 
 def requested_models(body: dict) -> list[str]:

@@ -42,7 +42,7 @@ def info_headers(turn: Turn, session: dict | None = None) -> list:
     headers = []
     if turn.pages:
         headers.append(("x-multillm-context-page-count", str(len(turn.pages))))
-        ids = ",".join(p.page_id for p in turn.pages)
+        ids = ",".join(p[0] for p in turn.pages)
         if len(ids) <= config.MAX_PAGE_LIST_HEADER:
             headers.append(("x-multillm-context-pages", ids))
         if turn.recalled is not None:
@@ -64,7 +64,7 @@ def page_list_comment(turn: Turn, session: dict | None = None) -> bytes:
     as compact JSON."""
     if not turn.pages:
         return b""
-    line = PAGE_LIST_COMMENT + ",".join(p.page_id for p in turn.pages).encode() + b"\n\n"
+    line = PAGE_LIST_COMMENT + ",".join(p[0] for p in turn.pages).encode() + b"\n\n"
     if turn.recalled is not None:   # page_id:exchange of each recalled moment, best first
         moments = ",".join(f"{m.page_id}:{m.exchange}" for m in turn.recalled).encode()
         line += RECALL_COMMENT + (b" " + moments if moments else b"") + b"\n\n"

@@ -22,7 +22,7 @@ class Turn:
     attempts: list = field(default_factory=list)   # {model_index, status, ms} per provider call
     timings: dict = field(default_factory=dict)
     repeats_a_key: bool | None = None           # the raw body repeats a key (checked lazily)
-    pages: list = field(default_factory=list)   # Page objects of the dispatched plan
+    pages: list = field(default_factory=list)   # (page_id, sha256) of the dispatched plan's pages
     compacted: int = 0                          # exchanges the dispatched plan dropped
     recalled: list | None = None                # recall.Moment quoted; None: recall not declared
     # page_id -> byte_length of active single pages the dispatched plan's blocks hold
