@@ -35,13 +35,18 @@ def many_words(i: int) -> list:
             ("assistant", " ".join(f"reply{(i * 7 + j) % 900} пример{j}" for j in range(80)))]
 
 
+def wide_words(i: int) -> list:     # words of non-ASCII letters, long ones, CJK, emoji
+    return [("user", " ".join(f"слово{i}ё{j} qué{j % 9} ñandú{'á' * (j % 40)}" for j in range(60))),
+            ("assistant", "港口の歌" * 50 + " 🌬️ " * 20 + "Ж" * 3000)]
+
+
 def prose(i: int) -> list:
     return [("user", f"*leans on the rail* Tell me about port {i}, captain. What do the whales sing?"),
             ("assistant", f"Port {i} — the whales rise at dusk, their songs rolling like thunder. " * 3)]
 
 
 KINDS = {"blank lines": blank_lines, "tiny messages": tiny, "very long words": long_words,
-         "[{}] content": empty, "many distinct words": many_words, "prose": prose}
+         "[{}] content": empty, "many distinct words": many_words, "wide words": wide_words, "prose": prose}
 QUERIES = ("whales port sing", "thing1 word3x4 reply17", "a k3 ok", "aaaa b3 w7")
 
 

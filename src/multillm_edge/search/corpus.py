@@ -26,7 +26,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import compress, repeat
 from operator import attrgetter, gt as _past
-from sys import getsizeof
 
 from .state import STATE
 
@@ -66,12 +65,19 @@ def dict_bytes(n: int, entry: int) -> int:
     return 96 + size * (1 if size <= 128 else 2 if size <= 1 << 15 else 4) + size * 2 // 3 * entry
 
 
+_DICT_STR_BYTES = [dict_bytes(n, 16) for n in range(1024)]
+
+
 def word_counts_bytes(words: dict) -> int:
     """An exchange's word counts: the dict and its words (an ASCII str is 41 bytes and
-    one a code point: counted in C; others by ``sys.getsizeof``)."""
-    if "".join(words).isascii():
-        return dict_bytes(len(words), 16) + 41 * len(words) + sum(map(len, words))
-    return dict_bytes(len(words), 16) + sum(map(getsizeof, words))
+    one a code point; another ~34 more and its code points' UTF-8 bytes past one),
+    counted in C."""
+    n = len(words)
+    joined = "".join(words)
+    out = (_DICT_STR_BYTES[n] if n < 1024 else dict_bytes(n, 16)) + 41 * n + len(joined)
+    if joined.isascii():
+        return out
+    return out + 34 * (n - sum(map(str.isascii, words))) + len(joined.encode("utf-8", "surrogatepass")) - len(joined)
 
 
 def numbers_bytes(numbers: list) -> int:
