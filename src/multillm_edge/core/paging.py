@@ -221,7 +221,7 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
     else:
         (ds, dn, prev, seg, seg_bytes, seg_ids, synced, line) = walk.state
         sum_units, n_units, blocks = sum_inner + ds, n_groups + dn, list(walk.blocks)
-        fits = walk.fits        # those that still fit (all of them, as a rule: checked in C)
+        fits = list(walk.fits)      # those that still fit (all of them, as a rule: checked in C)
         if fits and max(map(_SIZE, fits)) + base > budget:
             fits = [f for f in fits if f[1] + base <= budget]
         first = Fit(fits[0][0] + 1, fits[0][1] + base, blocks[:fits[0][2]]) if fits else None
