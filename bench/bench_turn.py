@@ -262,6 +262,7 @@ def main(runtime: str = "CPython") -> int:
     ratio("steady, no prompt cache / floor", "steady turn, no prompt cache", "floor")
     ratio("steady / the same turn in a new isolate", "steady turn", "pair, first isolate turn")
     growth(runtime)
+    corpus_memory(runtime)
     real_chats(runtime)
     sys.stdout.flush()
     return 0
@@ -295,6 +296,49 @@ def growth(runtime: str) -> None:
         base = med[(name, GROWTH_SIZES[0])]
         print(f"| {name} | " + " | ".join(f"{med[(name, n)]:.2f}" for n in GROWTH_SIZES) + " | "
               + " | ".join(f"{med[(name, n)] / base:.2f}" for n in GROWTH_SIZES[1:]) + " |")
+
+
+def corpus_memory(runtime: str) -> None:
+    """What recall's corpus of an 800- and a 3,000-exchange session holds (issue 45.5):
+    its ``held_bytes`` and, where tracemalloc runs, what dropping it frees once the
+    isolate's other memos are emptied (the analyses' word counts then its own), and
+    all recall made (analyses, vocabulary, corpus) before that."""
+    try:
+        import tracemalloc
+    except ImportError:         # pragma: no cover — a runtime without it: held_bytes alone
+        tracemalloc = None
+    print(f"\nrecall's corpus by session length — {runtime} (the paged exchanges of the roleplay chat; bytes)")
+    print("| exchanges | paged | held_bytes | freed when dropped | all recall made | held / freed |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in (800, 3000):
+        budget = max(32000, 100 * n) - 1024 - 256
+        b = validation.parse_request("chat", json.dumps(roleplay_body(n), ensure_ascii=False).encode())
+        prep = prepared.Prepared("chat", b, SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION),
+                                 strip=paging.EDGE_FIELDS)
+        fit = paging._fit(prep, budget - paging._recall_room(budget), paging.block_rule(paging.MAX_PAGE_BYTES))
+        paged = paging._paged_exchanges(prep, fit)
+        STATE.reset()
+        gc.collect()
+        if tracemalloc:
+            tracemalloc.start()
+        for q in ("*frowns* Port 7 again? What did the whales sing there?", "The thunder and the velvet, captain?"):
+            recall.choose(q, paged, recall.MAX_BYTES, paging._recall_size)
+        held = CORPORA.held_bytes()
+        made = freed = None
+        if tracemalloc:
+            made = tracemalloc.get_traced_memory()[0]
+            for part in STATE._parts.values():
+                if part is not CORPORA:
+                    part.clear()
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            CORPORA.clear()
+            gc.collect()
+            freed = before - tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+        STATE.reset()
+        print(f"| {n:,} | {len(paged):,} | {held:,} | {freed if freed is not None else '—':,} | "
+              f"{made if made is not None else '—':,} | {held / freed if freed else float('nan'):.2f} |")
 
 
 REAL_QUESTIONS = 8      # per conversation: its first questions, each the player's latest turn

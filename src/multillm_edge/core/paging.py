@@ -155,11 +155,25 @@ def _fixed_id_len(prep: Prepared):
 _SIZE = itemgetter(1)      # a walk's fit's size less the base
 
 
+class WalkState(NamedTuple):
+    """What ``_fit``'s walk carries from one position to the next, as it was after a
+    walk's ``k`` (§5.13): the sums as differences from paging nothing, the open run
+    and block, and the prompt cache's last grid line."""
+    d_units: int        # the history's inner bytes and handles, less paging nothing's
+    d_groups: int       # its items (groups and markers), less paging nothing's
+    prev: int | None    # the group paged last (its run goes on at prev + 1)
+    seg: int | None     # position in ``pageable`` of the open block's first group
+    seg_bytes: int      # the open block's bytes
+    seg_ids: int        # its groups' handles' bytes
+    synced: bool        # the run has passed a content boundary: blocks may open
+    line: int           # the grid line the last paged group reached (§5.7)
+
+
 class Walk(NamedTuple):
     """Where ``_fit`` returned, kept for the session's next turn (§5.13): at position
     ``k`` of ``pageable``, the body paging nothing then ``base`` bytes (its size with
     the tool and anchors: the fixed part, every group's bytes and a comma between
-    each two), the walk's ``state`` after ``k`` (sums as differences from paging nothing),
+    each two), the walk's ``state`` after ``k`` (``WalkState``),
     its ``blocks`` and ``fits`` (``(k, size - base, blocks)``: each earlier fit that
     was no stop)."""
     k: int
@@ -219,7 +233,7 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
         synced = False        # the run has passed a content boundary: blocks may open
         size = prep.total
     else:
-        (ds, dn, prev, seg, seg_bytes, seg_ids, synced, line) = walk.state
+        ds, dn, prev, seg, seg_bytes, seg_ids, synced, line = walk.state       # a WalkState
         sum_units, n_units, blocks = sum_inner + ds, n_groups + dn, list(walk.blocks)
         fits = list(walk.fits)      # those that still fit (all of them, as a rule: checked in C)
         if fits and max(map(_SIZE, fits)) + base > budget:
@@ -271,8 +285,8 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
                 continue
         if size <= budget:
             if key is not None:
-                prep.walks[key] = Walk(k, base, (sum_units - sum_inner, n_units - n_groups, prev,
-                                                 seg, seg_bytes, seg_ids, synced, line),
+                prep.walks[key] = Walk(k, base, WalkState(sum_units - sum_inner, n_units - n_groups, prev,
+                                                          seg, seg_bytes, seg_ids, synced, line),
                                        tuple(blocks), tuple(fits), pageable)
             return Fit(k + 1, size, blocks, first)
     return first or Fit(0, size, blocks)
