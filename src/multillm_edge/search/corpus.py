@@ -87,14 +87,15 @@ def numbers_bytes(numbers: list) -> int:
 
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
-    __slots__ = ("words", "ids", "counted", "words_bytes", "sizes", "lines_of", "asking", "size", "lines",
+    __slots__ = ("words", "ids", "counted", "words_bytes", "sized", "sizes", "lines_of", "asking", "size", "lines",
                  "postings", "posted", "lazy", "filled", "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
         self.ids: list = []         # 0..n-1: one int object per exchange, shared by the postings
         self.counted = 0            # their entries
-        self.words_bytes = 0        # their bytes and the numbers' (``word_counts_bytes``)
+        self.words_bytes = 0        # the bytes of the first ``sized`` ones and their numbers
+        self.sized = 0              # (``word_counts_bytes``: counted when first asked)
         self.sizes: list = []       # code points of each
         self.lines_of: list = []    # lines of each
         self.asking: list = []      # those whose last line asks ("?"), ascending
@@ -110,10 +111,35 @@ class Corpus:
 
     def held_bytes(self) -> int:
         """The bytes it holds, estimated from its counts (docs/design.md §6.2): its word
-        counts included (the analyses' own: shared with docs.CACHE while cached there)."""
-        return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + self.words_bytes + POSTING_BYTES * len(self.postings)
+        counts included (the analyses' own: shared with docs.CACHE while cached there).
+        The exchanges not sized yet are sized now (once: C calls per exchange)."""
+        n = len(self.words)
+        if self.sized < n:
+            self.words_bytes += self._exchanges_bytes(self.sized, n)
+            self.sized = n
+        return self._own_bytes() + self.words_bytes
+
+    def bound_bytes(self) -> int:
+        """At least ``held_bytes()``, the exchanges not sized yet taken at their most
+        (a word's str at most 80 bytes and 4 a code point, its dict slot 48, its dict
+        184): what ``Corpora.trim`` checks first, so a cold turn sizes nothing under the
+        bound."""
+        k = len(self.words) - self.sized
+        if not k:
+            return self._own_bytes() + self.words_bytes
+        entries = sum(map(len, self.words[self.sized:]))
+        return (self._own_bytes() + self.words_bytes + 268 * k + 128 * entries
+                + 4 * sum(self.sizes[self.sized:]))
+
+    def _own_bytes(self) -> int:
+        return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + POSTING_BYTES * len(self.postings)
                 + POSTING_ENTRY_BYTES * self.posted + FILLED_BYTES * len(self.filled)
                 + MEMO_ENTRY_BYTES * self.memo_entries)
+
+    def _exchanges_bytes(self, a: int, b: int) -> int:
+        """Exchanges ``a:b``'s word counts and numbers."""
+        return (sum(map(word_counts_bytes, self.words[a:b])) + numbers_bytes(self.sizes[a:b])
+                + numbers_bytes(self.lines_of[a:b]) + numbers_bytes(self.ids[a:b]))
 
     def extend(self, docs: list) -> None:
         """Append the analyses ``docs``: their counts, sizes and lines, and their words'
@@ -135,8 +161,6 @@ class Corpus:
         self.asking += [d for d, a in enumerate(docs, d0) if a.question]
         self.words += words
         self.counted += sum(map(len, words))
-        self.words_bytes += sum(map(word_counts_bytes, words)) + numbers_bytes(sizes) + numbers_bytes(lines) \
-            + numbers_bytes(self.ids[d0:])
         self.sizes += sizes
         self.lines_of += lines
         self.size += sum(sizes)
@@ -180,8 +204,9 @@ class Corpus:
         self.size -= sum(self.sizes[keep:])
         self.lines -= sum(self.lines_of[keep:])
         self.counted -= sum(map(len, words[keep:]))
-        self.words_bytes -= (sum(map(word_counts_bytes, words[keep:])) + numbers_bytes(self.sizes[keep:])
-                             + numbers_bytes(self.lines_of[keep:]) + numbers_bytes(self.ids[keep:]))
+        if keep < self.sized:
+            self.words_bytes -= self._exchanges_bytes(keep, self.sized)
+            self.sized = keep
         del words[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
 
@@ -319,7 +344,8 @@ class Corpora:
         kept = self.kept
         while len(kept) > CORPORA_KEPT:
             kept.pop(0)
-        self.shrink(self.max_bytes)     # alone over the bound: used once, not kept
+        if sum([c.bound_bytes() for c in kept]) > self.max_bytes:
+            self.shrink(self.max_bytes)     # alone over the bound: used once, not kept
 
     def clear(self) -> None:
         self.kept.clear()
