@@ -27,6 +27,7 @@ from ..base.errors import EdgeError, invalid_field
 EDGE_FIELDS = ("capabilities", "context_protected_indices")
 
 _KIND, _COMPLETE = itemgetter(2), itemgetter(3)       # a Group's, in C
+_PLUS_ONE = (1).__add__
 
 
 def _make_encode():
@@ -287,7 +288,7 @@ class Prepared:
     def ends(self) -> list:
         """Bytes of the history up to the end of each group (with its comma): where the
         prompt cache's grid lines fall (§5.7), fixed as the history grows."""
-        return list(accumulate(n + 1 for n in self.inner))
+        return list(accumulate(map(_PLUS_ONE, self.inner)))       # in C
 
     @cached_property
     def fixed_with_tool(self) -> int:
