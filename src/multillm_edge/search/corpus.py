@@ -17,9 +17,10 @@ from it is the ranking from scratch; it holds nothing a principal or session cou
 tell apart.
 
 Its memory is counted in bytes (``held_bytes``, docs/design.md §6.2), estimated from
-what it holds as it is made: exchanges, word-count entries and their words' code
-points, postings, the memo's entries (CPython 3.11, 64-bit; checked against
-tracemalloc by tests/unit/test_corpus_bytes.py)."""
+what it holds: exchanges, word-count entries and their words' code points (sized when
+first asked), postings, the memo's entries (CPython 3.11, 64-bit; checked against
+tracemalloc by tests/unit/test_corpus_bytes.py); the isolate's budget reads it and may
+lower ``CORPORA.max_bytes`` (the cache protocol: ``held_bytes``, ``shrink``)."""
 
 from __future__ import annotations
 
