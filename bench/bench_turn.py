@@ -88,10 +88,17 @@ def resumed_turn(raw: bytes, budget: int, figures: dict, memory: LastTurns,
     return p
 
 
-def turn_pairs(n: int, budget: int, recalling: bool, cache: bool = True) -> tuple:
+def new_words(n: int, i: int) -> str:
+    """Turn ``i``'s question asking words no turn before it asked (issue 45): two ports'
+    numbers (each held by a few exchanges) and a word no exchange holds."""
+    return f"*frowns* Port {(37 * i + 11) % n} or {(53 * i + 5) % n}, by the tern{i}? What did the whales sing there?"
+
+
+def turn_pairs(n: int, budget: int, recalling: bool, cache: bool = True, new: bool = False) -> tuple:
     """Two pairs of consecutive turns of one session near ``n`` exchanges, each the
     second one exchange longer: one between steps (the same exchanges paged), one
-    crossing a step (more paged); without the prompt cache the boundary moves anyway."""
+    crossing a step (more paged); without the prompt cache the boundary moves anyway.
+    ``new``: each turn asks words no turn asked before (``new_words``), else the same."""
     body = roleplay_body(n)
     body["capabilities"] = CACHE_CAPS + (["multillm_context_recall"] if recalling else []) if cache \
         else ["multillm_context_retrieve"] + (["multillm_context_recall"] if recalling else [])
@@ -99,7 +106,8 @@ def turn_pairs(n: int, budget: int, recalling: bool, cache: bool = True) -> tupl
     pairs: dict = {}
     raws = []
     for i in range(60):
-        body["messages"][-1]["content"] = ask if recalling else "*takes a deep breath* Let's set sail."
+        body["messages"][-1]["content"] = ((new_words(n, i) if new else ask) if recalling
+                                           else "*takes a deep breath* Let's set sail.")
         raws.append(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
         body["messages"][-1]["content"] = f"*nods* On we go, {i}."
         body["messages"] += [{"role": "assistant", "content": body["messages"][-2]["content"]},
@@ -153,6 +161,7 @@ def steps(n: int) -> tuple[dict, int]:
 
     steady, step = turn_pairs(n, budget, False)
     steady_recall, _ = turn_pairs(n, budget, True)
+    steady_new, _ = turn_pairs(n, budget, True, new=True)
     moving, _ = turn_pairs(n, budget, False, cache=False)
     # the pair's full path: its second turn in a new isolate (the prompt cache declared too)
     memory_less = steady[1]
@@ -179,6 +188,7 @@ def steps(n: int) -> tuple[dict, int]:
         "pair, first isolate turn": lambda: resumed_turn(memory_less, budget, figures, LastTurns()) and None,
         "steady turn": lambda: second_of(steady, budget, figures),
         "steady turn + recall, warm": lambda: second_of(steady_recall, budget, figures, True),
+        "steady + recall, new words": lambda: second_of(steady_new, budget, figures, True),
         "first turn after a step": lambda: second_of(step, budget, figures),
         "steady turn, no prompt cache": lambda: second_of(moving, budget, figures, cache=False),
     }, len(plan.pages)
@@ -247,12 +257,88 @@ def main(runtime: str = "CPython") -> int:
     # with recall, warm ≤ 1.0 × floor
     ratio("steady turn / floor", "steady turn", "floor")
     ratio("steady + recall warm / floor", "steady turn + recall, warm", "floor")
+    ratio("steady + recall, new words / floor", "steady + recall, new words", "floor")
     ratio("after a step / floor", "first turn after a step", "floor")
     ratio("steady, no prompt cache / floor", "steady turn, no prompt cache", "floor")
     ratio("steady / the same turn in a new isolate", "steady turn", "pair, first isolate turn")
+    growth(runtime)
+    corpus_memory(runtime)
     real_chats(runtime)
     sys.stdout.flush()
     return 0
+
+
+GROWTH_SIZES = (200, 800, 3000)
+
+
+def growth(runtime: str) -> None:
+    """Issue 45's targets: the steady turns alone at 200, 800 and 3,000 exchanges (the
+    second of a pair, as above), interleaved rounds, each size's ratio to 200's."""
+    rows = {"steady turn": (False, False), "steady + recall, warm": (True, False),
+            "steady + recall, new words": (True, True)}
+    fns = {}
+    for n in GROWTH_SIZES:
+        budget = max(32000, 100 * n) - 1024 - 256
+        figures = {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1}
+        for name, (recalling, new) in rows.items():
+            pair, _ = turn_pairs(n, budget, recalling, new=new)
+            fns[(name, n)] = partial(second_of, pair, budget, figures, recalling)
+    times = {k: [] for k in fns}
+    for _ in range(ROUNDS):
+        for k, f in fns.items():
+            times[k].append(f())
+    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+    print(f"\nsteady turns by length — {runtime} (ms, medians of {ROUNDS} interleaved rounds; × the one at 200)")
+    print("| turn | " + " | ".join(f"{n:,}" for n in GROWTH_SIZES) + " | " + " | ".join(
+        f"{n:,} / 200" for n in GROWTH_SIZES[1:]) + " |")
+    print("|---|" + "---:|" * (2 * len(GROWTH_SIZES) - 1))
+    for name in rows:
+        base = med[(name, GROWTH_SIZES[0])]
+        print(f"| {name} | " + " | ".join(f"{med[(name, n)]:.2f}" for n in GROWTH_SIZES) + " | "
+              + " | ".join(f"{med[(name, n)] / base:.2f}" for n in GROWTH_SIZES[1:]) + " |")
+
+
+def corpus_memory(runtime: str) -> None:
+    """What recall's corpus of an 800- and a 3,000-exchange session holds (issue 45.5):
+    its ``held_bytes`` and, where tracemalloc runs, what dropping it frees once the
+    isolate's other memos are emptied (the analyses' word counts then its own), and
+    all recall made (analyses, vocabulary, corpus) before that."""
+    try:
+        import tracemalloc
+    except ImportError:         # pragma: no cover — a runtime without it: held_bytes alone
+        tracemalloc = None
+    print(f"\nrecall's corpus by session length — {runtime} (the paged exchanges of the roleplay chat; bytes)")
+    print("| exchanges | paged | held_bytes | freed when dropped | all recall made | held / freed |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in (800, 3000):
+        budget = max(32000, 100 * n) - 1024 - 256
+        b = validation.parse_request("chat", json.dumps(roleplay_body(n), ensure_ascii=False).encode())
+        prep = prepared.Prepared("chat", b, SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION),
+                                 strip=paging.EDGE_FIELDS)
+        fit = paging._fit(prep, budget - paging._recall_room(budget), paging.block_rule(paging.MAX_PAGE_BYTES))
+        paged = paging._paged_exchanges(prep, fit)
+        STATE.reset()
+        gc.collect()
+        if tracemalloc:
+            tracemalloc.start()
+        for q in ("*frowns* Port 7 again? What did the whales sing there?", "The thunder and the velvet, captain?"):
+            recall.choose(q, paged, recall.MAX_BYTES, paging._recall_size)
+        held = CORPORA.held_bytes()
+        made = freed = None
+        if tracemalloc:
+            made = tracemalloc.get_traced_memory()[0]
+            for part in STATE._parts.values():
+                if part is not CORPORA:
+                    part.clear()
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            CORPORA.clear()
+            gc.collect()
+            freed = before - tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+        STATE.reset()
+        print(f"| {n:,} | {len(paged):,} | {held:,} | {freed if freed is not None else '—':,} | "
+              f"{made if made is not None else '—':,} | {held / freed if freed else float('nan'):.2f} |")
 
 
 REAL_QUESTIONS = 8      # per conversation: its first questions, each the player's latest turn

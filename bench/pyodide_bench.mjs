@@ -37,11 +37,16 @@ if (existsSync(locomo)) {
   py.FS.mkdirTree("/home/shared/data");
   py.FS.writeFile("/home/shared/data/locomo-dev.zip", readFileSync(locomo));
 }
+// A before/after bench (bench_turn_ab) imports a second tree: AB_BEFORE names its
+// src/multillm_edge, copied in beside the working tree's.
+if (process.env.AB_BEFORE) copyTree(py, process.env.AB_BEFORE, "/home/pyodide/before/multillm_edge");
 const bench = process.argv[2] || "bench_paging";
 if (!/^bench_[a-z_]+$/.test(bench)) throw new Error(`not a bench module: ${bench}`);
 console.log(`(pyodide ${py.version} loaded in ${(loadMs / 1000).toFixed(1)} s)`);
 const rc = py.runPython(`
-import sys
+import os, sys
+os.environ["AB_BEFORE_TREE"] = "/home/pyodide/before/multillm_edge"
+os.environ["AB_AFTER_TREE"] = "/home/pyodide/src/multillm_edge"
 sys.path.insert(0, "/home/pyodide/src"); sys.path.insert(0, "/home/pyodide/bench")
 import ${bench}
 ${bench}.main("Pyodide")

@@ -8,6 +8,7 @@ the ranking alone, every hit. And the corpora stay within their bounds."""
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -67,22 +68,51 @@ def planned(chat: list, s: int, prompt_cache: bool, budget: int) -> tuple:
 
 
 def within_bounds() -> bool:
-    """The corpora within their bounds, each one's sums those of its exchanges."""
+    """The corpora within their bounds, each one's sums those of its exchanges, its
+    postings those of its word counts: every word of an exchange posted one by one
+    (from ``lazy`` on), a word asked (``filled``) for the others too."""
     kept = corpus.CORPORA.kept
-    return len(kept) <= corpus.CORPORA_KEPT and (
-        len(kept) <= 1 or sum(c.units for c in kept) <= corpus.CORPUS_UNITS) and all(
-        c.memo_entries <= corpus.MEMO_ENTRIES and c.counted == sum(map(len, c.words))
+    return len(kept) <= corpus.CORPORA_KEPT and corpus.CORPORA.held_bytes() <= corpus.CORPORA.max_bytes and all(
+        c.memo_entries <= corpus.MEMO_ENTRIES + 1 and c.counted == sum(map(len, c.words))
+        and c.bound_bytes() >= c.held_bytes() == c._own_bytes() + sum(map(corpus.word_counts_bytes, c.words)) + sum(
+            map(corpus.numbers_bytes, (c.sizes, c.lines_of, c.ids))) and c.ids == list(range(len(c.words)))
         and c.size == sum(c.sizes) and c.lines == sum(c.lines_of)
-        and c.posted == sum(len(p) + 1 for p in c.postings.values()) for c in kept)
+        and c.posted == sum(map(len, c.postings.values())) and postings_true(c) for c in kept)
+
+
+def postings_true(c) -> bool:
+    expected: dict = {}
+    for d, counts in enumerate(c.words):
+        for w, n in counts.items():
+            if d >= c.lazy or w in c.filled:
+                expected.setdefault(w, {})[d] = n
+    return c.postings == expected and all(list(p) == sorted(p) for p in c.postings.values()) and all(
+        c.posting(w) == {d: ws[w] for d, ws in enumerate(c.words) if w in ws} for w in list(c.filled)[:3])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start=st.lists(st.lists(exchange, min_size=0, max_size=30), min_size=3, max_size=3),
        turns=st.lists(turn, min_size=1, max_size=14), prompt_cache=st.booleans(),
-       budget=st.integers(900, 2500))
-def test_a_plan_with_what_the_isolate_kept_is_the_plan_from_scratch(start, turns, prompt_cache, budget):
+       budget=st.integers(900, 2500), eager=st.sampled_from([corpus.EAGER, 0, 3]))
+def test_a_plan_with_what_the_isolate_kept_is_the_plan_from_scratch(start, turns, prompt_cache, budget, eager):
     sessions = [[list(ex), "Where did the whales sing, by the port?"] for ex in start]
     STATE.reset()
+    with posted_at_once_past(eager):
+        play_plans(sessions, turns, prompt_cache, budget)
+
+
+@contextmanager
+def posted_at_once_past(eager: int):
+    """``corpus.EAGER`` set to ``eager`` (small: the exchanges a corpus is made with
+    posted per word when asked, as for a long chat)."""
+    was, corpus.EAGER = corpus.EAGER, eager
+    try:
+        yield
+    finally:
+        corpus.EAGER = was
+
+
+def play_plans(sessions: list, turns: list, prompt_cache: bool, budget: int) -> None:
     for op in turns:
         s = play(sessions, op)
         kept = planned(sessions[s], s, prompt_cache, budget)
@@ -103,12 +133,18 @@ def ranked(docs: list, query: str, keyed: bool, scoring: Scoring) -> list:
 @settings(max_examples=150, deadline=None)
 @given(start=st.lists(exchange, min_size=1, max_size=40), turns=st.lists(turn, min_size=1, max_size=20),
        scoring=st.sampled_from([Scoring(rerank=12), Scoring(), Scoring(window=0.0, lidf=False),
-                                Scoring(asked=False, passage=0.0), Scoring(stem=False, irregular=False)]))
-def test_every_hit_ranked_from_the_kept_corpus_is_the_hit_from_scratch(start, turns, scoring):
+                                Scoring(asked=False, passage=0.0), Scoring(stem=False, irregular=False)]),
+       eager=st.sampled_from([corpus.EAGER, 0, 3]))
+def test_every_hit_ranked_from_the_kept_corpus_is_the_hit_from_scratch(start, turns, scoring, eager):
     """The ranking alone, every hit of it, exchanges keyed by content as recall keys
     them (two sessions' equal exchanges share their analyses and may share a corpus)."""
     sessions = [[list(start), "whales"], [list(start[: len(start) // 2]), "port"], [[], "mill"]]
     STATE.reset()
+    with posted_at_once_past(eager):
+        rank_turns(sessions, turns, scoring)
+
+
+def rank_turns(sessions: list, turns: list, scoring: Scoring) -> None:
     for op in turns:
         s = play(sessions, op)
         ex, query = sessions[s]
@@ -131,7 +167,7 @@ def test_the_corpora_stay_within_their_bounds_and_a_corpus_over_it_is_not_kept(m
     for n in range(5, 41, 5):       # sessions of different lengths: one corpus each
         rank("whales port", docs[:n][::-1], 5, keys=keys[:n][::-1], indexed=True)
     assert len(corpus.CORPORA) == 8 and within_bounds()
-    monkeypatch.setattr(corpus, "CORPUS_UNITS", 30)
+    monkeypatch.setattr(corpus.CORPORA, "max_bytes", 3000)
     expected = ranked(docs, "whales lantern rain", False, Scoring())
     assert ranked(docs, "whales lantern rain", True, Scoring()) == expected
     assert len(corpus.CORPORA) == 0     # alone over the bound: used, not kept

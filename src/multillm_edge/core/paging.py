@@ -21,8 +21,10 @@ from the caller's ``page_id_for(sha256_hex)`` (an HMAC in production, see pages.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
+from operator import itemgetter
 from zlib import crc32
 
 from .. import formats as _formats
@@ -150,10 +152,28 @@ def _fixed_id_len(prep: Prepared):
     return prep.id_length
 
 
+_SIZE = itemgetter(1)      # a walk's fit's size less the base
+
+
+class WalkState(NamedTuple):
+    """What ``_fit``'s walk carries from one position to the next, as it was after a
+    walk's ``k`` (§5.13): the sums as differences from paging nothing, the open run
+    and block, and the prompt cache's last grid line."""
+    d_units: int        # the history's inner bytes and handles, less paging nothing's
+    d_groups: int       # its items (groups and markers), less paging nothing's
+    prev: int | None    # the group paged last (its run goes on at prev + 1)
+    seg: int | None     # position in ``pageable`` of the open block's first group
+    seg_bytes: int      # the open block's bytes
+    seg_ids: int        # its groups' handles' bytes
+    synced: bool        # the run has passed a content boundary: blocks may open
+    line: int           # the grid line the last paged group reached (§5.7)
+
+
 class Walk(NamedTuple):
     """Where ``_fit`` returned, kept for the session's next turn (§5.13): at position
-    ``k`` of ``pageable``, the body paging nothing then ``base`` bytes (its size less
-    one), the walk's ``state`` after ``k`` (sums as differences from paging nothing),
+    ``k`` of ``pageable``, the body paging nothing then ``base`` bytes (its size with
+    the tool and anchors: the fixed part, every group's bytes and a comma between
+    each two), the walk's ``state`` after ``k`` (``WalkState``),
     its ``blocks`` and ``fits`` (``(k, size - base, blocks)``: each earlier fit that
     was no stop)."""
     k: int
@@ -213,9 +233,11 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
         synced = False        # the run has passed a content boundary: blocks may open
         size = prep.total
     else:
-        (ds, dn, prev, seg, seg_bytes, seg_ids, synced, line) = walk.state
+        ds, dn, prev, seg, seg_bytes, seg_ids, synced, line = walk.state       # a WalkState
         sum_units, n_units, blocks = sum_inner + ds, n_groups + dn, list(walk.blocks)
-        fits = [f for f in walk.fits if f[1] + base <= budget]    # those that still fit
+        fits = list(walk.fits)      # those that still fit (all of them, as a rule: checked in C)
+        if fits and max(map(_SIZE, fits)) + base > budget:
+            fits = [f for f in fits if f[1] + base <= budget]
         first = Fit(fits[0][0] + 1, fits[0][1] + base, blocks[:fits[0][2]]) if fits else None
         start, size = walk.k + 1, fixed + sum_units + (n_units - 1 if n_units else 0)
         if size <= budget:      # where the last walk returned (a stop, with a step) fits
@@ -263,8 +285,8 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
                 continue
         if size <= budget:
             if key is not None:
-                prep.walks[key] = Walk(k, base, (sum_units - sum_inner, n_units - n_groups, prev,
-                                                 seg, seg_bytes, seg_ids, synced, line),
+                prep.walks[key] = Walk(k, base, WalkState(sum_units - sum_inner, n_units - n_groups, prev,
+                                                          seg, seg_bytes, seg_ids, synced, line),
                                        tuple(blocks), tuple(fits), pageable)
             return Fit(k + 1, size, blocks, first)
     return first or Fit(0, size, blocks)
@@ -281,13 +303,56 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
     k, size, blocks, least = fit or _fit(prep, budget, rule, step, anch)
     if not k:
         raise _window_error(budget, prep.total, size)
+    prefix = _prefix_kept(prep, k, blocks)
+    if prefix is None:
+        prefix = _paged_prefix(prep, k, blocks, least, budget, max_page_bytes)
+        if isinstance(prefix, Fit):         # a page over the limit only the step needs
+            return _plan(prep, budget, max_page_bytes, rule, prefix, anch=anch)
+    plan = _build(prep, prefix, size, budget, anch)
+    plan.fit = Fit(k, size, blocks)
+    if prefix.inside:
+        plan.superseded = _superseded(prep, prefix.inside)
+    return plan
+
+
+class _Prefix(NamedTuple):
+    """The upstream history up to the last paged group (``end``: the group after it),
+    as ``_build`` makes it: its items (None where a run's marker goes), their parts
+    (a group's index, or None for a marker), the pages in order, each run's (item,
+    part, page ids), and the groups inside blocks. The same for a session's next turn
+    when it pages the same groups the same way, all reused (§5.13): kept with its walks."""
+    end: int
+    k: int
+    items: list
+    parts: list
+    pages: list
+    runs: list
+    inside: list
+    pageable: list
+
+
+def _prefix_kept(prep: Prepared, k: int, blocks: list):
+    """The last turn's ``_Prefix`` for this fit: the same pageable groups up to it, all
+    reused (their items, bytes and pages are the last turn's), else None."""
+    key = ("prefix", k, tuple(blocks))
+    kept = prep.walked[0].get(key)
+    pageable = prep.pageable
+    if kept is None or pageable[k - 1] >= prep.walked[1] or pageable[:k] != kept.pageable[:k]:
+        return None
+    prep.walks[key] = kept
+    return kept
+
+
+def _paged_prefix(prep: Prepared, k: int, blocks: list, least, budget: int, max_page_bytes: int):
+    """The ``_Prefix`` of paging ``pageable[:k]`` with ``blocks``; ``least`` (a Fit)
+    when a page is over the limit and there is a fit without the step to take."""
     pageable = prep.pageable
     chosen = pageable[:k]
     raw = prep.raw
-    oversize = next((len(raw[gi]) for gi in chosen if len(raw[gi]) > max_page_bytes), None)
-    if oversize is not None and least is not None:      # only the step needs it: no step
-        return _plan(prep, budget, max_page_bytes, rule, least, anch=anch)
-    if oversize is not None:
+    if max(map(len, map(raw.__getitem__, chosen))) > max_page_bytes:
+        oversize = next(len(raw[gi]) for gi in chosen if len(raw[gi]) > max_page_bytes)
+        if least is not None:       # only the step needs it: no step
+            return least
         raise EdgeError(
             413, "context_page_too_large",
             "This request exceeds the model's context window (maximum context length) "
@@ -302,11 +367,12 @@ def _plan(prep: Prepared, budget: int, max_page_bytes: int, rule: BlockRule,
     singles = [gi for gi in chosen if gi not in covered] if covered else chosen
     by_group = dict(zip(singles, prep.pages(singles)))
     by_group.update(covered)
-    plan = _build(prep, by_group, size, budget, anch)
-    plan.fit = Fit(k, size, blocks)
-    if covered:
-        plan.superseded = _superseded(prep, list(covered))
-    return plan
+    end = chosen[-1] + 1
+    items, parts, pages, runs = [], [], [], []
+    _walk(prep, by_group, 0, end, items, parts, pages, runs)
+    prefix = _Prefix(end, k, items, parts, pages, runs, list(covered), pageable)
+    prep.walks[("prefix", k, tuple(blocks))] = prefix
+    return prefix
 
 
 def _superseded(prep: Prepared, inside: list) -> Callable[[set], list]:
@@ -316,24 +382,18 @@ def _superseded(prep: Prepared, inside: list) -> Callable[[set], list]:
     return pages
 
 
-def _build(prep: Prepared, chosen: dict, size: int, budget: int,
-           anch: _anchors.Anchors | None = None) -> Plan:
-    mod = prep.mod
-    items = prep.items
-    groups = prep.groups
-    out_items: list = []
-    parts: list = []           # out_items' encodings: a group's index, or a marker's bytes
-    pages: list = []
+def _walk(prep: Prepared, chosen: dict, lo: int, hi: int, out_items: list, parts: list,
+          pages: list, runs: list) -> None:
+    """Groups ``lo:hi`` of the history into ``out_items`` and ``parts``: a paged
+    group's page id joins its run (a new run leaves None where its marker goes), an
+    unpaged group's items and index go as they are (``chosen``: group -> its page, or
+    None inside a block: its handle is already in the run)."""
+    groups, items = prep.groups, prep.items
     seen = set()
     run_ids = None
-    runs: list = []             # (item, part, page ids) of each marker
-    latest, recall_at = prep.latest, None
-    window_paged = anch is not None and anch.group in chosen
-    anchored = anch.group if anch and anch.on_window(window_paged) else -1
-
-    for gi, g in enumerate(groups):
+    for gi in range(lo, hi):
         p = chosen.get(gi, _UNPAGED)
-        if p is None:            # inside a block: its handle is already in the run
+        if p is None:
             continue
         if p is not _UNPAGED:
             if p.sha256 not in seen:
@@ -347,15 +407,41 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int,
             run_ids.append(p.page_id)
         else:
             run_ids = None
-            if gi == latest:
-                recall_at = (len(out_items), len(parts))
-            if gi == anchored:   # the window's anchor: upstream only, its page is unchanged
-                out_items.extend(items[g.start:g.end - 1])
-                out_items.append(anch.item)
-                parts.append(anch.tail)
-                continue
+            g = groups[gi]
             out_items.extend(items[g.start:g.end])
             parts.append(gi)
+
+
+def _paged(prefix: _Prefix, gi: int) -> bool:
+    """Whether group ``gi`` is one of those ``prefix`` pages (alone or in a block)."""
+    at = bisect_left(prefix.pageable, gi, 0, prefix.k)
+    return at < prefix.k and prefix.pageable[at] == gi
+
+
+def _build(prep: Prepared, prefix: _Prefix, size: int, budget: int,
+           anch: _anchors.Anchors | None = None) -> Plan:
+    """The plan: ``prefix`` (the history up to the last paged group), then every group
+    after it as it is — recall's place before the latest user turn, the window's anchor
+    (§5.7) — and each run's marker."""
+    mod = prep.mod
+    items = prep.items
+    groups = prep.groups
+    out_items, parts = prefix.items[:], prefix.parts[:]      # in C: the prefix is kept
+    latest, recall_at = prep.latest, None
+    window_paged = anch is not None and _paged(prefix, anch.group)
+    anchored = anch.group if anch and anch.on_window(window_paged) else -1
+    for gi in range(prefix.end, len(groups)):
+        g = groups[gi]
+        if gi == latest:
+            recall_at = (len(out_items), len(parts))
+        if gi == anchored:   # the window's anchor: upstream only, its page is unchanged
+            out_items.extend(items[g.start:g.end - 1])
+            out_items.append(anch.item)
+            parts.append(anch.tail)
+            continue
+        out_items.extend(items[g.start:g.end])
+        parts.append(gi)
+    runs = prefix.runs
     on_marker = anch is not None and anch.on_marker(window_paged)
     for n, (at, part, ids) in enumerate(runs, 1):
         text = _formats.marker_text(ids, prep.search)
@@ -365,7 +451,7 @@ def _build(prep: Prepared, chosen: dict, size: int, budget: int,
     out = dict(prep.base)
     out[mod.ITEMS_KEY] = out_items
     mod.add_tool(out, prep.search)
-    return Plan(out, pages, size, budget, history=prep.history(parts), recall_at=recall_at)
+    return Plan(out, list(prefix.pages), size, budget, history=prep.history(parts), recall_at=recall_at)
 
 
 # -- recall (docs/design.md §6.2) ----------------------------------------------------

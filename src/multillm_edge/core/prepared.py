@@ -15,7 +15,8 @@ import bisect
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import accumulate
+from itertools import accumulate, compress, repeat
+from operator import and_ as _both, itemgetter, ne as _ne
 from hashlib import sha256 as _sha256
 from typing import NamedTuple, Protocol
 
@@ -24,6 +25,9 @@ from ..base.errors import EdgeError, invalid_field
 
 #: Request fields the edge reads itself and providers reject.
 EDGE_FIELDS = ("capabilities", "context_protected_indices")
+
+_KIND, _COMPLETE = itemgetter(2), itemgetter(3)       # a Group's, in C
+_PLUS_ONE = (1).__add__
 
 
 def _make_encode():
@@ -228,9 +232,10 @@ class Prepared:
             prot_groups = {bisect.bisect_right(starts, i) - 1 for i in protected if i < len(self.items)}
         # the latest genuine user turn: recall's message goes before it (§6.2)
         self.latest = last_user if groups and groups[last_user].kind == _formats.EXCHANGE else None
-        return [gi for gi in range(last_user)
-                if groups[gi].kind != _formats.STANDALONE
-                and groups[gi].complete and gi not in prot_groups]
+        # in C (a steady turn's groups are many): kind not standalone, and complete
+        ok = map(_both, map(_ne, map(_KIND, groups), repeat(_formats.STANDALONE)), map(_COMPLETE, groups))
+        out = list(compress(range(last_user), ok))
+        return [gi for gi in out if gi not in prot_groups] if prot_groups else out
 
     def history(self, parts: list):
         """The upstream history made of these groups (indices) and markers (bytes)."""
@@ -283,7 +288,7 @@ class Prepared:
     def ends(self) -> list:
         """Bytes of the history up to the end of each group (with its comma): where the
         prompt cache's grid lines fall (§5.7), fixed as the history grows."""
-        return list(accumulate(n + 1 for n in self.inner))
+        return list(accumulate(map(_PLUS_ONE, self.inner)))       # in C
 
     @cached_property
     def fixed_with_tool(self) -> int:

@@ -1,71 +1,165 @@
 """An indexed ranking's exchanges as one corpus, kept between turns (docs/design.md
 §6.2): the exchanges' word counts, code points and lines, their sums, and each word's
-postings ({exchange: count}) once a query asked for it, so that a recalling turn
-looks up its query's words instead of reading every exchange again.
+postings ({exchange: count}), so that a recalling turn looks up its query's words
+instead of reading every exchange again.
+
+Postings are kept for every word as exchanges are appended (O(the new exchanges'
+words)) and cut back on an edit (O(the dropped exchanges' words)). The exchanges a
+corpus is made with at once (a session's first recalling turn in this isolate) are
+posted per word when it is first asked, in C (``dict.get`` mapped over their counts):
+posting all their words at once would cost the cold turn a Python step per word.
 
 A session's next turn pages the same exchanges, or those and a few more: its corpus is
 found by the exchanges' word counts (the cached analyses' own dicts: compared in C,
-by identity first, else by content), extended by what was appended (the postings made
-so far with it), cut back where it changed otherwise (their entries dropped).
-Everything in it is a function of those counts alone, so a ranking from it is the
-ranking from scratch; it holds nothing a principal or session could tell apart."""
+by identity first, else by content), extended by what was appended, cut back where it
+changed otherwise. Everything in it is a function of those counts alone, so a ranking
+from it is the ranking from scratch; it holds nothing a principal or session could
+tell apart.
+
+Its memory is counted in bytes (``held_bytes``, docs/design.md §6.2), estimated from
+what it holds: exchanges, word-count entries and their words' code points (sized when
+first asked), postings, the memo's entries (CPython 3.11, 64-bit; checked against
+tracemalloc by tests/unit/test_corpus_bytes.py); the isolate's budget reads it and may
+lower ``CORPORA.max_bytes`` (the cache protocol: ``held_bytes``, ``shrink``)."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, gt as _past
 
 from .state import STATE
 
-#: Corpora kept, the least recently used dropped first, and the units they hold
-#: together: an exchange, an entry of its word counts (its cached analysis's own, while
-#: cached), of a posting or of a memo; ~80 bytes a unit (measured): ~20 MiB at worst.
+#: Corpora kept at most, the least recently used dropped first.
 CORPORA_KEPT = 8
-CORPUS_UNITS = 1 << 18
+#: The corpora's bytes together (``Corpora.max_bytes``; the isolate's budget may lower it).
+MAX_BYTES = 24 << 20
 #: What a corpus keeps of its rankings (``Corpus.kept``), in entries, then emptied.
 MEMO_ENTRIES = 1 << 15
+#: Exchanges appended at once to a corpus holding none posted one by one (its first
+#: ranking, or a long jump) past which they are posted per word when asked instead.
+EAGER = 64
 _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
+_NONE: dict = {}                       # the posting of a word no exchange holds (never changed)
+
+# Bytes, estimated as CPython 3.11 (64-bit) allocates them, checked against tracemalloc
+# (tests/unit/test_corpus_bytes.py): an exchange's list slots and numbers; a posting
+# dict and each of its entries (a slot, the load factor averaged); a memo entry (a
+# float or a count and its slot); a word asked of the exchanges posted per word; the
+# corpus's own object, lists, dicts and set.
+CORPUS_BYTES = 1000
+EXCHANGE_BYTES = 32
+POSTING_BYTES = 180
+POSTING_ENTRY_BYTES = 42
+MEMO_ENTRY_BYTES = 48
+FILLED_BYTES = 60
+
+
+def dict_bytes(n: int, entry: int) -> int:
+    """A dict of ``n`` entries made by insertion (``entry``: 16 bytes with str keys
+    only, else 24): the object, its keys table (2/3 usable) and index."""
+    if not n:
+        return 64
+    size = 8
+    while size * 2 // 3 < n:
+        size *= 2
+    return 96 + size * (1 if size <= 128 else 2 if size <= 1 << 15 else 4) + size * 2 // 3 * entry
+
+
+_DICT_STR_BYTES = [dict_bytes(n, 16) for n in range(1024)]
+
+
+def word_counts_bytes(words: dict) -> int:
+    """An exchange's word counts: the dict and its words (an ASCII str is 41 bytes and
+    one a code point; another ~34 more and its code points' UTF-8 bytes past one),
+    counted in C."""
+    n = len(words)
+    joined = "".join(words)
+    out = (_DICT_STR_BYTES[n] if n < 1024 else dict_bytes(n, 16)) + 41 * n + len(joined)
+    if joined.isascii():
+        return out
+    return out + 34 * (n - sum(map(str.isascii, words))) + len(joined.encode("utf-8", "surrogatepass")) - len(joined)
+
+
+def numbers_bytes(numbers: list) -> int:
+    """The int objects of ``numbers`` (those past 256: CPython shares the others)."""
+    return 28 * sum(map(_past, numbers, repeat(256)))
 
 
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
-    __slots__ = ("words", "counted", "sizes", "lines_of", "asking", "size", "lines", "postings",
-                 "posted", "mark", "memo", "memo_entries")
+    __slots__ = ("words", "ids", "counted", "words_bytes", "sized", "sizes", "lines_of", "asking", "size", "lines",
+                 "postings", "posted", "lazy", "filled", "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
+        self.ids: list = []         # 0..n-1: one int object per exchange, shared by the postings
         self.counted = 0            # their entries
+        self.words_bytes = 0        # the bytes of the first ``sized`` ones and their numbers
+        self.sized = 0              # (``word_counts_bytes``: counted when first asked)
         self.sizes: list = []       # code points of each
         self.lines_of: list = []    # lines of each
         self.asking: list = []      # those whose last line asks ("?"), ascending
         self.size = self.lines = 0  # their sums
-        self.postings: dict = {}    # word -> {exchange: count}, exchanges ascending: made when asked
+        self.postings: dict = {}    # word -> {exchange: count}, exchanges ascending
         self.posted = 0             # their entries
+        self.lazy = 0               # exchanges 0..lazy-1 are posted per word when asked:
+        self.filled: set = set()    # the words they are posted for
         self.mark = None    # the vocabulary every exchange is registered in, when known
         self.memo: dict = {}    # what a ranking derived from it alone (``kept``), until it changes
         self.memo_entries = 0
         self.extend(docs)
 
-    @property
-    def units(self) -> int:
-        return len(self.words) + self.counted + self.posted + self.memo_entries
+    def held_bytes(self) -> int:
+        """The bytes it holds, estimated from its counts (docs/design.md §6.2): its word
+        counts included (the analyses' own: shared with docs.CACHE while cached there).
+        The exchanges not sized yet are sized now (once: C calls per exchange)."""
+        n = len(self.words)
+        if self.sized < n:
+            self.words_bytes += self._exchanges_bytes(self.sized, n)
+            self.sized = n
+        return self._own_bytes() + self.words_bytes
+
+    def bound_bytes(self) -> int:
+        """At least ``held_bytes()``, the exchanges not sized yet taken at their most
+        (a word's str at most 80 bytes and 4 a code point, its dict slot 48, its dict
+        184): what ``Corpora.trim`` checks first, so a cold turn sizes nothing under the
+        bound."""
+        k = len(self.words) - self.sized
+        if not k:
+            return self._own_bytes() + self.words_bytes
+        entries = sum(map(len, self.words[self.sized:]))
+        return (self._own_bytes() + self.words_bytes + 268 * k + 128 * entries
+                + 4 * sum(self.sizes[self.sized:]))
+
+    def _own_bytes(self) -> int:
+        return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + POSTING_BYTES * len(self.postings)
+                + POSTING_ENTRY_BYTES * self.posted + FILLED_BYTES * len(self.filled)
+                + MEMO_ENTRY_BYTES * self.memo_entries)
+
+    def _exchanges_bytes(self, a: int, b: int) -> int:
+        """Exchanges ``a:b``'s word counts and numbers."""
+        return (sum(map(word_counts_bytes, self.words[a:b])) + numbers_bytes(self.sizes[a:b])
+                + numbers_bytes(self.lines_of[a:b]) + numbers_bytes(self.ids[a:b]))
 
     def extend(self, docs: list) -> None:
         """Append the analyses ``docs``: their counts, sizes and lines, and their words'
-        postings made so far."""
+        postings."""
         if not docs:
             return
         self.forget()
         words = list(map(_WORDS, docs))
-        postings, d = self.postings, len(self.words)
-        if postings:
-            for counts in words:
-                for w in postings.keys() & counts.keys():
-                    postings[w][d] = counts[w]
-                    self.posted += 1
-                d += 1
+        d0 = len(self.words)
+        self.ids += range(d0, d0 + len(words))
+        if self.lazy == d0 and len(words) > EAGER:     # none posted one by one: all per word
+            self.lazy = d0 + len(words)
+            self.postings.clear()
+            self.filled.clear()
+            self.posted = 0
+        else:
+            self._post(words, d0)
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
-        self.asking += [d for d, a in enumerate(docs, len(self.words)) if a.question]
+        self.asking += [d for d, a in enumerate(docs, d0) if a.question]
         self.words += words
         self.counted += sum(map(len, words))
         self.sizes += sizes
@@ -76,31 +170,67 @@ class Corpus:
         if any([a.index.vocabulary is not mark for a in docs]):
             self.mark = None
 
+    def _post(self, words: list, d0: int) -> None:
+        postings = self.postings
+        get = postings.get
+        for d, counts in zip(self.ids[d0:], words):
+            for w, c in counts.items():
+                p = get(w)
+                if p is None:
+                    postings[w] = {d: c}
+                else:
+                    p[d] = c
+        self.posted += sum(map(len, words))
+
     def cut(self, keep: int) -> None:
         """Drop the exchanges from ``keep`` on, and their postings' entries (O(their
         words))."""
-        if keep >= len(self.words):
+        n = len(self.words)
+        if keep >= n:
             return
         self.forget()
-        postings = self.postings
+        postings, words = self.postings, self.words
         if postings:
-            for d in range(keep, len(self.words)):
-                for w in postings.keys() & self.words[d].keys():
-                    del postings[w][d]
-                    self.posted -= 1
+            for d in range(keep, n):
+                for w in postings.keys() & words[d].keys():
+                    p = postings[w]
+                    if p.pop(d, None) is not None:
+                        self.posted -= 1
+                        if not p:
+                            del postings[w]
+        if keep < self.lazy:
+            self.lazy = keep
+        if not self.lazy:
+            self.filled.clear()
         self.size -= sum(self.sizes[keep:])
         self.lines -= sum(self.lines_of[keep:])
-        self.counted -= sum(map(len, self.words[keep:]))
-        del self.words[keep:], self.sizes[keep:], self.lines_of[keep:]
+        self.counted -= sum(map(len, words[keep:]))
+        if keep < self.sized:
+            self.words_bytes -= self._exchanges_bytes(keep, self.sized)
+            self.sized = keep
+        del words[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
 
     def posting(self, word: str) -> dict:
-        """{exchange: count} of ``word``, exchanges ascending (made once: never to be
-        changed by the caller)."""
+        """{exchange: count} of ``word``, exchanges ascending (never to be changed by the
+        caller)."""
         got = self.postings.get(word)
-        if got is None:
-            got = self.postings[word] = {d: c for d, counts in enumerate(self.words) if (c := counts.get(word))}
-            self.posted += len(got) + 1
+        if self.lazy and word not in self.filled:
+            got = self._fill(word, got)
+        return _NONE if got is None else got
+
+    def _fill(self, word: str, later: dict | None) -> dict | None:
+        """``word``'s posting over the exchanges posted per word, in C, and ``later``
+        (its entries after them) appended."""
+        held = list(map(dict.get, self.words[:self.lazy], repeat(word)))
+        got = dict(zip(compress(self.ids, held), filter(None, held)))
+        self.filled.add(word)
+        if not got:
+            return later
+        self.posted += len(got)
+        if later:
+            got.update(later)
+        self.postings[word] = got
         return got
 
     def tf(self, forms) -> dict:
@@ -139,7 +269,7 @@ class Corpus:
         if self.memo_entries + size > MEMO_ENTRIES:
             self.forget()       # its own counts with it: what a ranking holds is made anew
         self.memo[key] = value
-        self.memo_entries += size
+        self.memo_entries += size + 1
         return value
 
     def forget(self) -> None:
@@ -165,14 +295,27 @@ def shared(old: list, new: list) -> int:
 
 class Corpora:
     """The kept corpora, least recently used first: at most ``CORPORA_KEPT``, their
-    units together at most ``CORPUS_UNITS``; only the last used keeps a memo."""
+    bytes together at most ``max_bytes`` (the isolate's budget may lower it: the cache
+    protocol, ``held_bytes`` / ``shrink``); only the last used keeps a memo."""
 
     def __init__(self):
         self.kept: list = []
+        self.max_bytes = MAX_BYTES
 
     @property
     def bound(self) -> int:
-        return CORPUS_UNITS
+        return self.max_bytes
+
+    def held_bytes(self) -> int:
+        """The bytes the kept corpora hold (``Corpus.held_bytes``), and the list's."""
+        return 56 + 8 * len(self.kept) + sum([c.held_bytes() for c in self.kept])
+
+    def shrink(self, to_bytes: int) -> None:
+        """Drop corpora, the least recently used first, until ``held_bytes() <=
+        to_bytes``."""
+        kept = self.kept
+        while kept and self.held_bytes() > to_bytes:
+            kept.pop(0)
 
     def of(self, an: list) -> Corpus:
         """The corpus of the analyses ``an``: the kept one sharing most of its start
@@ -198,12 +341,12 @@ class Corpora:
 
     def trim(self) -> None:
         """Drop the least recently used corpora over the bounds (after a ranking: the
-        postings it made count)."""
+        postings and memo it made count)."""
         kept = self.kept
-        while len(kept) > CORPORA_KEPT or (len(kept) > 1 and sum(c.units for c in kept) > CORPUS_UNITS):
+        while len(kept) > CORPORA_KEPT:
             kept.pop(0)
-        if kept and kept[-1].units > CORPUS_UNITS:
-            kept.pop()      # alone over the bound: used once, not kept
+        if sum([c.bound_bytes() for c in kept]) > self.max_bytes:
+            self.shrink(self.max_bytes)     # alone over the bound: used once, not kept
 
     def clear(self) -> None:
         self.kept.clear()

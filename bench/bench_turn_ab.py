@@ -1,0 +1,168 @@
+"""Before/after of the steady turns on a noisy machine: two source trees in one process
+(issue 45). ``bench_ab.py`` does it for a new isolate's turn; this does it for the turns
+``bench_turn.py`` calls steady — the second of two consecutive turns of one session in
+one isolate, plain, recalling the same question, and recalling words no turn asked
+before (``bench_turn.new_words``: each round asks new ones) — and for a new isolate's
+turn with recall against the same turn without it.
+
+Each tree is imported as its own package (it imports relatively), its steady pairs
+found as ``bench_turn.turn_pairs`` finds them; rounds alternate the trees (ABBA),
+medians of CPU time (CPython; Pyodide's clock is the wall's); each figure's after /
+before is measured in one run, and each tree's ratios between sizes too. Usage:
+
+    python bench/bench_turn_ab.py BEFORE/src/multillm_edge AFTER/src/multillm_edge
+    AB_BEFORE=BEFORE/src/multillm_edge node bench/pyodide_bench.mjs bench_turn_ab
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_paging import roleplay_body  # noqa: E402
+from bench_turn import CACHE_CAPS, new_words  # noqa: E402
+
+SIZES = (200, 800, 3000)
+ROUNDS = {200: 15, 800: 15, 3000: 5}
+ASK = "*frowns* Port {} again? What did the whales sing there?"
+#: CPU seconds where the process has its own clock (CPython on Linux: a loaded machine
+#: shares its cores), else the wall clock (Pyodide).
+CLOCK = time.perf_counter if sys.platform == "emscripten" else time.process_time
+
+
+class Tree:
+    """One tree's modules, imported as package ``name``."""
+
+    def __init__(self, src: str, name: str, into: str):
+        shutil.copytree(src, os.path.join(into, name), ignore=shutil.ignore_patterns("__pycache__"))
+        for m in ("core.paging", "core.validation", "core.pages", "core.resume", "core.last_turns",
+                  "search", "search.docs"):
+            setattr(self, m.split(".")[-1], importlib.import_module(f"{name}.{m}"))
+        self.signer = self.pages.PageSigner(b"bench-signing-secret-of-some-length")
+
+    def turn(self, memory, raw: bytes, budget: int, recalling: bool):
+        """A turn as the Worker runs it (docs/design.md §5.13): resumed when it can be,
+        kept for the next; the request boundary, the plan and the upstream bytes."""
+        key = ("digest", "rps_bench", "chat")
+        body, prior = self.resume.parse_request(memory, key, "chat", raw)
+        (plan,) = self.paging.plan_candidates(
+            "chat", body, [budget], self.signer.page_ids("roleplay", "a" * 64, "rps_bench", 1),
+            strip=self.paging.EDGE_FIELDS, recalling=recalling, prompt_cache=True, prior=prior)
+        plan.encoded("provider-model")
+        self.resume.keep(memory, key, raw, body, prior)
+        return plan
+
+    def second(self, pair: tuple, budget: int, recalling: bool) -> float:
+        """Seconds of ``pair``'s second turn right after its first, in this isolate."""
+        memory = self.last_turns.LastTurns()
+        self.turn(memory, pair[0], budget, recalling)
+        gc.collect()
+        t0 = CLOCK()
+        self.turn(memory, pair[1], budget, recalling)
+        return CLOCK() - t0
+
+    def new_isolate(self, raw: bytes, budget: int, recalling: bool) -> float:
+        """Seconds of ``raw``'s turn in a new isolate (nothing kept, nothing analysed)."""
+        self.search.STATE.reset()
+        self.docs.CACHE.clear()
+        gc.collect()
+        t0 = CLOCK()
+        self.turn(self.last_turns.LastTurns(), raw, budget, recalling)
+        return CLOCK() - t0
+
+
+def pairs(tree: Tree, n: int, budget: int, recalling: bool, new: bool) -> tuple:
+    """The first steady pair (the same exchanges paged both turns) of a session near
+    ``n`` exchanges, each turn one exchange longer; its second turn's question."""
+    body = roleplay_body(n)
+    body["capabilities"] = CACHE_CAPS + (["multillm_context_recall"] if recalling else [])
+    memory, last, raws = tree.last_turns.LastTurns(), None, []
+    for i in range(60):
+        q = (new_words(n, i) if new else ASK.format(n // 10)) if recalling else "*takes a deep breath* Let's set sail."
+        body["messages"][-1]["content"] = q
+        raws.append((json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), q))
+        k = tree.turn(memory, raws[-1][0], budget, recalling).fit.k
+        if last == k:
+            return raws[-2][0], raws[-1][0], q
+        last = k
+        body["messages"][-1]["content"] = f"*nods* On we go, {i}."
+        body["messages"] += [{"role": "assistant", "content": body["messages"][-2]["content"]},
+                             {"role": "user", "content": ""}]
+    raise RuntimeError(f"no steady pair at {n} exchanges")
+
+
+def main(runtime: str = "CPython", before: str | None = None, after: str | None = None) -> int:
+    before = before or (sys.argv[1] if len(sys.argv) > 2 else os.environ.get("AB_BEFORE_TREE"))
+    after = after or (sys.argv[2] if len(sys.argv) > 2 else os.environ.get("AB_AFTER_TREE"))
+    into = tempfile.mkdtemp()
+    sys.path.insert(0, into)
+    trees = {"before": Tree(before, "edge_before", into), "after": Tree(after, "edge_after", into)}
+    rows = ("steady turn", "steady + recall, warm", "steady + recall, new words",
+            "turn, new isolate", "turn + recall, new isolate")
+    med: dict = {}
+    for n in SIZES:
+        budget = max(32000, 100 * n) - 1024 - 256
+        asked = roleplay_body(n)
+        asked["messages"][-1]["content"] = ASK.format(n // 10)
+        plain_raw = json.dumps(roleplay_body(n), ensure_ascii=False, separators=(",", ":")).encode()
+        asked["capabilities"] = ["multillm_context_retrieve", "multillm_context_recall"]
+        asked_raw = json.dumps(asked, ensure_ascii=False, separators=(",", ":")).encode()
+        fns = {}
+        for name, tree in trees.items():
+            plain = pairs(tree, n, budget, False, False)
+            warm = pairs(tree, n, budget, True, False)
+            new = pairs(tree, n, budget, True, True)
+
+            def newly(t=tree, p=new, r=[0]):      # a new question each round
+                r[0] += 1
+                second = p[1].replace(json.dumps(p[2], ensure_ascii=False).encode(),
+                                      json.dumps(new_words(n, 1000 + r[0]), ensure_ascii=False).encode())
+                return t.second((p[0], second), budget, True)
+            fns[name] = {
+                "steady turn": lambda t=tree, p=plain: t.second(p, budget, False),
+                "steady + recall, warm": lambda t=tree, p=warm: t.second(p, budget, True),
+                "steady + recall, new words": newly,
+                "turn, new isolate": lambda t=tree: t.new_isolate(plain_raw, budget, False),
+                "turn + recall, new isolate": lambda t=tree: t.new_isolate(asked_raw, budget, True),
+            }
+        times = {(k, row): [] for k in trees for row in rows}
+        for r in range(ROUNDS[n]):
+            for row in rows:
+                for k in (("before", "after") if r % 2 == 0 else ("after", "before")):
+                    times[(k, row)].append(fns[k][row]())
+        for key, v in times.items():
+            med[key + (n,)] = statistics.median(v) * 1000
+        gc.collect()
+    print(f"steady turns, before / after in one run — {runtime} {sys.version.split()[0]} "
+          "(ms, medians of " + ", ".join(f"{ROUNDS[n]} rounds at {n:,}" for n in SIZES) + ", ABBA)")
+    print("| turn | exchanges | before | after | after / before |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        for n in SIZES:
+            b, a = med[("before", row, n)], med[("after", row, n)]
+            print(f"| {row} | {n:,} | {b:.2f} | {a:.2f} | {a / b:.2f} |")
+    print("\n| ratio | before | after |")
+    print("|---|---:|---:|")
+    for row in ("steady turn", "steady + recall, warm", "steady + recall, new words"):
+        for n in SIZES[1:]:
+            print(f"| {row}, {n:,} / 200 | " + " | ".join(
+                f"{med[(k, row, n)] / med[(k, row, 200)]:.2f}" for k in trees) + " |")
+    for n in SIZES[:2]:
+        print(f"| new isolate, recall / none, {n:,} | " + " | ".join(
+            f"{med[(k, 'turn + recall, new isolate', n)] / med[(k, 'turn, new isolate', n)]:.2f}" for k in trees) + " |")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

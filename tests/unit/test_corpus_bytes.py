@@ -1,0 +1,124 @@
+"""Recall's corpora are bounded in the bytes they really hold (docs/design.md §6.2; the
+cache protocol every isolate cache keeps: ``held_bytes``, ``shrink``, ``max_bytes``):
+filled with adversarial exchanges — blank lines, tiny messages, very long words,
+``[{}]`` content (no text at all), many distinct words — the estimate stays within
+25 % of what tracemalloc measures in CPython, and the bound holds."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+
+from multillm_edge.search import STATE, corpus, rank
+
+
+def blank_lines(i: int) -> list:
+    return [("user", "\n" * 300), ("assistant", f"ok {i}" + "\n" * 300)]
+
+
+def tiny(i: int) -> list:
+    return [("user", "a"), ("assistant", f"k{i}")]
+
+
+def long_words(i: int) -> list:
+    return [("user", " ".join(f"{chr(97 + j)}{i}" * 400 for j in range(5))), ("assistant", f"w{i}" * 2000)]
+
+
+def empty(i: int) -> list:        # [{}] content: parts with no text
+    return [("user", ""), ("assistant", "")]
+
+
+def many_words(i: int) -> list:
+    return [("user", " ".join(f"word{i}x{j} thing{j % 50}" for j in range(120))),
+            ("assistant", " ".join(f"reply{(i * 7 + j) % 900} пример{j}" for j in range(80)))]
+
+
+def wide_words(i: int) -> list:     # words of non-ASCII letters, long ones, CJK, emoji
+    return [("user", " ".join(f"слово{i}ё{j} qué{j % 9} ñandú{'á' * (j % 40)}" for j in range(60))),
+            ("assistant", "港口の歌" * 50 + " 🌬️ " * 20 + "Ж" * 3000)]
+
+
+def prose(i: int) -> list:
+    return [("user", f"*leans on the rail* Tell me about port {i}, captain. What do the whales sing?"),
+            ("assistant", f"Port {i} — the whales rise at dusk, their songs rolling like thunder. " * 3)]
+
+
+KINDS = {"blank lines": blank_lines, "tiny messages": tiny, "very long words": long_words,
+         "[{}] content": empty, "many distinct words": many_words, "wide words": wide_words, "prose": prose}
+QUERIES = ("whales port sing", "thing1 word3x4 reply17", "a k3 ok", "aaaa b3 w7")
+
+
+def fill(make, n: int, sessions: int = 1) -> None:
+    """``sessions`` chats of ``n`` exchanges made by ``make``, each ranked for every
+    query (a corpus each; postings asked for, memos made), then grown by one exchange."""
+    for s in range(sessions):
+        docs = [make(s * 100_000 + i) for i in range(n + 1)]
+        keys = [(f"{make.__name__}-{s}-{i}", 0) for i in range(n + 1)]
+        for q in QUERIES:
+            rank(q, docs[:n], 5, keys=keys[:n], indexed=True, excerpts=False)
+        rank(QUERIES[0], docs, 5, keys=keys, indexed=True, excerpts=False)
+
+
+def measured(make, n: int, sessions: int = 1) -> tuple:
+    """(held_bytes, the bytes tracemalloc sees the corpora hold): everything made
+    traced, the isolate's other memos emptied, the corpora dropped: what that frees.
+    The cheap bound ``Corpora.trim`` reads first is at least ``held_bytes``."""
+    STATE.reset()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fill(make, n, sessions)
+        for part in STATE._parts.values():      # the analyses, vocabularies, memos: the
+            if part is not corpus.CORPORA:      # corpora then the only holders of their
+                part.clear()                    # word counts and words
+        gc.collect()
+        bound = sum(c.bound_bytes() for c in corpus.CORPORA.kept)     # before any is sized
+        held = corpus.CORPORA.held_bytes()
+        assert bound >= sum(c.held_bytes() for c in corpus.CORPORA.kept), (bound, held)
+        before = tracemalloc.get_traced_memory()[0]
+        corpus.CORPORA.clear()
+        gc.collect()
+        return held, before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        STATE.reset()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("n", [30, 300])
+def test_held_bytes_is_what_tracemalloc_measures_within_a_quarter(kind, n):
+    held, real = measured(KINDS[kind], n)
+    assert 0.75 * real <= held <= 1.25 * real, (kind, n, held, real)
+
+
+def test_the_posted_at_once_path_is_counted_too(monkeypatch):
+    monkeypatch.setattr(corpus, "EAGER", 10)
+    held, real = measured(many_words, 200)
+    assert 0.75 * real <= held <= 1.25 * real, (held, real)
+
+
+@pytest.mark.parametrize("kind", ["many distinct words", "very long words", "blank lines"])
+def test_the_corpora_stay_within_their_bound_in_real_bytes(kind, monkeypatch):
+    """Many sessions under a small bound: what is kept, measured, is within it (+25 %)."""
+    monkeypatch.setattr(corpus.CORPORA, "max_bytes", 3 << 20)
+    held, real = measured(KINDS[kind], 120, sessions=8)
+    assert held <= 3 << 20 and real <= 1.25 * (3 << 20), (held, real)
+
+
+def test_shrink_drops_the_least_recently_used_first():
+    STATE.reset()
+    for s in range(3):
+        docs = [prose(s * 1000 + i) for i in range(20)]
+        rank("whales port", docs, 5, keys=[(f"lru{s}-{i}", 0) for i in range(20)], indexed=True)
+    kept = list(corpus.CORPORA.kept)
+    assert len(kept) == 3
+    one = kept[-1].held_bytes()
+    corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)
+    assert corpus.CORPORA.kept == kept[1:]
+    corpus.CORPORA.shrink(one + 200)
+    assert corpus.CORPORA.kept == kept[2:] and corpus.CORPORA.held_bytes() <= one + 200
+    corpus.CORPORA.shrink(0)
+    assert corpus.CORPORA.kept == [] and corpus.CORPORA.held_bytes() <= 100
+    STATE.reset()
