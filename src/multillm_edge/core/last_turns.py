@@ -4,25 +4,44 @@ bytes and the pages made of them — so that the session's next turn redoes only
 follows the bytes the two bodies share (core/resume.py).
 
 Keyed by (principal key digest, session id, wire format): another principal, session
-or format never meets an entry. Bounded in bytes (``MAX_BYTES``, an estimate from the
-raw body's length, ``COST_PER_BYTE``), least recently used evicted first. Nothing here
-is written anywhere: it lives and dies with the isolate.
+or format never meets an entry. Bounded in the bytes its entries hold (``MAX_BYTES``;
+each entry's ``cost`` counted from what it holds when it is kept: its items' strings,
+objects and arrays counted in each group's bytes, its groups, pages and walks, see
+``held``), least recently used evicted first. What an entry holds is frozen when it is
+kept: its own dicts of pages and walks, not the request's. Nothing here is written
+anywhere: it lives and dies with the isolate.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import methodcaller
+from sys import getsizeof
 
 #: The bound of all entries together, well inside a Worker's 128 MB (§5.13).
 MAX_BYTES = 24 * 1024 * 1024
-#: Memory an entry holds per byte of its raw body: the body itself, each group's bytes
-#: (as long again) and the parsed history's objects (measured in CPython: 5.5–5.7 with
-#: the body; tests/unit/test_resume.py checks this covers it).
-COST_PER_BYTE = 8
 #: A body whose estimate exceeds this share of the bound is not kept (it would evict
 #: every other session for one turn).
 MAX_SHARE = 0.5
+
+# What CPython 3.11 allocates for parsed JSON (measured with tracemalloc: json.loads),
+# 64-bit: a string is 49 bytes and its characters; a dict of 1-5 keys 184, of none 64;
+# a list 56 and ~8.5 per item; an int past 256 or a float ~28; keys are shared (json
+# memoizes them within a parse). A slot of a list is 8 bytes.
+_STR, _DICT, _EMPTY_DICT, _KEY_PAST_5, _LIST, _ITEM, _NUMBER = 49, 184, 64, 24, 56, 8.5, 28
+#: A group's bytes reduced to its JSON structure: quotes, brackets, commas, colons and
+#: backslashes kept, digits and minus signs as "0" (a number), everything else dropped
+_ZEROS = bytes.maketrans(b"123456789-", b"0" * 10)
+_DROP = bytes(c for c in range(256) if c not in b'"{}[],:\\0123456789-')
+#: A group's own objects: its Group tuple and two ints, its bytes' header, its inner
+#: size and end (an int and a slot each), three list slots
+_PER_GROUP = 72 + 64 + 33 + 2 * 40 + 3 * 8
+#: A page's own objects: its tuple, id, SHA-256 hex string, items list and a dict slot
+_PER_PAGE = 72 + 100 + 113 + _LIST + 64
+#: An entry's own object and the lists and dicts it holds, empty
+_PER_ENTRY = 1024
 
 
 @dataclass
@@ -36,7 +55,9 @@ class LastTurn:
     to a fit (core/paging.Walk, by budget and rule), ``verified``: how many
     leading groups are known to stand in ``raw`` exactly as ``head`` and their bytes
     (−1: ``raw`` does not start with ``head``), ``brackets``: at least the body's bracket
-    bytes (core/validation.py), ``cost``: its estimated memory."""
+    bytes (core/validation.py), ``cost``: the bytes it holds (``held``), ``sizes``: the
+    bytes the items of its first groups hold, cumulative (what a turn resumed from it
+    counts for the groups it reuses)."""
     raw: bytes
     head: bytes
     items: list
@@ -50,6 +71,7 @@ class LastTurn:
     verified: int
     brackets: int
     cost: int
+    sizes: list = ()
 
 
 class LastTurns:
@@ -88,9 +110,72 @@ class LastTurns:
         self._entries.clear()
         self.total = 0
 
+    def held_bytes(self) -> int:
+        return self.total
 
-def cost(raw: bytes) -> int:
-    return len(raw) * COST_PER_BYTE
+    def shrink(self, to_bytes: int) -> None:
+        """Forget the least recently used turns until ``held_bytes() <= to_bytes``."""
+        while self.total > to_bytes and self._entries:
+            _, old = self._entries.popitem(last=False)
+            self.total -= old.cost
+
+
+def items_bytes(raw: bytes) -> float:
+    """The bytes the parsed items of a group's compact bytes ``raw`` hold (a list's
+    bytes: ``[`` items ``]``), from its JSON structure: strings (the keys aside),
+    objects (empty ones apart), arrays and their slots, numbers; each character a byte.
+    A string's last comma, or a number-like one inside it, counts as a slot more."""
+    s = raw.translate(_ZEROS, _DROP)
+    keys, empty, objects = s.count(b'":'), s.count(b"{}"), s.count(b"{")
+    strings = (s.count(b'"') - s.count(b'\\"')) // 2 - keys
+    full, arrays = objects - empty, s.count(b"[") - 1
+    numbers = s.count(b'":0') + s.count(b",0") + s.count(b"[0")
+    # the commas between values (before a string, an object, an array or a number)
+    commas = s.count(b',"') + s.count(b",{") + s.count(b",[") + s.count(b",0")
+    slots = max(0, commas + 1 + full + arrays - s.count(b"[]") - keys)
+    return (len(raw) + _STR * strings + _DICT * full + _EMPTY_DICT * empty
+            + _KEY_PAST_5 * max(0, keys - 5 * full) + _LIST * arrays + _ITEM * slots
+            + _NUMBER * numbers)
+
+
+def held(raw: bytes, head: bytes, items: list, group_raw: list, sizes: list,
+         pages: dict, blocks: dict, walks: dict) -> int:
+    """The bytes an entry holds: its raw body and head; its items (``sizes[-1]``); per
+    group its bytes and its own objects; per page its objects (a block's body too: a
+    single page's is its group's bytes); its walks."""
+    groups = len(group_raw)
+    return int(_PER_ENTRY + getsizeof(raw) + getsizeof(head) + 8 * len(items)
+               + (sizes[-1] if sizes else 0) + sum(map(len, group_raw)) + _PER_GROUP * groups
+               + _PER_PAGE * (len(pages) + len(blocks)) + 8 * sum(map(len, map(_ITEMS, pages.values())))
+               + sum(map(getsizeof, map(_BODY, blocks.values())))
+               + sum(_walk_bytes(w) for w in walks.values()))
+
+
+def _ITEMS(page):
+    return page.items
+
+
+def _BODY(page):
+    return page.body
+
+
+def _walk_bytes(walk) -> int:
+    """A walk to a fit (core/paging.Walk: its tuples and pageable groups' list), or the
+    exchanges a fit pages, kept for recall (``(pageable, [recall.Paged])``: each one's
+    tuple, key, items' list and its bytes alone in a block)."""
+    if type(walk) is tuple:
+        pageable, paged = walk
+        return (400 + 40 * len(pageable) + 400 * len(paged)
+                + sum(8 * len(p.items) + (getsizeof(p.alone) + 113 if p.alone else 0) for p in paged))
+    return 400 + 40 * (len(walk.pageable) + len(walk.fits) + len(walk.blocks) + len(walk.state))
+
+
+def group_sizes(group_raw: list, kept: list, reused: int) -> list:
+    """The cumulative ``items_bytes`` of each group: ``kept[:reused]`` as the last turn
+    counted them, the rest counted now."""
+    head = list(kept[:reused])
+    total = head[-1] if head else 0
+    return head + list(accumulate(map(items_bytes, group_raw[reused:]), initial=total))[1:]
 
 
 #: The isolate's one memory of last turns.
