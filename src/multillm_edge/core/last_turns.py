@@ -36,8 +36,8 @@ _STR, _DICT, _EMPTY_DICT, _KEY_PAST_5, _LIST, _ITEM, _NUMBER = 49, 184, 64, 24, 
 _ZEROS = bytes.maketrans(b"123456789-", b"0" * 10)
 _DROP = bytes(c for c in range(256) if c not in b'"{}[],:\\0123456789-')
 #: A group's own objects: its Group tuple and two ints, its bytes' header, its inner
-#: size and end (an int and a slot each), three list slots
-_PER_GROUP = 72 + 64 + 33 + 2 * 40 + 3 * 8
+#: size, three list slots (``ends`` is made by the next turn, and goes with this entry)
+_PER_GROUP = 72 + 56 + 33 + 28 + 3 * 8
 #: A page's own objects: its tuple, id, SHA-256 hex string, items list and a dict slot
 _PER_PAGE = 72 + 100 + 113 + _LIST + 64
 #: An entry's own object and the lists and dicts it holds, empty
@@ -133,7 +133,8 @@ def items_bytes(raw: bytes) -> float:
     # the commas between values (before a string, an object, an array or a number)
     commas = s.count(b',"') + s.count(b",{") + s.count(b",[") + s.count(b",0")
     slots = max(0, commas + 1 + full + arrays - s.count(b"[]") - keys)
-    return (len(raw) + _STR * strings + _DICT * full + _EMPTY_DICT * empty
+    # every character a byte, less one for each escape (a backslash and a character)
+    return (len(raw) - s.count(b"\\") + _STR * strings + _DICT * full + _EMPTY_DICT * empty
             + _KEY_PAST_5 * max(0, keys - 5 * full) + _LIST * arrays + _ITEM * slots
             + _NUMBER * numbers)
 

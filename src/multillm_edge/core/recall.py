@@ -52,8 +52,8 @@ STARTS_BYTES = 2 << 20       # and in at most this many bytes
 
 
 def _starts_size(sha: str, starts) -> int:
-    """A page's SHA-256 and its starts: the list and each offset (an int past 256)."""
-    return getsizeof(sha) + getsizeof(starts) + 32 * len(starts) + SLOT
+    """A page's SHA-256 and its starts: the list and each offset past 256 (an int)."""
+    return getsizeof(sha) + getsizeof(starts) + 32 * sum(map((256).__lt__, starts)) + SLOT
 
 
 _STARTS = STATE.part("exchange starts", lambda: Memo(STARTS_PAGES, STARTS_BYTES, _starts_size))

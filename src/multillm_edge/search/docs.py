@@ -17,9 +17,9 @@ from .state import SLOT, STATE
 #: The cache's bound in bytes: each analysis counted by what it holds (its text, each
 #: dict of word counts with its words' strings, line lengths, edges: docs/design.md §6.2).
 CACHE_BYTES = 16 << 20
-#: What every entry holds besides its text and index: the Analysis tuple, its two ints,
-#: the key (a tuple, a SHA-256's hex string, an offset) and its OrderedDict slot.
-ENTRY_BYTES = 80 + 64 + 56 + 113 + 32 + 2 * SLOT + 24
+#: What every entry holds besides its text and index: the Analysis tuple, the key (a
+#: tuple, a SHA-256's hex string) and its OrderedDict node and slot.
+ENTRY_BYTES = 80 + 56 + 113 + 2 * SLOT + 32
 #: An Index object (its slots) and its empty edges dict.
 INDEX_BYTES = 104 + 64
 #: An int no cache of CPython's shares (a line length or a count past 256).

@@ -174,13 +174,12 @@ class Stems:
         if words.keys() <= cache.keys():        # in C, no set made: a steady isolate
             return
         missing = _short(set(words).difference(cache))  # O(its words), not the vocabulary's
-        added = sum(map(getsizeof, missing)) + 2 * SLOT * len(missing)
+        # their slots: the words' strings are the index's, counted with its analysis
         if (len(cache) + len(missing) > STEM_CACHE_WORDS
-                or self.vocabulary.held + added > VOCABULARY_BYTES):
+                or self.vocabulary.held + 2 * SLOT * len(missing) > VOCABULARY_BYTES):
             self._use(self._renew())
             cache, missing = self._cache, _short(set(words))
-            added = sum(map(getsizeof, missing)) + 2 * SLOT * len(missing)
-        self.vocabulary.held += added
+        self.vocabulary.held += 2 * SLOT * len(missing)
         if not self.on:
             for w in missing:
                 self._add(w)
