@@ -184,10 +184,9 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     # its own dicts: pages a later candidate makes are not the entry's (counted now)
     pages, blocks, walks = (dict(d) for d in (*prep.made(), prep.walks))
     sizes = last_turns.group_sizes(prep.raw, last.sizes if prior.used else (), prior.reused)
-    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None,
-                             pages, blocks, walks, verified, prior.brackets,
-                             last_turns.held(raw, head, prep.items, prep.raw, sizes, pages, blocks, walks),
-                             sizes))
+    cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last)
+    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None, pages,
+                             blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes))
 
 
 def _head(body: dict, key: str) -> bytes:
