@@ -47,8 +47,17 @@ class Vocabularies(Memo):
             self.pop(next(iter(self)))
 
 
-_VOCABULARIES = STATE.part("vocabularies", lambda: Vocabularies(4, 4 * VOCABULARY_BYTES))
-_VARIANTS = STATE.part("irregular forms by stem", lambda: Memo(len(irregular.FORMS), 1 << 20))
+class Table(Memo):
+    """A memo made whole at once (``variants``): it gives way whole, never in part."""
+    __slots__ = ()
+
+    def shrink(self, to_bytes: int) -> None:
+        if self.held_bytes() > to_bytes:
+            self.clear()
+
+
+_VOCABULARIES = STATE.part("vocabularies", lambda: Vocabularies(4, 2 * VOCABULARY_BYTES))
+_VARIANTS = STATE.part("irregular forms by stem", lambda: Table(len(irregular.FORMS), 1 << 20))
 
 
 def stem_prefix(stem: str) -> str:

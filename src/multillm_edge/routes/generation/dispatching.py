@@ -14,6 +14,7 @@ from .planning import Candidate
 from .scope import Scope, Turn, error
 from ...core.pages import ROLEPLAY as AUTHORITY, Owner
 from ...service import storing
+from ...service.budget import waiting_on_upstream
 
 
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -126,6 +127,7 @@ async def dispatch(scope: Scope, cands: list, body: dict, raw: bytes, turn: Turn
             c.covered = await store(scope, c, turn)
         with req.record.cpu("encode"):
             payload = dispatch_body(c, body, raw, turn)
+        waiting_on_upstream(req, payload)      # it holds its upstream body from now on (§7.2)
         answer = await attempt(scope, c, index, headers, payload, turn)
         if answer is None:
             continue
