@@ -40,7 +40,7 @@ class Memo(dict):
         return value
 
     def held_bytes(self) -> int:
-        return getsizeof(self) + self.held
+        return getsizeof(self) + self.held if self else 0
 
     def shrink(self, to_bytes: int) -> None:
         """Forget the oldest entries until ``held_bytes() <= to_bytes``."""

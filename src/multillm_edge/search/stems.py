@@ -40,7 +40,7 @@ class Vocabularies(Memo):
     __slots__ = ()
 
     def held_bytes(self) -> int:
-        return getsizeof(self) + sum(v.held for v in self.values())
+        return getsizeof(self) + sum(v.held for v in self.values()) if self else 0
 
     def shrink(self, to_bytes: int) -> None:
         while self and self.held_bytes() > to_bytes:

@@ -103,10 +103,11 @@ class Budget(Weighted):
     def _head(self) -> int:
         return self._waiters[0][0] if self._waiters else 0
 
-    async def admit(self, n: int, timeout: float = WAIT_SECONDS) -> Ticket:
+    async def admit(self, n: int, timeout: float | None = None) -> Ticket:
         """A ticket for ``n`` bytes, the caches shrunk to make the room; waits at most
-        ``timeout`` seconds for other requests to release, else EdgeBusy (503)."""
+        ``timeout`` (WAIT_SECONDS) for other requests to release, else EdgeBusy (503)."""
         loop = asyncio.get_running_loop()
+        timeout = WAIT_SECONDS if timeout is None else timeout
         n = max(1, min(n, self.size))   # a body the budget can hold only alone waits for it
         if not await self.acquire(n, timeout):
             raise EdgeBusy(RETRY_AFTER_SECONDS)
