@@ -195,3 +195,19 @@ def test_a_turn_after_the_caches_gave_way_is_byte_identical():
             assert kept.sql("SELECT page_id, sha256 FROM context_pages ORDER BY page_id") == \
                 shrunk.sql("SELECT page_id, sha256 FROM context_pages ORDER BY page_id")
         assert any(n.get("recalled") for n in (json.loads(json.dumps(l)) for l in kept.logs))
+
+
+def test_a_dense_body_reserves_for_its_structure_once_parsed(edge):
+    """Admitted by its length, a body of tiny messages grows its reservation by the
+    bracket bytes its parse counted; without the room, 503 before storing or sending."""
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(4000)]
+    raw = json.dumps({"model": MODEL, "messages": msgs}, separators=(",", ":")).encode()
+    by_length = budget.REQUEST_BYTES + budget.BODY_FACTOR * len(raw)
+    taken = held_elsewhere(BUDGET.size - by_length)
+    try:
+        r = edge.request("POST", "/v1/chat/completions", {**HEADERS, "Content-Length": str(len(raw))}, raw)
+    finally:
+        BUDGET.release(taken)
+    assert r.status == 503 and r.json()["error"]["code"] == "edge_busy"
+    assert edge.sent == [] and edge.page_rows() == 0
+    assert edge.request("POST", "/v1/chat/completions", HEADERS, raw).status == 200

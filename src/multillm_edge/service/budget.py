@@ -37,9 +37,12 @@ BUDGET_BYTES = LIMIT_BYTES - BASELINE_BYTES - JS_ALLOWANCE_BYTES
 #: What any request holds besides its body: headers, the D1 row, a page read, the log
 REQUEST_BYTES = 256 * 1024
 #: What a generation holds per byte of its body at its peak (the body, its parse, the
-#: groups' bytes, the plan's pages and the upstream bytes; measured in CPython with
-#: tracemalloc on real roleplay chats, bench/bench_memory.py: 3.3-4.6)
-BODY_FACTOR = 5
+#: groups' bytes, the plan's pages and the upstream bytes; measured with tracemalloc on
+#: roleplay chats, bench/bench_memory.py: 6.4, the last turn kept included), and per
+#: bracket byte its parse counted (an object or array is ~200 bytes parsed: a dense
+#: chat of tiny messages or ``[{}]`` content holds up to ~20 per body byte)
+BODY_FACTOR = 7
+BRACKET_BYTES = 100
 #: What a request waiting on its provider holds per byte of the upstream body (the bytes
 #: and a response of the same order, annotated)
 UPSTREAM_FACTOR = 2
@@ -148,6 +151,18 @@ def reading(req: Incoming, body_factor: float):
         if not await ticket.grow(int(chunk * body_factor)):
             raise EdgeBusy(RETRY_AFTER_SECONDS)
     return grow
+
+
+async def parsed(req: Incoming, size: int, brackets: int) -> None:
+    """After the parse, the reservation grown to what the body's structure needs (its
+    bracket bytes counted): a dense body waits or is turned away (EdgeBusy) before
+    anything is stored or dispatched."""
+    ticket = req.ticket
+    if ticket.sem is None:
+        return
+    need = min(REQUEST_BYTES + BODY_FACTOR * size + BRACKET_BYTES * min(brackets, size), ticket.sem.size)
+    if need > ticket.held and not await ticket.grow(need - ticket.held):
+        raise EdgeBusy(RETRY_AFTER_SECONDS)
 
 
 def waiting_on_upstream(req: Incoming, payload: bytes) -> None:

@@ -54,6 +54,7 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
     with record.cpu("parse"):
         body, prior = resume.parse_request(LAST_TURNS, memory_key, fmt, raw)
         models = requested_models(body)
+    await budget.parsed(req, len(raw), prior.brackets)      # a dense body needs more (§7.2)
     # context + load: flag, D1 binding (503), the one D1 read, key and grant (401/403)
     rc = await request_context(req, platform, session_id,
                                partial(load_context, turn, record, digest, session_id, models))
