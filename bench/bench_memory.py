@@ -29,12 +29,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.environ.get("BENCH_SRC") or os.path.join(HERE, "..", "src"))  # another tree: before/after
 sys.path.insert(0, HERE)
 
-from bench_paging import roleplay_body  # noqa: E402
-from multillm_edge.core import last_turns, paging, recall, resume  # noqa: E402
+from multillm_edge.core import paging, recall, resume  # noqa: E402  (before bench_paging: BENCH_SRC's)
 from multillm_edge.core.last_turns import LastTurns  # noqa: E402
 from multillm_edge.core.pages import PageSigner  # noqa: E402
 from multillm_edge.search import STATE, analysis, rank  # noqa: E402
 from multillm_edge.search.docs import CACHE  # noqa: E402
+from bench_paging import roleplay_body  # noqa: E402
 
 MIB = 1 << 20
 SIGNER = PageSigner(b"bench-memory-secret-0123456789abcdef")
@@ -194,8 +194,8 @@ def peaks(runtime: str) -> None:
 def reranked(runtime: str) -> None:
     """Recall on exchanges of ~30,000 blank lines: what the isolate keeps, turn after turn."""
     print(f"\n## {runtime}: recall over blank-line exchanges, twelve new ones asked for each turn")
-    items = []
-    for i in range(160):
+    items = []      # 130 exchanges: a body under MAX_REQUEST_BYTES, each exchange one page
+    for i in range(130):
         items += [{"role": "user", "content": "\n" * 29000 + f" zq{i}zq"},
                   {"role": "assistant", "content": f"ok {i}"}]
     memory = LastTurns(max_bytes=0)     # no last turn kept: the search's caches alone
@@ -207,7 +207,7 @@ def reranked(runtime: str) -> None:
     print("| turn | the isolate keeps (measured) | analyses cache says | its bound |")
     print("|---:|---:|---:|---:|")
     for t in range(12):
-        ask = " ".join(f"zq{(t * 12 + j) % 160}zq" for j in range(12))
+        ask = " ".join(f"zq{(t * 12 + j) % 130}zq" for j in range(12))
         raw = json.dumps({"model": "m", "messages": items + [{"role": "user", "content": ask}],
                           "capabilities": ["multillm_context_retrieve", "multillm_context_recall"]},
                          separators=(",", ":")).encode()
