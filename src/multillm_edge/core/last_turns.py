@@ -14,10 +14,12 @@ anywhere: it lives and dies with the isolate.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import itemgetter
+from struct import calcsize
 from sys import getsizeof
 
 #: The bound of all entries together, well inside a Worker's 128 MB (§5.13).
@@ -26,22 +28,25 @@ MAX_BYTES = 24 * 1024 * 1024
 #: every other session for one turn).
 MAX_SHARE = 0.5
 
-# What CPython 3.11 allocates for parsed JSON (measured with tracemalloc: json.loads),
-# 64-bit: a string is 49 bytes and its characters; a dict of 1-5 keys 184, of none 64;
-# a list 56 and ~8.5 per item; an int past 256 or a float ~28; keys are shared (json
-# memoizes them within a parse). A slot of a list is 8 bytes.
-_STR, _DICT, _EMPTY_DICT, _KEY_PAST_5, _LIST, _ITEM, _NUMBER = 49, 184, 64, 24, 56, 8.5, 28
+# What the runtime allocates for parsed JSON, read from it at import (CPython 3.11,
+# 64-bit: a string 49 bytes and its characters, a dict of 1-5 keys 184, of none 64, a
+# list 56 and ~8.5 a slot, an int past 256 28; Pyodide's wasm32 about half as much for
+# the containers; checked against tracemalloc in both, bench/bench_memory.py). Keys
+# are shared: json's parser memoizes them within a parse.
+_P = calcsize("P")
+_STR, _DICT, _EMPTY_DICT = getsizeof(""), getsizeof(json.loads('{"a":0,"b":0}')), getsizeof({})
+_KEY_PAST_5, _LIST, _ITEM, _NUMBER = 3 * _P, getsizeof([]), _P * 17 / 16, getsizeof(1 << 20)
 #: A group's bytes reduced to its JSON structure: quotes, brackets, commas, colons and
 #: backslashes kept, digits and minus signs as "0" (a number), everything else dropped
 _ZEROS = bytes.maketrans(b"123456789-", b"0" * 10)
 _DROP = bytes(c for c in range(256) if c not in b'"{}[],:\\0123456789-')
 #: A group's own objects: its Group tuple and two ints, its bytes' header, its inner
 #: size, three list slots (``ends`` is made by the next turn, and goes with this entry)
-_PER_GROUP = 72 + 56 + 33 + 28 + 3 * 8
+_PER_GROUP = getsizeof((0, 0, 0, 0)) + 3 * _NUMBER + getsizeof(b"") + 3 * _P
 #: A page's own objects: its tuple, id, SHA-256 hex string, items list and a dict slot
-_PER_PAGE = 72 + 100 + 113 + _LIST + 64
+_PER_PAGE = getsizeof((0, 0, 0, 0)) + getsizeof("p" * 52) + getsizeof("0" * 64) + _LIST + 8 * _P
 #: An entry's own object and the lists and dicts it holds, empty
-_PER_ENTRY = 1024
+_PER_ENTRY = 128 * _P
 
 
 @dataclass

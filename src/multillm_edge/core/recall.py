@@ -53,7 +53,10 @@ STARTS_BYTES = 2 << 20       # and in at most this many bytes
 
 def _starts_size(sha: str, starts) -> int:
     """A page's SHA-256 and its starts: the list and each offset past 256 (an int)."""
-    return getsizeof(sha) + getsizeof(starts) + 32 * sum(map((256).__lt__, starts)) + SLOT
+    return getsizeof(sha) + getsizeof(starts) + _INT * sum(map((256).__lt__, starts)) + SLOT
+
+
+_INT = getsizeof(1 << 20) + 4
 
 
 _STARTS = STATE.part("exchange starts", lambda: Memo(STARTS_PAGES, STARTS_BYTES, _starts_size))

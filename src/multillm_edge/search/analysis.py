@@ -93,7 +93,7 @@ CUT_SET_SIZE = 128       # each of at most this many characters;
 CUT_KEY_BYTES = 256      # and byte strings of at most this many bytes;
 CUTS_BYTES = 1 << 20     # each memo in at most this many bytes
 #: A non-Latin-1 character's own string (CPython makes one per character it yields).
-_CHAR = 80
+_CHAR = getsizeof("\u0391")
 
 
 def _cut_set_size(key: frozenset, value) -> int:

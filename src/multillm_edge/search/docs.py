@@ -19,11 +19,9 @@ from .state import SLOT, STATE
 CACHE_BYTES = 16 << 20
 #: What every entry holds besides its text and index: the Analysis tuple, the key (a
 #: tuple, a SHA-256's hex string) and its OrderedDict node and slot.
-ENTRY_BYTES = 80 + 56 + 113 + 2 * SLOT + 32
-#: An Index object (its slots) and its empty edges dict.
-INDEX_BYTES = 104 + 64
+ENTRY_BYTES = getsizeof((0,) * 5) + getsizeof((0, 0)) + getsizeof("0" * 64) + 2 * SLOT + getsizeof(1 << 20)
 #: An int no cache of CPython's shares (a line length or a count past 256).
-INT_BYTES = 32
+INT_BYTES = getsizeof(1 << 20) + 4
 
 
 def doc_key(page_sha256: str, offset: int) -> tuple:
@@ -52,6 +50,10 @@ def counts_bytes(counted: dict) -> int:
     """The bytes a dict of word counts holds: the dict and its words' strings (counts
     past 256 aside: rare, and a word's string is ~50 bytes more than its count)."""
     return getsizeof(counted) + sum(map(getsizeof, counted))
+
+
+#: An Index object (its slots) and its empty edges dict.
+INDEX_BYTES = getsizeof(Index.__new__(Index)) + getsizeof({})
 
 
 class Analysis(NamedTuple):

@@ -6,11 +6,12 @@ one of the isolate's caches (``State.caches``): the memory budget (service/budge
 
 from __future__ import annotations
 
+from struct import calcsize
 from sys import getsizeof
 
-#: What a dict or list slot costs on top of the objects it holds (CPython, 64-bit: a
-#: hash, a key and a value pointer, with the table's spare room).
-SLOT = 40
+#: What a dict or list slot costs on top of the objects it holds (a hash, a key and a
+#: value pointer, with the table's spare room: 40 bytes in 64-bit CPython).
+SLOT = 5 * calcsize("P")
 
 
 def sized(key, value) -> int:
