@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from multillm_edge.core import last_turns, paging, recall, resume
+from multillm_edge.core import paging, recall, resume
 from multillm_edge.core.last_turns import LastTurns
 from multillm_edge.core.pages import PageSigner
 from multillm_edge.search import STATE, analysis, rank, stems

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import accumulate
 from operator import itemgetter
 from struct import calcsize
 from sys import getsizeof
@@ -154,12 +153,13 @@ def held(raw: bytes, head: bytes, prep, sizes: list, pages: dict, blocks: dict, 
     kept, the same object, keeps its count). Counted in C calls: a steady turn pays
     for no Python frame per group or page."""
     groups = len(prep.groups)
-    counted = {k: _walk_bytes(w) if last is None or last.walks.get(k) is not w else last.walk_bytes[k]
+    kept = last.walk_bytes if last is not None and last.walk_bytes is not None else {}
+    counted = {k: kept[k] if k in kept and last.walks.get(k) is w else _walk_bytes(w)
                for k, w in walks.items()}
-    return int(_PER_ENTRY + getsizeof(raw) + getsizeof(head) + 8 * len(prep.items)
+    return int(_PER_ENTRY + getsizeof(raw) + getsizeof(head) + _P * len(prep.items)
                + (sizes[-1] if sizes else 0) + prep.sum_inner + (_PER_GROUP + 2) * groups
                + _PER_PAGE * (len(pages) + len(blocks))
-               + 8 * (sum(map(len, map(_PAGE_ITEMS, pages.values())))
+               + _P * (sum(map(len, map(_PAGE_ITEMS, pages.values())))
                       + sum(map(len, map(_PAGE_ITEMS, blocks.values()))))
                + sum(map(getsizeof, map(_PAGE_BODY, blocks.values())))
                + sum(counted.values())), counted
