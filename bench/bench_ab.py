@@ -71,6 +71,9 @@ def main(argv=None) -> int:
     ap.add_argument("after")
     ap.add_argument("--after-kw", action="append", default=[], metavar="NAME=true")
     ap.add_argument("--steady", action="store_true", help="time a session's second turn")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="the process's CPU time, not wall time (a machine others load)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
     args = ap.parse_args(argv)
     extra = {k: v.lower() == "true" for k, v in (kw.split("=", 1) for kw in args.after_kw)}
     with tempfile.TemporaryDirectory() as into:
@@ -92,7 +95,8 @@ def main(argv=None) -> int:
                 for mod, kw in runs.values():
                     turn(mod, raw, budget, recalling, kw)          # warm: recall's caches
                 times = {k: [] for k in runs}
-                for r in range(ROUNDS):            # ABBA: the order alternates per round
+                clock = time.process_time if args.cpu_time else time.perf_counter
+                for r in range(args.rounds):       # ABBA: the order alternates per round
                     for k in (("before", "after") if r % 2 == 0 else ("after", "before")):
                         mod, kw = runs[k]
                         memory = None
@@ -100,9 +104,9 @@ def main(argv=None) -> int:
                             memory = mod["last_turns"].LastTurns()
                             turn(mod, raw, budget, recalling, kw, memory)
                         gc.collect()
-                        t = time.perf_counter()
+                        t = clock()
                         turn(mod, raw2 if args.steady else raw, budget, recalling, kw, memory)
-                        times[k].append(time.perf_counter() - t)
+                        times[k].append(clock() - t)
                 b, a = (statistics.median(times[k]) * 1000 for k in ("before", "after"))
                 print(f"| {n} | {'yes' if recalling else 'no'} | {b:.2f} | {a:.2f} | {a / b:.3f} |")
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import accumulate
 from operator import itemgetter
 from struct import calcsize
 from sys import getsizeof
@@ -125,22 +126,21 @@ class LastTurns:
             self.total -= old.cost
 
 
-def items_bytes(raw: bytes) -> float:
-    """The bytes the parsed items of a group's compact bytes ``raw`` hold (a list's
-    bytes: ``[`` items ``]``), from its JSON structure: strings (the keys aside),
+def items_bytes(raw: bytes, lists: int = 1) -> float:
+    """The bytes the parsed items of groups' compact bytes ``raw`` hold (``lists``
+    lists' bytes one after another: ``[`` items ``]``), from their JSON structure: strings (the keys aside),
     objects (empty ones apart), arrays and their slots, numbers; each character a byte.
-    A string's last comma, or a number-like one inside it, counts as a slot more."""
+    A number-like run after a comma inside a string counts as a number more."""
     s = raw.translate(_ZEROS, _DROP)
     keys, empty, objects = s.count(b'":'), s.count(b"{}"), s.count(b"{")
     strings = (s.count(b'"') - s.count(b'\\"')) // 2 - keys
-    full, arrays = objects - empty, s.count(b"[") - 1
+    full, arrays = objects - empty, s.count(b"[")
     numbers = s.count(b'":0') + s.count(b",0") + s.count(b"[0")
-    # the commas between values (before a string, an object, an array or a number)
-    commas = s.count(b',"') + s.count(b",{") + s.count(b",[") + s.count(b",0")
-    slots = max(0, commas + 1 + full + arrays - s.count(b"[]") - keys)
+    # a list's slots: every value (the list itself aside) but the objects' values
+    slots = strings + objects + arrays - lists + numbers - keys
     # every character a byte, less one for each escape (a backslash and a character)
     return (len(raw) - s.count(b"\\") + _STR * strings + _DICT * full + _EMPTY_DICT * empty
-            + _KEY_PAST_5 * max(0, keys - 5 * full) + _LIST * arrays + _ITEM * slots
+            + _KEY_PAST_5 * max(0, keys - 5 * full) + _LIST * (arrays - lists) + _ITEM * max(slots, 0)
             + _NUMBER * numbers)
 
 
@@ -183,12 +183,15 @@ def _walk_bytes(walk) -> int:
 
 def group_sizes(group_raw: list, kept, reused: int) -> list:
     """The cumulative ``items_bytes`` of each group: ``kept[:reused]`` as the last turn
-    counted them, the rest counted now."""
-    out = list(kept[:reused])
+    counted them, the rest counted now in one call and shared among them by their
+    bytes (a steady turn's one or two groups; the full path's whole history)."""
+    out = kept[:reused] if type(kept) is list else list(kept[:reused])
+    new = group_raw[reused:]
+    if not new:
+        return out
     total = out[-1] if out else 0
-    for raw in group_raw[reused:]:
-        total += items_bytes(raw)
-        out.append(total)
+    share = items_bytes(b"".join(new), len(new)) / max(1, sum(map(len, new)))
+    out += [total + share * n for n in accumulate(map(len, new))]
     return out
 
 
