@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from multillm_edge.core import paging, recall, resume
+from multillm_edge.core import last_turns, paging, recall, resume
 from multillm_edge.core.last_turns import LastTurns
 from multillm_edge.core.pages import PageSigner
 from multillm_edge.search import STATE, analysis, rank, stems
@@ -207,3 +207,24 @@ def test_a_kept_turn_holds_its_own_pages():
     prior.prep.pages(list(range(len(prior.prep.groups) - 1)))      # a fallback pages more
     assert entry.pages == pages and entry.cost == cost
     assert entry.pages is not prior.prep.made()[0]
+
+
+def test_a_resumed_turn_counts_its_pages_as_the_full_path_does():
+    """The pages a resumed turn counts from the last entry's figure are what counting
+    them all gives: appended turns, then an early message edited (nothing reused)."""
+    memory = LastTurns()
+    items = []
+    for i in range(120):
+        items += [{"role": "user", "content": f"*leans* Port {i}, captain? " * 8},
+                  {"role": "assistant", "content": f"*Mira smiles* Port {i}. " * 12}]
+    for turn in range(4):
+        items.append({"role": "user", "content": f"Where now, {turn}?"})
+        if turn == 3:
+            items[3] = {"role": "assistant", "content": "edited"}
+        raw = json.dumps({"model": "m", "messages": items,
+                          "capabilities": ["multillm_context_retrieve"]}, separators=(",", ":")).encode()
+        kept(memory, raw)
+        entry = memory.get(("d", "s", "chat"))
+        full = last_turns._pages_bytes(entry.pages, entry.pages.keys(), entry.blocks, entry.blocks.keys())
+        assert entry.walk_bytes["pages"] == full and full > 0
+        items.append({"role": "assistant", "content": f"*points* Port {turn}."})

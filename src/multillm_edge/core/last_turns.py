@@ -145,24 +145,52 @@ def items_bytes(raw: bytes, lists: int = 1) -> float:
 
 
 def held(raw: bytes, head: bytes, prep, sizes: list, pages: dict, blocks: dict, walks: dict,
-         last: "LastTurn | None") -> tuple:
-    """``(bytes, walk_bytes)``: the bytes an entry holds — its raw body and head; its
-    items (``sizes[-1]``); per group its bytes (``prep.sum_inner`` and brackets) and its
-    own objects; per page its objects (a block's body too: a single page's is its
-    group's bytes); its walks, each counted once (``walk_bytes``: a walk the last turn
-    kept, the same object, keeps its count). Counted in C calls: a steady turn pays
-    for no Python frame per group or page."""
-    groups = len(prep.groups)
+         last: "LastTurn | None", reused: int = 0) -> tuple:
+    """``(bytes, parts)``: the bytes an entry holds — its raw body and head; its items
+    (``sizes[-1]``); per group its bytes (``prep.sum_inner`` and brackets) and its own
+    objects; per page its objects (a block's body too: a single page's is its group's
+    bytes); its walks. ``parts`` keeps the pages' and each walk's count: a turn that
+    reused ``reused`` groups of ``last``, all of whose pages were of those groups,
+    counts only the pages it has and ``last`` had not, and those ``last`` had and it has
+    not (a page of the same reused groups holds the same, whatever its id); a walk kept
+    from the last turn (the same object) keeps its count.
+    Counted in C calls: a steady turn pays for no Python frame per group or page."""
     kept = last.walk_bytes if last is not None and last.walk_bytes is not None else {}
     counted = {k: kept[k] if k in kept and last.walks.get(k) is w else _walk_bytes(w)
                for k, w in walks.items()}
-    return int(_PER_ENTRY + getsizeof(raw) + getsizeof(head) + _P * len(prep.items)
-               + (sizes[-1] if sizes else 0) + prep.sum_inner + (_PER_GROUP + 2) * groups
-               + _PER_PAGE * (len(pages) + len(blocks))
-               + _P * (sum(map(len, map(_PAGE_ITEMS, pages.values())))
-                      + sum(map(len, map(_PAGE_ITEMS, blocks.values()))))
-               + sum(map(getsizeof, map(_PAGE_BODY, blocks.values())))
-               + sum(counted.values())), counted
+    if "pages" in kept and reused and _within(last.pages, last.blocks, reused):
+        old_pages, old_blocks = last.pages, last.blocks
+        page_bytes = (kept["pages"] + _pages_bytes(pages, pages.keys() - old_pages.keys(), blocks,
+                                                   blocks.keys() - old_blocks.keys())
+                      - _pages_bytes(old_pages, old_pages.keys() - pages.keys(), old_blocks,
+                                     old_blocks.keys() - blocks.keys()))
+    else:
+        page_bytes = _pages_bytes(pages, pages.keys(), blocks, blocks.keys())
+    cost = (_PER_ENTRY + getsizeof(raw) + getsizeof(head) + _P * len(prep.items)
+            + (sizes[-1] if sizes else 0) + prep.sum_inner + (_PER_GROUP + 2) * len(prep.groups)
+            + page_bytes + sum(counted.values()))
+    counted["pages"] = page_bytes
+    return int(cost), counted
+
+
+def _within(pages: dict, blocks: dict, reused: int) -> bool:
+    """Whether every page is of the first ``reused`` groups (in C)."""
+    return (not pages or max(pages) < reused) and (not blocks or max(map(_LAST, blocks)) < reused)
+
+
+_LAST = itemgetter(1)
+
+
+def _pages_bytes(pages: dict, singles, blocks: dict, joined) -> int:
+    """The bytes of ``pages[k]`` for k in ``singles`` and of ``blocks[k]`` for k in
+    ``joined``: each page's objects and items list, a block's body."""
+    if not singles and not joined:
+        return 0
+    one = [pages[k] for k in singles]
+    many = [blocks[k] for k in joined]
+    return (_PER_PAGE * (len(one) + len(many))
+            + _P * (sum(map(len, map(_PAGE_ITEMS, one))) + sum(map(len, map(_PAGE_ITEMS, many))))
+            + sum(map(getsizeof, map(_PAGE_BODY, many))))
 
 
 _PAGE_BODY, _PAGE_ITEMS = itemgetter(2), itemgetter(3)      # prepared.Page's fields

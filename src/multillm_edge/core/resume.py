@@ -184,7 +184,8 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     # its own dicts: pages a later candidate makes are not the entry's (counted now)
     pages, blocks, walks = (dict(d) for d in (*prep.made(), prep.walks))
     sizes = last_turns.group_sizes(prep.raw, last.sizes if prior.used else (), prior.reused)
-    cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last)
+    cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last,
+                                       prior.reused if prior.used else 0)
     memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None, pages,
                              blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes))
 
