@@ -133,10 +133,10 @@ ROUTES = (
     # A live roleplay key's models; any other request forwarded (routes/models.py)
     Route(("GET",), "/v1/models", list_models),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
-    Route(("POST",), "/v1/files", batch.upload_file, body_factor=3),
+    Route(("POST",), "/v1/files", batch.upload_file, body_factor=budget.BATCH_FACTOR),
     Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope=messages.ERROR_ENVELOPE,
-          body_factor=3),
-    Route(("POST",), "/v1/batches", batch.create_batch, body_factor=3),
+          body_factor=budget.BATCH_FACTOR),
+    Route(("POST",), "/v1/batches", batch.create_batch, body_factor=budget.BATCH_FACTOR),
 )
 FORWARD = Route((), "", forward)
 # An error the edge answers on a forwarded Anthropic path (a roleplay key refused, no

@@ -211,3 +211,23 @@ def test_a_dense_body_reserves_for_its_structure_once_parsed(edge):
     assert r.status == 503 and r.json()["error"]["code"] == "edge_busy"
     assert edge.sent == [] and edge.page_rows() == 0
     assert edge.request("POST", "/v1/chat/completions", HEADERS, raw).status == 200
+
+
+def test_a_chunked_batch_upload_reserves_as_it_is_buffered(edge):
+    """A batch body with no Content-Length is reserved as it is buffered: without the
+    room, 503 before anything reaches the origin."""
+    from devkit import batches as bt
+    lines = b"\n".join(json.dumps(bt.item(n, None)).encode() for n in range(1, 1000))
+    boundary = "xyz"
+    raw = (f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+           f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="b.jsonl"\r\n'
+           f"Content-Type: application/jsonl\r\n\r\n").encode() + lines + f"\r\n--{boundary}--\r\n".encode()
+    headers = {"Authorization": "Bearer sk-origin", "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    taken = held_elsewhere(BUDGET.size - 2 * budget.REQUEST_BYTES)
+    try:
+        r = edge.request("POST", "/v1/files", headers, raw)
+    finally:
+        BUDGET.release(taken)
+    assert len(raw) * budget.BATCH_FACTOR > budget.REQUEST_BYTES
+    assert r.status == 503 and r.json()["error"]["code"] == "edge_busy" and edge.sent == []
+    assert edge.request("POST", "/v1/files", headers, raw).status == 200 and len(edge.sent) == 1

@@ -163,9 +163,9 @@ class InProcessPlatform:
                 await grow(min(BODY_CHUNK, len(self._body) - start))
         return self._body
 
-    async def buffer_body(self, limit: int, settled=None):
+    async def buffer_body(self, limit: int, settled=None, grow=None):
         """As the Worker's: the body arrives in BODY_CHUNK pieces; `settled` sees each
-        head up to SETTLE_BYTES."""
+        head up to SETTLE_BYTES; ``grow`` is awaited for each piece a buffered body keeps."""
         declared = dict(self._headers).get("content-length")
         if (declared and declared.isdigit() and int(declared) > limit) or len(self._body) > limit:
             self._edge.streamed += 1
@@ -175,6 +175,9 @@ class InProcessPlatform:
                 if settled(self._body[:end]):
                     self._edge.streamed += 1
                     return None, [self._body]
+        if grow is not None:
+            for start in range(0, len(self._body), BODY_CHUNK):
+                await grow(min(BODY_CHUNK, len(self._body) - start))
         return self._body, None
 
     async def fetch(self, url, method, headers, body=None, timeout=None):

@@ -308,12 +308,13 @@ class WorkersPlatform:
                     raise
             chunks.append(chunk)
 
-    async def buffer_body(self, limit: int, settled=None):
+    async def buffer_body(self, limit: int, settled=None, grow=None):
         """`(body, None)` when the request body is at most `limit` bytes, else
         `(None, stream)`: a stream of the whole body (what was read, then the rest) to
         forward unread. A declared Content-Length over `limit` reads nothing; so does
         the rest once `settled(head)` is true of the first bytes (checked while they are
-        at most SETTLE_BYTES: the head's decision, not the whole body's)."""
+        at most SETTLE_BYTES: the head's decision, not the whole body's). `grow(n)` is
+        awaited before each chunk of `n` bytes is kept (docs/design.md §7.2)."""
         body = self.request.js_object.body
         declared = self.request.headers.get("content-length")
         if body is None:
@@ -327,6 +328,12 @@ class WorkersPlatform:
             if part.done:
                 return b"".join(chunks), None
             chunk = part.value.to_bytes()
+            if grow is not None and total + len(chunk) <= limit:
+                try:
+                    await grow(len(chunk))
+                except BaseException:
+                    await reader.cancel()
+                    raise
             chunks.append(chunk)
             total += len(chunk)
             if total > limit or (settled is not None and total <= SETTLE_BYTES

@@ -43,6 +43,9 @@ REQUEST_BYTES = 256 * 1024
 #: chat of tiny messages or ``[{}]`` content holds up to ~20 per body byte)
 BODY_FACTOR = 7
 BRACKET_BYTES = 100
+#: What a judged batch request holds per byte of its body (the body, its lines, one
+#: line parsed at a time)
+BATCH_FACTOR = 3
 #: What a request waiting on its provider holds per byte of the upstream body (the bytes
 #: and a response of the same order, annotated)
 UPSTREAM_FACTOR = 2
