@@ -8,7 +8,9 @@ boundary, plan, upstream bytes) with each, alternating (the order swapped every 
 
     python bench/bench_ab.py BEFORE/src/multillm_edge AFTER/src/multillm_edge
 
-A keyword given to ``plan_candidates`` by ``--after-kw name=true`` goes to the after tree
+``--steady`` times a session's second turn instead (issue 40's steady turn, bench_turn.py):
+the first turn kept in a new memory untimed, then the next body, one exchange longer,
+resumed from it. A keyword given to ``plan_candidates`` by ``--after-kw name=true`` goes to the after tree
 only (a new option, e.g. ``prompt_cache=true``). CPython; the tree must import
 relatively (it does: ``from ..`` throughout).
 """
@@ -42,14 +44,15 @@ def load(tree: str, name: str, into: str) -> dict:
     return {m: importlib.import_module(f"{name}.core.{m}") for m in mods}
 
 
-def turn(mod: dict, raw: bytes, budget: int, recalling: bool, extra: dict) -> None:
+def turn(mod: dict, raw: bytes, budget: int, recalling: bool, extra: dict, memory=None) -> None:
     """One turn's request boundary, plan and upstream bytes. A tree that keeps the last
-    turns (issue 40, core/resume.py) runs it as the Worker does in a new isolate: looked
-    up in an empty memory, then kept."""
+    turns (issue 40, core/resume.py) runs it as the Worker does: looked up in ``memory``
+    (an empty one: a new isolate), then kept."""
     signer = mod["pages"].PageSigner(b"bench-signing-secret-of-some-length")
     resume = mod.get("resume")
     if resume is not None:
-        memory, key = mod["last_turns"].LastTurns(), ("digest", "rps_bench", "chat")
+        memory = mod["last_turns"].LastTurns() if memory is None else memory
+        key = ("digest", "rps_bench", "chat")
         body, prior = resume.parse_request(memory, key, "chat", raw)
         extra = {**extra, "prior": prior}
     else:
@@ -67,6 +70,10 @@ def main(argv=None) -> int:
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--after-kw", action="append", default=[], metavar="NAME=true")
+    ap.add_argument("--steady", action="store_true", help="time a session's second turn")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="the process's CPU time, not wall time (a machine others load)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
     args = ap.parse_args(argv)
     extra = {k: v.lower() == "true" for k, v in (kw.split("=", 1) for kw in args.after_kw)}
     with tempfile.TemporaryDirectory() as into:
@@ -75,20 +82,31 @@ def main(argv=None) -> int:
         print("| exchanges | recall | before ms | after ms | after / before |")
         print("|---:|---|---:|---:|---:|")
         for n in SIZES:
-            raw = json.dumps(roleplay_body(n), ensure_ascii=False, separators=(",", ":")).encode()
+            body = roleplay_body(n)
+            if args.steady:
+                body["capabilities"] = ["multillm_context_retrieve", "multillm_context_prompt_cache"]
+            raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            body["messages"] += [{"role": "assistant", "content": "*nods* On we go."},
+                                 {"role": "user", "content": "*takes a deep breath* Let's set sail."}]
+            raw2 = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             budget = max(32000, 100 * n) - 1280
             for recalling in (False, True):
                 runs = {"before": (before, {}), "after": (after, extra)}
                 for mod, kw in runs.values():
                     turn(mod, raw, budget, recalling, kw)          # warm: recall's caches
                 times = {k: [] for k in runs}
-                for r in range(ROUNDS):            # ABBA: the order alternates per round
+                clock = time.process_time if args.cpu_time else time.perf_counter
+                for r in range(args.rounds):       # ABBA: the order alternates per round
                     for k in (("before", "after") if r % 2 == 0 else ("after", "before")):
                         mod, kw = runs[k]
+                        memory = None
+                        if args.steady and "last_turns" in mod:
+                            memory = mod["last_turns"].LastTurns()
+                            turn(mod, raw, budget, recalling, kw, memory)
                         gc.collect()
-                        t = time.perf_counter()
-                        turn(mod, raw, budget, recalling, kw)
-                        times[k].append(time.perf_counter() - t)
+                        t = clock()
+                        turn(mod, raw2 if args.steady else raw, budget, recalling, kw, memory)
+                        times[k].append(clock() - t)
                 b, a = (statistics.median(times[k]) * 1000 for k in ("before", "after"))
                 print(f"| {n} | {'yes' if recalling else 'no'} | {b:.2f} | {a:.2f} | {a / b:.3f} |")
     return 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .base import cors
-from .base.errors import EDGE_ENVELOPE, EdgeError, Envelope, InternalError, StorageError
+from .base.errors import EDGE_ENVELOPE, EdgeBusy, EdgeError, Envelope, InternalError, StorageError
 from .base.platform import Platform
 from .core import config
 from .formats import messages
@@ -21,6 +21,7 @@ from .routes.retrieval import SESSION_PARAM, retrieve_page
 from .routes.search import search_pages
 from .routes.sessions import create_session, end_session
 from .base.http import Incoming, Outgoing, error_response, json_response
+from .service import budget
 from .service.access import SESSION_HEADER, paging_enabled, warner
 from .service.origin import forward
 from .service.reserved_keys import carries_roleplay_key
@@ -77,7 +78,8 @@ class Route:
     a path pattern whose ``{name}`` parts become ``req.params`` (a parameter takes the
     rest of the path, slashes included and possibly empty, so no look-alike path
     escapes to the origin),
-    an extra condition, constants for the handler, and the error envelope."""
+    an extra condition, constants for the handler, the error envelope, and what its
+    handler holds per byte of the request body (``body_factor``: 0, never read; §7.2)."""
     methods: tuple
     pattern: str
     handler: Callable
@@ -85,6 +87,7 @@ class Route:
     constants: dict = field(default_factory=dict)
     envelope: Envelope = EDGE_ENVELOPE   # a generation route's: its wire format's
     cors: bool = False                   # browser-callable for CORS_ALLOWED_ORIGINS (base/cors.py)
+    body_factor: float = 0.0             # bytes held per body byte (service/budget.py)
     regex: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -118,21 +121,22 @@ def _needs_session(method: str, pattern: str, where: str = HEADER, envelope: Env
 
 ROUTES = (
     Route(("GET", "HEAD"), "/healthz", healthz),
-    *(Route(("POST",), f.CLIENT_PATH, generate, _roleplay, {"fmt": f.NAME}, f.ERROR_ENVELOPE)
-      for f in FORMATS),
+    *(Route(("POST",), f.CLIENT_PATH, generate, _roleplay, {"fmt": f.NAME}, f.ERROR_ENVELOPE,
+            body_factor=budget.BODY_FACTOR) for f in FORMATS),
     *(_needs_session("POST", f.CLIENT_PATH, envelope=f.ERROR_ENVELOPE) for f in FORMATS),
-    Route(("POST",), "/v1/roleplay/sessions", create_session, cors=True),
+    Route(("POST",), "/v1/roleplay/sessions", create_session, cors=True, body_factor=2),
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session, cors=True),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param, cors=True),
     _needs_session("GET", "/v1/context/pages/{page_id}", SESSION_PARAM),
-    Route(("POST",), "/v1/context/search", search_pages, _roleplay, cors=True),
+    Route(("POST",), "/v1/context/search", search_pages, _roleplay, cors=True, body_factor=4),
     _needs_session("POST", "/v1/context/search"),
     # A live roleplay key's models; any other request forwarded (routes/models.py)
     Route(("GET",), "/v1/models", list_models),
     # Batch items never page (§7.1): judged with the flag on, else forwarded as before.
-    Route(("POST",), "/v1/files", batch.upload_file),
-    Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope=messages.ERROR_ENVELOPE),
-    Route(("POST",), "/v1/batches", batch.create_batch),
+    Route(("POST",), "/v1/files", batch.upload_file, body_factor=budget.BATCH_FACTOR),
+    Route(("POST",), "/v1/messages/batches", batch.inline_batch, envelope=messages.ERROR_ENVELOPE,
+          body_factor=budget.BATCH_FACTOR),
+    Route(("POST",), "/v1/batches", batch.create_batch, body_factor=budget.BATCH_FACTOR),
 )
 FORWARD = Route((), "", forward)
 # An error the edge answers on a forwarded Anthropic path (a roleplay key refused, no
@@ -158,9 +162,17 @@ async def handle(req: Incoming, platform: Platform) -> Outgoing:
     try:
         out = cors.preflight(req, platform, route)
         if out is None:
+            # the bytes it will hold, or 503 edge_busy before anything is read (§7.2)
+            req.ticket = await budget.BUDGET.admit(budget.wanted(req, matched.body_factor))
             out = await matched.handler(req, platform)
         else:
             matched = PREFLIGHT
+    except MemoryError:
+        # the caches go first; the request is answered, never killed (§7.2, §8)
+        budget.BUDGET.clear_caches()
+        err = EdgeBusy(budget.RETRY_AFTER_SECONDS)
+        req.notes["error"] = err.code
+        out = error_response(err, matched.envelope)
     except EdgeError as err:
         req.notes["error"] = err.code
         out = error_response(err, matched.envelope)
@@ -172,6 +184,8 @@ async def handle(req: Incoming, platform: Platform) -> Outgoing:
         req.notes.update(error=InternalError.code, exception=type(exc).__name__)
         out = error_response(InternalError(), matched.envelope)
         exc.__traceback__ = None
+    finally:
+        budget.finished(req)
     if matched.cors:
         cors.decorate(out, req, platform)
     platform.log({"route": matched.handler.__name__, "method": req.method, "status": out.status,

@@ -301,7 +301,8 @@ def roleplay_headers(rng: random.Random) -> tuple[str, dict]:
         return "limited" if key == LIMITED_KEY else "spent", headers
     variant = rng.choice(["empty_session", "blank_session", "long_session", "sql_session",
                           "no_key", "bearer_only", "x_api_key", "wrong_key", "other_key",
-                          "content_type", "no_content_type", "lower_bearer", "passed_headers"])
+                          "content_type", "no_content_type", "lower_bearer", "passed_headers",
+                          "declared_length"])
     if variant == "empty_session":
         headers["X-Roleplay-Session-ID"] = ""
     elif variant == "blank_session":
@@ -329,9 +330,18 @@ def roleplay_headers(rng: random.Random) -> tuple[str, dict]:
         headers.update({"anthropic-version": rng.choice(["", "2023-06-01", "x" * 300]),
                         "anthropic-beta": "tools-2024", "openai-beta": "assistants=v2",
                         "Accept": "text/event-stream"})
+    elif variant == "declared_length":         # reserved before it is read (docs/design.md §7.2)
+        headers["Content-Length"] = rng.choice(DECLARED_LENGTHS)
     else:
         headers["Authorization"] = f"bearer {KEY}"
     return variant, headers
+
+
+#: Content-Lengths a client may declare, whatever its body: past the edge's limit (413),
+#: at it (a reservation of 5 × 8 MiB), past what the budget holds (admitted alone), absurd,
+#: not a number (reserved as the body is read). The runner tier sends the true length.
+DECLARED_LENGTHS = [str(8 * 1024 * 1024 + 1), str(8 * 1024 * 1024), str(40 * 1024 * 1024),
+                    str(2 ** 63), "9" * 30, "-1", "1e9", " 12", "0"]
 
 
 HOSTILE_IDS = [

@@ -14,6 +14,7 @@ import time
 from tests.hostile import generator as gen
 from tests.hostile.checks import Observed, check
 from devkit import roleplay as rp
+from multillm_edge.service import budget
 from tests.support.inprocess import Answer, LocalEdge
 
 CASES = int(os.environ.get("HOSTILE_CASES", "10000"))
@@ -79,6 +80,8 @@ def test_hostile_requests_in_process():
                 check(case, seen)
                 cycles = gc.collect(0)      # only what this request allocated and left
                 assert not cycles, f"{cycles} objects left in reference cycles"
+                # every reservation given back (docs/design.md §7.2), a stream's once read
+                assert budget.BUDGET.cur == 0, f"{budget.BUDGET.cur} bytes still reserved"
             except Exception as e:
                 raise AssertionError(f"hostile seed {seed}, {case.describe()}") from e
             statuses[seen.status] = statuses.get(seen.status, 0) + 1

@@ -99,14 +99,24 @@ class Answer:
     def stream(self):
         return [self.body]
 
-    def relay(self, prefix: bytes = b"", idle=None, idle_tail=None):
-        return [prefix, self.body] if prefix else [self.body]
+    def relay(self, prefix: bytes = b"", idle=None, idle_tail=None, done=None):
+        """The body as the Worker relays it; ``done()`` once it has been read (or the
+        reader went away: the generator closed)."""
+        parts = [prefix, self.body] if prefix else [self.body]
+        return parts if done is None else _relayed(parts, done)
 
     async def read(self, idle=None, limit=None) -> bytes | None:
         return None if limit is not None and len(self.body) > limit else self.body
 
     async def discard(self) -> None:
         self.discarded = True
+
+
+def _relayed(parts: list, done):
+    try:
+        yield from parts
+    finally:
+        done()
 
 
 def _body_bytes(body) -> bytes:
@@ -144,15 +154,20 @@ class InProcessPlatform:
     def log(self, record: dict) -> None:
         self._edge.logs.append(json.loads(json.dumps(record)))
 
-    async def read_body(self, limit: int) -> bytes:
+    async def read_body(self, limit: int, grow=None) -> bytes:
+        """As the Worker's: the body arrives in BODY_CHUNK pieces, ``grow`` awaited
+        before each is kept."""
         declared = dict(self._headers).get("content-length")
         if (declared and declared.isdigit() and int(declared) > limit) or len(self._body) > limit:
             raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
+        if grow is not None:
+            for start in range(0, len(self._body), BODY_CHUNK):
+                await grow(min(BODY_CHUNK, len(self._body) - start))
         return self._body
 
-    async def buffer_body(self, limit: int, settled=None):
+    async def buffer_body(self, limit: int, settled=None, grow=None):
         """As the Worker's: the body arrives in BODY_CHUNK pieces; `settled` sees each
-        head up to SETTLE_BYTES."""
+        head up to SETTLE_BYTES; ``grow`` is awaited for each piece a buffered body keeps."""
         declared = dict(self._headers).get("content-length")
         if (declared and declared.isdigit() and int(declared) > limit) or len(self._body) > limit:
             self._edge.streamed += 1
@@ -162,6 +177,9 @@ class InProcessPlatform:
                 if settled(self._body[:end]):
                     self._edge.streamed += 1
                     return None, [self._body]
+        if grow is not None:
+            for start in range(0, len(self._body), BODY_CHUNK):
+                await grow(min(BODY_CHUNK, len(self._body) - start))
         return self._body, None
 
     async def fetch(self, url, method, headers, body=None, timeout=None):

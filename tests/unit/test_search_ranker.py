@@ -104,10 +104,11 @@ def test_the_term_cap_keeps_the_rarest():
 
 def test_the_analysis_cache_is_bounded_and_keyed(monkeypatch):
     CACHE.clear()
-    monkeypatch.setattr(search_docs, "CACHE_CODE_POINTS", 50)
     docs = [doc("x" * 20 + " key"), doc("y" * 20 + " key"), doc("z" * 20 + " key")]
+    one = search_docs.analyze(docs[0]).weight
+    monkeypatch.setattr(CACHE, "max_bytes", 2 * one + 10)
     hits = rank("key", docs, 5, keys=["a", "b", "c"])
-    assert list(CACHE.entries) == ["b", "c"] and CACHE.units <= 50
+    assert list(CACHE.entries) == ["b", "c"] and CACHE.units <= 2 * one + 10
     assert rank("key", docs, 5, keys=["a", "b", "c"]) == hits == rank("key", docs, 5)
     CACHE.clear()
 
@@ -229,9 +230,9 @@ def test_the_cache_counts_what_an_index_grows_and_stays_bounded(monkeypatch):
     rank("lantern flickers", docs, 5, keys=keys, indexed=True)
     assert consistent()
     grown = [a for a in CACHE.entries.values() if a.index.extra]
-    assert grown and all(a.weight > a.length + search_docs.STEM_WEIGHT * len(a.index.words) for a in grown)
+    assert grown and all(a.weight > a.length + a.index.held for a in grown)
     total = CACHE.units
-    monkeypatch.setattr(search_docs, "CACHE_CODE_POINTS", total // 2)   # enforced as it grows:
+    monkeypatch.setattr(CACHE, "max_bytes", total // 2)   # enforced as it grows:
     rank("where is the lantern", docs, 5, keys=[("again", i) for i in range(len(docs))], indexed=True)
     assert consistent() and CACHE.units <= total // 2 and len(CACHE.entries) < len(docs)
     CACHE.clear()

@@ -125,6 +125,17 @@ class PageNotFound(EdgeError):
     status, code, message = 404, "context_page_not_found", "Context page not found."
 
 
+class EdgeBusy(EdgeError):
+    """The isolate has no memory free for this request now (docs/design.md §7.2): nothing
+    was stored or dispatched; ``Retry-After`` says when to try again."""
+    status, code = 503, "edge_busy"
+
+    def __init__(self, retry_after: int):
+        super().__init__(message=f"The edge is busy; retry after {retry_after} seconds.")
+        self.retry_after = retry_after
+        self.headers = (("retry-after", str(retry_after)),)
+
+
 class InternalError(EdgeError):
     """An unexpected exception: the route's envelope, never its details."""
     status, code, message = 500, "internal_error", "The edge could not handle this request."

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from .errors import EDGE_ENVELOPE, EdgeError, Envelope
 from .jsonbytes import compact
 from .timing import LogRecord
+from .weighted import Ticket
 
 # RFC 9110 §7.6.1 connection-specific headers (plus every proxy-* one): never forwarded.
 # Content-Length is end to end — a WSGI origin may need it to read the body — and stays;
@@ -32,6 +33,7 @@ class Incoming:
     stream: Any = None                   # the runtime's body stream, for forwarding
     notes: dict = field(default_factory=dict)   # counts and timings for the log line
     params: dict = field(default_factory=dict)  # path parameters and route constants
+    ticket: Ticket = field(default_factory=Ticket)  # its share of the isolate's memory (§7.2)
 
     def __post_init__(self):
         parts = urlsplit(self.url)

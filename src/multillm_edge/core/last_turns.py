@@ -4,25 +4,49 @@ bytes and the pages made of them — so that the session's next turn redoes only
 follows the bytes the two bodies share (core/resume.py).
 
 Keyed by (principal key digest, session id, wire format): another principal, session
-or format never meets an entry. Bounded in bytes (``MAX_BYTES``, an estimate from the
-raw body's length, ``COST_PER_BYTE``), least recently used evicted first. Nothing here
-is written anywhere: it lives and dies with the isolate.
+or format never meets an entry. Bounded in the bytes its entries hold (``MAX_BYTES``;
+each entry's ``cost`` counted from what it holds when it is kept: its items' strings,
+objects and arrays counted in each group's bytes, its groups, pages and walks, see
+``held``), least recently used evicted first. What an entry holds is frozen when it is
+kept: its own dicts of pages and walks, not the request's. Nothing here is written
+anywhere: it lives and dies with the isolate.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import itemgetter
+from struct import calcsize
+from sys import getsizeof
 
 #: The bound of all entries together, well inside a Worker's 128 MB (§5.13).
 MAX_BYTES = 24 * 1024 * 1024
-#: Memory an entry holds per byte of its raw body: the body itself, each group's bytes
-#: (as long again) and the parsed history's objects (measured in CPython: 5.5–5.7 with
-#: the body; tests/unit/test_resume.py checks this covers it).
-COST_PER_BYTE = 8
 #: A body whose estimate exceeds this share of the bound is not kept (it would evict
 #: every other session for one turn).
 MAX_SHARE = 0.5
+
+# What the runtime allocates for parsed JSON, read from it at import (CPython 3.11,
+# 64-bit: a string 49 bytes and its characters, a dict of 1-5 keys 184, of none 64, a
+# list 56 and ~8.5 a slot, an int past 256 28; Pyodide's wasm32 about half as much for
+# the containers; checked against tracemalloc in both, bench/bench_memory.py). Keys
+# are shared: json's parser memoizes them within a parse.
+_P = calcsize("P")
+_STR, _DICT, _EMPTY_DICT = getsizeof(""), getsizeof(json.loads('{"a":0,"b":0}')), getsizeof({})
+_KEY_PAST_5, _LIST, _ITEM, _NUMBER = 3 * _P, getsizeof([]), _P * 17 / 16, getsizeof(1 << 20)
+#: A group's bytes reduced to its JSON structure: quotes, brackets, commas, colons and
+#: backslashes kept, digits and minus signs as "0" (a number), everything else dropped
+_ZEROS = bytes.maketrans(b"123456789-", b"0" * 10)
+_DROP = bytes(c for c in range(256) if c not in b'"{}[],:\\0123456789-')
+#: A group's own objects: its Group tuple and two ints, its bytes' header, its inner
+#: size, three list slots (``ends`` is made by the next turn, and goes with this entry)
+_PER_GROUP = getsizeof((0, 0, 0, 0)) + 3 * _NUMBER + getsizeof(b"") + 3 * _P
+#: A page's own objects: its tuple, id, SHA-256 hex string, items list and a dict slot
+_PER_PAGE = getsizeof((0, 0, 0, 0)) + getsizeof("p" * 52) + getsizeof("0" * 64) + _LIST + 8 * _P
+#: An entry's own object and the lists and dicts it holds, empty
+_PER_ENTRY = 128 * _P
 
 
 @dataclass
@@ -36,7 +60,9 @@ class LastTurn:
     to a fit (core/paging.Walk, by budget and rule), ``verified``: how many
     leading groups are known to stand in ``raw`` exactly as ``head`` and their bytes
     (−1: ``raw`` does not start with ``head``), ``brackets``: the body's bracket bytes,
-    exactly (core/validation.py), ``cost``: its estimated memory."""
+    exactly (core/validation.py), ``cost``: the bytes it holds (``held``), ``sizes``: the
+    bytes the items of its first groups hold, cumulative (what a turn resumed from it
+    counts for the groups it reuses), ``walk_bytes``: each walk's bytes."""
     raw: bytes
     head: bytes
     items: list
@@ -50,6 +76,8 @@ class LastTurn:
     verified: int
     brackets: int
     cost: int
+    sizes: list = ()
+    walk_bytes: dict | None = None
 
 
 class LastTurns:
@@ -88,9 +116,111 @@ class LastTurns:
         self._entries.clear()
         self.total = 0
 
+    def held_bytes(self) -> int:
+        return self.total
 
-def cost(raw: bytes) -> int:
-    return len(raw) * COST_PER_BYTE
+    def shrink(self, to_bytes: int) -> None:
+        """Forget the least recently used turns until ``held_bytes() <= to_bytes``."""
+        while self.total > to_bytes and self._entries:
+            _, old = self._entries.popitem(last=False)
+            self.total -= old.cost
+
+
+def items_bytes(raw: bytes, lists: int = 1) -> float:
+    """The bytes the parsed items of groups' compact bytes ``raw`` hold (``lists``
+    lists' bytes one after another: ``[`` items ``]``), from their JSON structure: strings (the keys aside),
+    objects (empty ones apart), arrays and their slots, numbers; each character a byte.
+    A number-like run after a comma inside a string counts as a number more."""
+    s = raw.translate(_ZEROS, _DROP)
+    keys, empty, objects = s.count(b'":'), s.count(b"{}"), s.count(b"{")
+    strings = (s.count(b'"') - s.count(b'\\"')) // 2 - keys
+    full, arrays = objects - empty, s.count(b"[")
+    numbers = s.count(b'":0') + s.count(b",0") + s.count(b"[0")
+    # a list's slots: every value (the list itself aside) but the objects' values
+    slots = strings + objects + arrays - lists + numbers - keys
+    # every character a byte, less one for each escape (a backslash and a character)
+    return (len(raw) - s.count(b"\\") + _STR * strings + _DICT * full + _EMPTY_DICT * empty
+            + _KEY_PAST_5 * max(0, keys - 5 * full) + _LIST * (arrays - lists) + _ITEM * max(slots, 0)
+            + _NUMBER * numbers)
+
+
+def held(raw: bytes, head: bytes, prep, sizes: list, pages: dict, blocks: dict, walks: dict,
+         last: "LastTurn | None", reused: int = 0) -> tuple:
+    """``(bytes, parts)``: the bytes an entry holds — its raw body and head; its items
+    (``sizes[-1]``); per group its bytes (``prep.sum_inner`` and brackets) and its own
+    objects; per page its objects (a block's body too: a single page's is its group's
+    bytes); its walks. ``parts`` keeps the pages' and each walk's count: a turn that
+    reused ``reused`` groups of ``last``, all of whose pages were of those groups,
+    counts only the pages it has and ``last`` had not, and those ``last`` had and it has
+    not (a page of the same reused groups holds the same, whatever its id); a walk kept
+    from the last turn (the same object) keeps its count.
+    Counted in C calls: a steady turn pays for no Python frame per group or page."""
+    kept = last.walk_bytes if last is not None and last.walk_bytes is not None else {}
+    counted = {k: kept[k] if k in kept and last.walks.get(k) is w else _walk_bytes(w)
+               for k, w in walks.items()}
+    if "pages" in kept and reused and _within(last.pages, last.blocks, reused):
+        old_pages, old_blocks = last.pages, last.blocks
+        page_bytes = (kept["pages"] + _pages_bytes(pages, pages.keys() - old_pages.keys(), blocks,
+                                                   blocks.keys() - old_blocks.keys())
+                      - _pages_bytes(old_pages, old_pages.keys() - pages.keys(), old_blocks,
+                                     old_blocks.keys() - blocks.keys()))
+    else:
+        page_bytes = _pages_bytes(pages, pages.keys(), blocks, blocks.keys())
+    cost = (_PER_ENTRY + getsizeof(raw) + getsizeof(head) + _P * len(prep.items)
+            + (sizes[-1] if sizes else 0) + prep.sum_inner + (_PER_GROUP + 2) * len(prep.groups)
+            + page_bytes + sum(counted.values()))
+    counted["pages"] = page_bytes
+    return int(cost), counted
+
+
+def _within(pages: dict, blocks: dict, reused: int) -> bool:
+    """Whether every page is of the first ``reused`` groups (in C)."""
+    return (not pages or max(pages) < reused) and (not blocks or max(map(_LAST, blocks)) < reused)
+
+
+_LAST = itemgetter(1)
+
+
+def _pages_bytes(pages: dict, singles, blocks: dict, joined) -> int:
+    """The bytes of ``pages[k]`` for k in ``singles`` and of ``blocks[k]`` for k in
+    ``joined``: each page's objects and items list, a block's body."""
+    if not singles and not joined:
+        return 0
+    one = [pages[k] for k in singles]
+    many = [blocks[k] for k in joined]
+    return (_PER_PAGE * (len(one) + len(many))
+            + _P * (sum(map(len, map(_PAGE_ITEMS, one))) + sum(map(len, map(_PAGE_ITEMS, many))))
+            + sum(map(getsizeof, map(_PAGE_BODY, many))))
+
+
+_PAGE_BODY, _PAGE_ITEMS = itemgetter(2), itemgetter(3)      # prepared.Page's fields
+_PAGED_ITEMS, _PAGED_ALONE = itemgetter(0), itemgetter(4)   # recall.Paged's
+
+
+def _walk_bytes(walk) -> int:
+    """A walk to a fit (core/paging.Walk: its tuples and pageable groups' list), or the
+    exchanges a fit pages, kept for recall (``(pageable, [recall.Paged])``: each one's
+    tuple, key, items' list and its bytes alone in a block with their SHA-256)."""
+    if type(walk) is tuple:
+        pageable, paged = walk
+        alone = list(filter(None, map(_PAGED_ALONE, paged)))
+        return (400 + 40 * len(pageable) + 400 * len(paged) + 8 * sum(map(len, map(_PAGED_ITEMS, paged)))
+                + sum(map(getsizeof, alone)) + 113 * len(alone))
+    return 400 + 40 * (len(walk.pageable) + len(walk.fits) + len(walk.blocks) + len(walk.state))
+
+
+def group_sizes(group_raw: list, kept, reused: int) -> list:
+    """The cumulative ``items_bytes`` of each group: ``kept[:reused]`` as the last turn
+    counted them, the rest counted now in one call and shared among them by their
+    bytes (a steady turn's one or two groups; the full path's whole history)."""
+    out = kept[:reused] if type(kept) is list else list(kept[:reused])
+    new = group_raw[reused:]
+    if not new:
+        return out
+    total = out[-1] if out else 0
+    share = items_bytes(b"".join(new), len(new)) / max(1, sum(map(len, new)))
+    out += [total + share * n for n in accumulate(map(len, new))]
+    return out
 
 
 #: The isolate's one memory of last turns.

@@ -26,11 +26,12 @@ from __future__ import annotations
 from functools import partial
 from hashlib import sha256
 from operator import itemgetter
+from sys import getsizeof
 from typing import Callable, NamedTuple, Sequence
 
 from .. import formats
 from ..search import ELLIPSIS, EXCERPT_MAX, STATE, Scoring, doc_key, page_texts, prepare, rank  # noqa: F401
-from ..search.state import Memo
+from ..search.state import SLOT, Memo
 
 SHARE = 0.15            # of the candidate's budget, at most
 MAX_BYTES = 8192        # and never more than this
@@ -47,7 +48,18 @@ INTRO = ("Earlier moments that may be relevant, quoted verbatim (retrieve the ex
 #: Where each exchange of a recalled moment's page starts, by the page's SHA-256 (the
 #: same pages are quoted turn after turn); at most this many pages, then emptied.
 STARTS_PAGES = 1024
-_STARTS = STATE.part("exchange starts", lambda: Memo(STARTS_PAGES))
+STARTS_BYTES = 2 << 20       # and in at most this many bytes
+
+
+def _starts_size(sha: str, starts) -> int:
+    """A page's SHA-256 and its starts: the list and each offset past 256 (an int)."""
+    return getsizeof(sha) + getsizeof(starts) + _INT * sum(map((256).__lt__, starts)) + SLOT
+
+
+_INT = getsizeof(1 << 20) + 4
+
+
+_STARTS = STATE.part("exchange starts", lambda: Memo(STARTS_PAGES, STARTS_BYTES, _starts_size))
 
 
 _KEY = itemgetter(1)      # a Paged's key, in C

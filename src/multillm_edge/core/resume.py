@@ -189,9 +189,13 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
         return
     last = prior.last
     verified = prior.reused if prior.used and last is not None and head == last.head else 0
-    pages, blocks = prep.made()
-    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None,
-                             pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
+    # its own dicts: pages a later candidate makes are not the entry's (counted now)
+    pages, blocks, walks = (dict(d) for d in (*prep.made(), prep.walks))
+    sizes = last_turns.group_sizes(prep.raw, last.sizes if prior.used else (), prior.reused)
+    cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last,
+                                       prior.reused if prior.used else 0)
+    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None, pages,
+                             blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes))
 
 
 def _head(body: dict, key: str) -> bytes:

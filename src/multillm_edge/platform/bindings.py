@@ -146,14 +146,18 @@ class Upstream:
     def stream(self):
         return self._resp.body
 
-    def relay(self, prefix: bytes = b"", idle: float | None = None, idle_tail: bytes | None = None):
+    def relay(self, prefix: bytes = b"", idle: float | None = None, idle_tail: bytes | None = None,
+              done=None):
         """The body as a new stream: `prefix`, then the upstream's chunks as they come.
         A silence over `idle` seconds ends it (after `idle_tail`, else as an error);
-        a reader that cancels (the client went away) aborts the upstream request."""
+        a reader that cancels (the client went away) aborts the upstream request.
+        `done()` is called once when it ends, however it ends."""
         prefix += self._held
         if self._resp.body is None:
+            if done is not None:
+                done()
             return _js_bytes(prefix) if prefix else None
-        return _Relay(self._body_reader(), prefix, idle, idle_tail, self._abort).stream
+        return _Relay(self._body_reader(), prefix, idle, idle_tail, self._abort, done).stream
 
     async def read(self, idle: float | None = None, limit: int | None = None) -> bytes | None:
         """The whole body, or None once it is longer than `limit` bytes (what was read
@@ -195,9 +199,10 @@ class _Relay:
     """A pull-driven ReadableStream over an upstream body: one chunk per pull, so
     backpressure reaches the provider and nothing is buffered whole."""
 
-    def __init__(self, reader, prefix: bytes, idle, idle_tail, abort):
+    def __init__(self, reader, prefix: bytes, idle, idle_tail, abort, done=None):
         self._reader = reader
         self._prefix, self._idle, self._tail, self._abort = prefix, idle, idle_tail, abort
+        self._done = done
         self._pull, self._cancel = create_proxy(self.pull), create_proxy(self.cancel)
         source = js.Object.new()
         source.pull, source.cancel = self._pull, self._cancel
@@ -247,6 +252,9 @@ class _Relay:
             if proxy is not None:
                 proxy.destroy()
         self._pull = self._cancel = None
+        done, self._done = self._done, None
+        if done is not None:
+            done()
 
 
 class WorkersPlatform:
@@ -279,8 +287,10 @@ class WorkersPlatform:
     def log(self, record: dict) -> None:
         print(compact_text(record, ascii=True))
 
-    async def read_body(self, limit: int) -> bytes:
-        """The request body, refusing (413) anything over `limit` bytes without buffering it."""
+    async def read_body(self, limit: int, grow=None) -> bytes:
+        """The request body, refusing (413) anything over `limit` bytes without buffering
+        it; `grow(n)` is awaited before each chunk of `n` bytes is kept (what the
+        request reserves as it reads, docs/design.md §7.2: it may refuse, 503)."""
         declared = self.request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
@@ -298,14 +308,21 @@ class WorkersPlatform:
             if total > limit:
                 await reader.cancel()
                 raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
+            if grow is not None:
+                try:
+                    await grow(len(chunk))
+                except BaseException:
+                    await reader.cancel()
+                    raise
             chunks.append(chunk)
 
-    async def buffer_body(self, limit: int, settled=None):
+    async def buffer_body(self, limit: int, settled=None, grow=None):
         """`(body, None)` when the request body is at most `limit` bytes, else
         `(None, stream)`: a stream of the whole body (what was read, then the rest) to
         forward unread. A declared Content-Length over `limit` reads nothing; so does
         the rest once `settled(head)` is true of the first bytes (checked while they are
-        at most SETTLE_BYTES: the head's decision, not the whole body's)."""
+        at most SETTLE_BYTES: the head's decision, not the whole body's). `grow(n)` is
+        awaited before each chunk of `n` bytes is kept (docs/design.md §7.2)."""
         body = self.request.js_object.body
         declared = self.request.headers.get("content-length")
         if body is None:
@@ -319,6 +336,12 @@ class WorkersPlatform:
             if part.done:
                 return b"".join(chunks), None
             chunk = part.value.to_bytes()
+            if grow is not None and total + len(chunk) <= limit:
+                try:
+                    await grow(len(chunk))
+                except BaseException:
+                    await reader.cancel()
+                    raise
             chunks.append(chunk)
             total += len(chunk)
             if total > limit or (settled is not None and total <= SETTLE_BYTES

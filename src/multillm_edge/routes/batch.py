@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..service.access import SESSION_HEADER, paging_enabled
 from ..base.errors import EdgeError
+from ..service import budget
 from ..service.origin import forward
 from ..base.http import Incoming, Outgoing
 from ..core.validation import parse_json
@@ -198,7 +199,8 @@ async def _judged(req: Incoming, platform, verdict, error, settled=None) -> Outg
     same bytes with their Content-Length, or the stream unjudged when longer or once
     `settled(head)` says its first bytes decide it is not to be judged."""
     headers = _origin_headers(req)
-    body, stream = await platform.buffer_body(MAX_BUFFERED, settled)
+    body, stream = await platform.buffer_body(MAX_BUFFERED, settled,   # 503 edge_busy (§7.2)
+                                              budget.reading(req, budget.BATCH_FACTOR))
     if body is None:
         return await forward(req, platform, headers=headers, body=stream)
     refusal = verdict(body)

@@ -9,7 +9,9 @@ import unicodedata
 from collections import _count_elements   # Counter's counting loop (C in CPython, Pyodide)
 from typing import NamedTuple
 
-from .state import STATE, Memo
+from sys import getsizeof
+
+from .state import SLOT, STATE, Memo
 
 # Hangul Jamo, CJK punctuation-free symbols 々〆, Hiragana, Katakana (+ prolonged mark),
 # Hangul compatibility Jamo, CJK Ext A, Unified Ideographs, Hangul syllables,
@@ -32,8 +34,9 @@ _UNSTABLE_RE = re.compile(
     "\u3001-\u3003\u3008-\u3011\u3014-\u301f\u3041-\u3096\u30a1-\u30fd"
     "\u4e00-\u9fff\uac00-\ud7a3]+", re.S)
 _UNSTABLE_CHAR_RE = re.compile(_UNSTABLE_RE.pattern[2:-1])
-SIMPLE_CHARS = 4096      # characters whose NFKC ``_simple`` keeps (then emptied)
-_simple = STATE.part("simple characters", lambda: Memo(SIMPLE_CHARS))
+SIMPLE_CHARS = 4096      # characters whose NFKC ``_simple`` keeps (then emptied),
+SIMPLE_BYTES = 1 << 20   # in at most this many bytes
+_simple = STATE.part("simple characters", lambda: Memo(SIMPLE_CHARS, SIMPLE_BYTES))
 
 
 def _nfkc_run(m) -> str:
@@ -87,9 +90,19 @@ WORD, CUT, DIGIT = 0, 1, 2     # what a non-ASCII character is to WORD_RE
 CUT_CHARACTERS = 24      # distinct non-ASCII non-word characters past which WORD_RE cuts
 CUT_SETS = 1024          # sets of a text's non-ASCII characters ``_cuts`` keeps (then emptied),
 CUT_SET_SIZE = 128       # each of at most this many characters;
-CUT_KEY_BYTES = 256      # and byte strings of at most this many bytes
-_CUTS = STATE.part("cuts by characters", lambda: Memo(CUT_SETS))
-_CUT_BYTES = STATE.part("cuts by bytes", lambda: Memo(CUT_SETS))
+CUT_KEY_BYTES = 256      # and byte strings of at most this many bytes;
+CUTS_BYTES = 1 << 20     # each memo in at most this many bytes
+#: A non-Latin-1 character's own string (CPython makes one per character it yields).
+_CHAR = getsizeof("\u0391")
+
+
+def _cut_set_size(key: frozenset, value) -> int:
+    """A set of characters and its cuts: the set, each character's string, the tuple."""
+    return getsizeof(key) + _CHAR * len(key) + getsizeof(value) + SLOT
+
+
+_CUTS = STATE.part("cuts by characters", lambda: Memo(CUT_SETS, CUTS_BYTES, _cut_set_size))
+_CUT_BYTES = STATE.part("cuts by bytes", lambda: Memo(CUT_SETS, CUTS_BYTES))
 
 
 def _kind(c: str) -> int:

@@ -6,16 +6,22 @@ index as they are made."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from itertools import chain
 from operator import itemgetter
+from sys import getsizeof
 from typing import NamedTuple, Sequence
 
 from .analysis import counts, fold, line_bags, word_bag
-from .state import STATE
+from .state import SLOT, STATE
 
-#: The cache's bound, in units: a folded code point (≤ 4 bytes), or 1/``STEM_WEIGHT``
-#: of an entry of an index's word counts (a dict slot, ~50 bytes): ~16 MiB at worst.
-CACHE_CODE_POINTS = 4 << 20
-STEM_WEIGHT = 16
+#: The cache's bound in bytes: each analysis counted by what it holds (its text, each
+#: dict of word counts with its words' strings, line lengths, edges: docs/design.md §6.2).
+CACHE_BYTES = 16 << 20
+#: What every entry holds besides its text and index: the Analysis tuple, the key (a
+#: tuple, a SHA-256's hex string) and its OrderedDict node and slot.
+ENTRY_BYTES = getsizeof((0,) * 5) + getsizeof((0, 0)) + getsizeof("0" * 64) + 2 * SLOT + getsizeof(1 << 20)
+#: An int no cache of CPython's shares (a line length or a count past 256).
+INT_BYTES = getsizeof(1 << 20) + 4
 
 
 def doc_key(page_sha256: str, offset: int) -> tuple:
@@ -27,7 +33,7 @@ def doc_key(page_sha256: str, offset: int) -> tuple:
 class Index:
     """An exchange's words, counted once, for ranking it again and again; the
     vocabulary its words are registered in (its ``mark``), and its lines' counts."""
-    __slots__ = ("words", "vocabulary", "lines", "line_lengths", "edges", "extra", "cached")
+    __slots__ = ("words", "vocabulary", "lines", "line_lengths", "edges", "extra", "cached", "held")
 
     def __init__(self, words: dict, vocabulary):
         self.words = words              # word -> count
@@ -35,8 +41,19 @@ class Index:
         self.lines: tuple | None = None         # word counts per line, made the
         self.line_lengths: tuple | None = None  # first time its passages are scored
         self.edges: dict = {}   # "first", "last", "?" (its question) line -> word counts
-        self.extra = 0          # cache units of those lines' counts (``Cache.grow``)
+        self.extra = 0          # bytes of those lines' counts and lengths (``Cache.grow``)
         self.cached = False     # in the cache (what it grows counts against the bound)
+        self.held = INDEX_BYTES + counts_bytes(words)   # its own and its words' bytes
+
+
+def counts_bytes(counted: dict) -> int:
+    """The bytes a dict of word counts holds: the dict and its words' strings (counts
+    past 256 aside: rare, and a word's string is ~50 bytes more than its count)."""
+    return getsizeof(counted) + sum(map(getsizeof, counted))
+
+
+#: An Index object (its slots) and its empty edges dict.
+INDEX_BYTES = getsizeof(Index.__new__(Index)) + getsizeof({})
 
 
 class Analysis(NamedTuple):
@@ -49,9 +66,10 @@ class Analysis(NamedTuple):
 
     @property
     def weight(self) -> int:
-        """Its units against the cache's bound (``CACHE_CODE_POINTS``)."""
-        index = self.index
-        return self.length + (STEM_WEIGHT * len(index.words) + index.extra if index else 0)
+        """The bytes it holds, against the cache's bound (``CACHE_BYTES``)."""
+        index, question = self.index, self.question
+        return (ENTRY_BYTES + getsizeof(self.text) + (getsizeof(question) if question else 0)
+                + (index.held + index.extra if index else 0))
 
 
 _analysis = tuple.__new__     # _analysis(Analysis, (...)): a NamedTuple with no Python frame
@@ -78,15 +96,25 @@ def _index(text: str, stems) -> Index:
 
 
 class Cache:
-    """key -> Analysis, least recently used first, at most ``CACHE_CODE_POINTS`` units."""
+    """key -> Analysis, least recently used first, holding at most ``max_bytes`` (each
+    entry's ``weight``); ``units``: the bytes its entries hold now."""
 
-    def __init__(self):
+    def __init__(self, max_bytes: int = CACHE_BYTES):
         self.entries: OrderedDict = OrderedDict()
         self.units = 0
+        self.max_bytes = max_bytes
 
     @property
     def bound(self) -> int:
-        return CACHE_CODE_POINTS
+        return self.max_bytes
+
+    def held_bytes(self) -> int:
+        return self.units
+
+    def shrink(self, to_bytes: int) -> None:
+        """Evict the least recently used until ``held_bytes() <= to_bytes``."""
+        while self.units > to_bytes and self.entries:
+            self.uncount(self.entries.popitem(last=False)[1])
 
     def keep(self, key, fresh: Analysis) -> None:
         """Keep ``fresh`` under ``key``, most recently used, counted in place of what
@@ -104,17 +132,15 @@ class Cache:
         if gone.index is not None:
             gone.index.cached = False
 
-    def grow(self, index: Index, made) -> None:
-        """Count the word counts just made for ``index`` (lines, an edge line)."""
-        units = STEM_WEIGHT * sum(map(len, made))
-        index.extra += units
+    def grow(self, index: Index, added: int) -> None:
+        """Count the ``added`` bytes just made for ``index`` (lines, an edge line)."""
+        index.extra += added
         if index.cached:
-            self.units += units
+            self.units += added
             self.evict()
 
     def evict(self) -> None:
-        while self.units > CACHE_CODE_POINTS and self.entries:
-            self.uncount(self.entries.popitem(last=False)[1])
+        self.shrink(self.max_bytes)
 
     def clear(self) -> None:
         for a in self.entries.values():
@@ -174,8 +200,10 @@ def line_words(a: Analysis) -> tuple:
     """Each line's word counts (made once, in C, kept with the index)."""
     index = a.index
     if index.lines is None:
-        index.lines = tuple(map(counts, line_bags(a.text)))
-        CACHE.grow(index, index.lines)
+        lines = index.lines = tuple(map(counts, line_bags(a.text)))
+        # each line's dict (an empty one too) and its words' strings, and the tuple
+        CACHE.grow(index, getsizeof(lines) + sum(map(getsizeof, lines))
+                   + sum(map(getsizeof, chain.from_iterable(lines))))
     return index.lines
 
 
@@ -183,9 +211,11 @@ def line_lengths(a: Analysis) -> tuple:
     """The code points of each line of ``a`` (kept with an index)."""
     if a.index is None:
         return tuple(map(len, a.text.split("\n")))
-    if a.index.line_lengths is None:
-        a.index.line_lengths = tuple(map(len, a.text.split("\n")))
-    return a.index.line_lengths
+    index = a.index
+    if index.line_lengths is None:
+        lengths = index.line_lengths = tuple(map(len, a.text.split("\n")))
+        CACHE.grow(index, getsizeof(lengths) + INT_BYTES * sum(map((256).__lt__, lengths)))
+    return index.line_lengths
 
 
 def line_text(a: Analysis, which: str) -> str:
@@ -203,5 +233,5 @@ def one_line_words(a: Analysis, which: str) -> dict:
     got = a.index.edges.get(which)
     if got is None:
         got = a.index.edges[which] = counts(word_bag(line_text(a, which)))
-        CACHE.grow(a.index, (got,))
+        CACHE.grow(a.index, counts_bytes(got) + SLOT)
     return got

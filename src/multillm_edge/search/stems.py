@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 import sys
 from bisect import bisect_left
+from sys import getsizeof
 
 import snowballstemmer
 
 from . import irregular
 from .analysis import DIGIT_RE
-from .state import STATE, Memo
+from .state import SLOT, STATE, Memo, sized
 
 _CYRILLIC_RE = re.compile("[\u0400-\u04ff]")
 _LATIN_RE = re.compile("[a-z\u00df-\u024f]")
@@ -22,11 +23,41 @@ _YING_RE = re.compile("^.ying", re.M)      # a word of words joined by newlines:
 _EMPTY: tuple = ()
 IRREGULAR_MARK = "\x00"     # never in a word: "go\x00went" waits where go's words do
 
-#: Distinct words a vocabulary keeps (then a new one starts): ~13 MB at worst with each
-#: stem's forms (measured: 65,536 words of 4-10 letters). One per configuration.
+#: Distinct words a vocabulary keeps, and the bytes it holds (then a new one starts;
+#: each counted as its words are added: docs/design.md §6.2). One per configuration.
 STEM_CACHE_WORDS = 1 << 16
-_VOCABULARIES = STATE.part("vocabularies", lambda: Memo(4))     # (stem, irregular) -> Vocabulary
-_VARIANTS = STATE.part("irregular forms by stem", lambda: Memo(len(irregular.FORMS)))
+VOCABULARY_BYTES = 6 << 20
+#: A longer word is its own stem and no vocabulary keeps it (a word of this many
+#: characters is no word Snowball knows; its bytes are the text's own).
+MAX_WORD_CHARS = 64
+#: What a word's stem costs its vocabulary besides the word: the stem's string and its
+#: forms' tuple (a new stem), and a slot there.
+_STEM_COST = 2 * SLOT + 8
+
+
+class Vocabularies(Memo):
+    """The vocabularies by configuration: their bytes are those they hold now."""
+    __slots__ = ()
+
+    def held_bytes(self) -> int:
+        return getsizeof(self) + sum(v.held for v in self.values()) if self else 0
+
+    def shrink(self, to_bytes: int) -> None:
+        while self and self.held_bytes() > to_bytes:
+            self.pop(next(iter(self)))
+
+
+class Table(Memo):
+    """A memo made whole at once (``variants``): it gives way whole, never in part."""
+    __slots__ = ()
+
+    def shrink(self, to_bytes: int) -> None:
+        if self.held_bytes() > to_bytes:
+            self.clear()
+
+
+_VOCABULARIES = STATE.part("vocabularies", lambda: Vocabularies(4, 2 * VOCABULARY_BYTES))
+_VARIANTS = STATE.part("irregular forms by stem", lambda: Table(len(irregular.FORMS), 1 << 20))
 
 
 def stem_prefix(stem: str) -> str:
@@ -50,6 +81,7 @@ def variants(stem: str, stems: "Stems") -> list:
     if not _VARIANTS:
         for form, base in irregular.FORMS.items():
             _VARIANTS.setdefault(stems(base), []).append(form)
+        _VARIANTS.held = sum(sized(k, v) + SLOT * len(v) for k, v in _VARIANTS.items())
     return _VARIANTS.get(stem, [])
 
 
@@ -69,10 +101,12 @@ class Vocabulary:
     """One configuration's words in this isolate: word -> stem (None while it waits),
     stem -> its words (``forms``), the words waiting to be stemmed (``waiting``, sorted
     unless ``unsorted``: a prefix's words are a slice). An index is tied to the
-    vocabulary it registered in by its ``mark``; a full vocabulary is replaced."""
-    __slots__ = ("stem_of", "forms", "waiting", "unsorted", "mark", "en", "ru")
+    vocabulary it registered in by its ``mark``; a full vocabulary is replaced. ``held``:
+    the bytes its words, stems and slots hold, counted as they are added."""
+    __slots__ = ("stem_of", "forms", "waiting", "unsorted", "mark", "en", "ru", "held")
 
     def __init__(self, on: bool):
+        self.held = 1024
         self.stem_of: dict = {}
         self.forms: dict = {}
         self.waiting: list = []
@@ -93,6 +127,13 @@ class Vocabulary:
         got = waiting[lo:hi]
         del waiting[lo:hi]
         return got
+
+
+def _short(words: set) -> set:
+    """The words a vocabulary keeps (at most MAX_WORD_CHARS characters)."""
+    if words and max(map(len, words)) > MAX_WORD_CHARS:
+        return {w for w in words if len(w) <= MAX_WORD_CHARS}
+    return words
 
 
 class Stems:
@@ -120,6 +161,8 @@ class Stems:
         the pinned ones."""
         if self._pinned is not None:
             return self._pinned.get(stem, _EMPTY)
+        if len(stem) > MAX_WORD_CHARS:      # a long word: its own stem, kept nowhere
+            return (stem,)
         vocabulary = self.vocabulary
         if vocabulary.waiting and stem:     # the words that may have it: stemmed now (once)
             cache = self._cache
@@ -139,10 +182,13 @@ class Stems:
         cache = self._cache
         if words.keys() <= cache.keys():        # in C, no set made: a steady isolate
             return
-        missing = set(words).difference(cache)      # O(its words), not the vocabulary's
-        if len(cache) + len(missing) > STEM_CACHE_WORDS:
+        missing = _short(set(words).difference(cache))  # O(its words), not the vocabulary's
+        # their slots: the words' strings are the index's, counted with its analysis
+        if (len(cache) + len(missing) > STEM_CACHE_WORDS
+                or self.vocabulary.held + 2 * SLOT * len(missing) > VOCABULARY_BYTES):
             self._use(self._renew())
-            cache, missing = self._cache, set(words)
+            cache, missing = self._cache, _short(set(words))
+        self.vocabulary.held += 2 * SLOT * len(missing)
         if not self.on:
             for w in missing:
                 self._add(w)
@@ -171,20 +217,29 @@ class Stems:
     def __call__(self, word: str) -> str:
         s = self._cache.get(word)
         if s is None:       # new, or waiting (then left in its list: ``forms`` skips it)
-            if len(self._cache) >= STEM_CACHE_WORDS and word not in self._cache:
-                self._use(self._renew())
+            if len(word) > MAX_WORD_CHARS:
+                return word
+            if word not in self._cache:
+                vocabulary = self.vocabulary
+                if len(self._cache) >= STEM_CACHE_WORDS or vocabulary.held > VOCABULARY_BYTES:
+                    vocabulary = self._renew()
+                    self._use(vocabulary)
+                vocabulary.held += getsizeof(word) + 2 * SLOT
             s = self._add(word)
         return s
 
     def _add(self, word: str) -> str:
         s = self._cache[word] = sys.intern(self.stem(word))
-        forms = self.vocabulary.forms
-        forms[s] = forms.get(s, ()) + (word,)      # a tuple: ~56 bytes for one form
+        vocabulary = self.vocabulary
+        forms = vocabulary.forms
+        old = forms.get(s, ())
+        forms[s] = old + (word,)      # a tuple: ~56 bytes for one form
+        vocabulary.held += 8 if old else _STEM_COST + getsizeof(s)
         return s
 
     def stem(self, word: str) -> str:
         """Snowball's stem of ``word`` (its verb's for an irregular form), uncached."""
-        if not self.on or DIGIT_RE.search(word):
+        if not self.on or len(word) > MAX_WORD_CHARS or DIGIT_RE.search(word):
             return word
         if self.irregular:
             word = irregular.FORMS.get(word, word)  # found -> find, нашла -> найти

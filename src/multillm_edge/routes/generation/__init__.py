@@ -20,6 +20,7 @@ from ...core import resume
 from ...core.last_turns import LAST_TURNS
 from ...core.validation import session_id as valid_session_id
 from ...storage import store
+from ...service import budget
 from ...service.access import SESSION_HEADER, key_digest, request_context, warner
 # One module per step; `generate` calls each through this module's names.
 from .scope import Scope, Turn, settle
@@ -46,13 +47,15 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
     fmt, turn, record = req.params["fmt"], Turn(notes=req.notes), req.record
     digest = key_digest(req)                                       # 401 before anything
     session_id = valid_session_id(req.header(SESSION_HEADER))     # 400
-    raw = await platform.read_body(config.MAX_REQUEST_BYTES)       # 413
+    raw = await platform.read_body(config.MAX_REQUEST_BYTES,       # 413; 503 edge_busy
+                                   budget.reading(req, budget.BODY_FACTOR))
     # the session's last turn in this isolate: only what follows what they share is
     # parsed and checked again (docs/design.md §5.13)
     memory_key = (digest, session_id, fmt)
     with record.cpu("parse"):
         body, prior = resume.parse_request(LAST_TURNS, memory_key, fmt, raw)
         models = requested_models(body)
+    await budget.parsed(req, len(raw), prior.brackets)      # a dense body needs more (§7.2)
     # context + load: flag, D1 binding (503), the one D1 read, key and grant (401/403)
     rc = await request_context(req, platform, session_id,
                                partial(load_context, turn, record, digest, session_id, models))

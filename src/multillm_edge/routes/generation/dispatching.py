@@ -14,6 +14,7 @@ from .planning import Candidate, Sent
 from .scope import Scope, Turn, error
 from ...core.pages import ROLEPLAY as AUTHORITY, Owner
 from ...service import storing
+from ...service.budget import waiting_on_upstream
 
 
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -151,6 +152,7 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
         if not any(not later.skipped for later in cands[index + 1:]):
             held.release()
         # From here the request holds `payload.size` bytes, in the runtime once fetch takes them.
+        waiting_on_upstream(req, payload.size)     # its reservation lowered to that (§7.2)
         answer = await attempt(scope, c, index, headers, payload, turn)
         del payload
         if answer is None:

@@ -7,6 +7,7 @@ from ...base.jsonbytes import compact_text
 from ...core import annotation, config
 from ...formats import get as format_module
 from .scope import Scope, Turn, error
+from ...service.budget import hand_to_relay
 from ...service.storing import counted_bytes
 
 
@@ -101,5 +102,6 @@ async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
     with record.cpu("response"):
         sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
         prefix = page_list_comment(turn, session) if sse and 200 <= upstream.status < 300 else b""
-        stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None)
+        stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None,
+                                hand_to_relay(scope.req))     # released when the relay ends
         return Outgoing(upstream.status, headers + info_headers(turn, session), stream=stream)

@@ -1,0 +1,230 @@
+"""Every module-level cache counts the bytes it really holds (issue 46.2, docs/design.md
+§5.13, §6.2, §7.2): filled with hostile content through the code paths that fill it,
+what its ``held_bytes()`` says is what forgetting it frees (tracemalloc, CPython)
+within ±25 %, and with a small ``max_bytes`` what it holds stays within that bound."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import tracemalloc
+
+import pytest
+
+from multillm_edge.core import last_turns, paging, recall, resume
+from multillm_edge.core.last_turns import LastTurns
+from multillm_edge.core.pages import PageSigner
+from multillm_edge.search import STATE, analysis, rank, stems
+from multillm_edge.search.docs import CACHE
+
+IDS = PageSigner(b"cache-bytes-secret-0123456789abcdef", b"cache-bytes-previous-0123456789ab").page_ids(
+    "roleplay", "p_bytes", "rps_bytes", 1)
+
+
+def doc(text: str) -> list:
+    return [("assistant", text)]
+
+
+def keys(name: str, n: int) -> list:
+    """Keys as the edge makes them (a page's SHA-256 hex and an offset), made here so
+    that only the cache holds them."""
+    return [(hashlib.sha256(f"{name}{i}".encode()).hexdigest(), i) for i in range(n)]
+
+
+#: Hostile exchanges: blank lines, tiny messages, very long words, many distinct words
+DOCS = {
+    "blank lines": lambda: [doc("\n" * 30000 + f"lantern {i}") for i in range(8)],
+    "tiny messages": lambda: [doc(f"a{i}") for i in range(4000)],
+    "very long words": lambda: [doc(" ".join(f"{i}{j}" + "x" * 3000 for j in range(10))) for i in range(20)],
+    "distinct words": lambda: [doc(" ".join(f"w{i}q{j}" for j in range(300))) for i in range(150)],
+    "prose": lambda: [doc("*leans* Where is the lantern, captain? The harbour sings.\n" * 40 + str(i))
+                      for i in range(200)],
+}
+
+
+def freed(fill, parts: list) -> tuple:
+    """(what ``parts`` say they hold, what clearing them frees) after ``fill()``; the
+    recall corpora (not under test here) emptied first: they share the analyses' dicts."""
+    STATE.reset()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fill()
+        corpora = STATE._parts.get("corpora")
+        if corpora is not None:
+            corpora.clear()
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        claimed = sum(p.held_bytes() for p in parts)
+        for p in parts:
+            p.clear()
+        gc.collect()
+        return claimed, before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        STATE.reset()
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_the_analyses_count_what_they_hold(name):
+    docs = DOCS[name]()
+    claimed, held = freed(lambda: rank("lantern harbour x", docs, 5, keys=keys(name, len(docs))), [CACHE])
+    assert 0.75 * held <= claimed <= 1.25 * held, (claimed, held)
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_indexed_analyses_and_vocabularies_count_what_they_hold(name):
+    docs = DOCS[name]()
+    vocabularies = STATE.caches()["vocabularies"]
+    claimed, held = freed(lambda: rank("lantern harbour where", docs, 5, keys=keys(name, len(docs)),
+                                       indexed=True), [CACHE, vocabularies])
+    assert 0.75 * held <= claimed <= 1.25 * held, (claimed, held)
+
+
+def test_the_analyses_stay_within_their_bound_in_bytes(monkeypatch):
+    """~30,000 blank lines an exchange (the review's 82 bytes a unit): bounded."""
+    monkeypatch.setattr(CACHE, "max_bytes", 4 << 20)
+    docs = DOCS["blank lines"]() * 3
+    claimed, held = freed(lambda: rank("lantern", docs, 5, keys=keys("bound", len(docs)), indexed=True), [CACHE])
+    assert claimed <= 4 << 20 and held <= 1.25 * (4 << 20), held
+
+
+def test_a_vocabulary_stays_within_its_bound_and_keeps_no_long_word(monkeypatch):
+    monkeypatch.setattr(stems, "VOCABULARY_BYTES", 1 << 20)
+    vocabularies = STATE.caches()["vocabularies"]
+    s = stems.Stems()
+    long_word = "y" * (stems.MAX_WORD_CHARS + 1)
+    s.known({long_word: 1})
+    assert s(long_word) == long_word and long_word not in s.vocabulary.stem_of
+    assert s.forms(long_word) == (long_word,)
+    docs = DOCS["distinct words"]() * 2
+    claimed, held = freed(lambda: rank("w1q1 w2q2", docs, 5, keys=keys("vocab", len(docs)), indexed=True),
+                          [vocabularies])
+    assert all(v.held <= 1 << 20 for v in vocabularies.values())
+    assert claimed <= 4 << 20
+
+
+def test_the_memos_count_what_they_hold():
+    """The cut memos (sets of many distinct characters), NFKC's simple characters and
+    the exchange starts, filled through their callers."""
+    cuts, cut_bytes, simple, starts = (STATE.caches()[n] for n in (
+        "cuts by characters", "cuts by bytes", "simple characters", "exchange starts"))
+
+    def fill():
+        for i in range(300):     # each text its own set of ~100 Greek/Cyrillic characters
+            chars = "".join(chr(0x391 + (i * 7 + j) % 0x2f0) for j in range(100))
+            analysis.word_bag(analysis.fold(chars + " ・" + chr(0x2000 + i % 100)))
+        for i in range(200):
+            page = type("P", (), {"sha256": hashlib.sha256(b"%d" % i).hexdigest(),
+                                  "items": [{"role": "user", "content": "x"}] * 400})
+            recall._STARTS.get(page.sha256) or recall._STARTS.keep(
+                page.sha256, recall.formats.exchange_starts(page.items))
+
+    claimed, held = freed(fill, [cuts, cut_bytes, simple, starts])
+    assert 0.75 * held <= claimed <= 1.25 * held, (claimed, held)
+    assert all(m.held_bytes() <= m.max_bytes for m in (cuts, cut_bytes, simple, starts))
+
+
+# -- last turns ------------------------------------------------------------------
+
+def chat(content, n: int) -> bytes:
+    items = []
+    for i in range(n):
+        items += [{"role": "user", "content": content(i)}, {"role": "assistant", "content": content(i + 1)}]
+    items.append({"role": "user", "content": "and now?"})
+    return json.dumps({"model": "m", "messages": items,
+                       "capabilities": ["multillm_context_retrieve", "multillm_context_recall"]},
+                      separators=(",", ":"), ensure_ascii=False).encode()
+
+
+CHATS = {
+    "tiny messages": lambda: chat(lambda i: "x", 20000),
+    "[{}] content": lambda: chat(lambda i: [{}] * 20, 4000),
+    "blank lines": lambda: chat(lambda i: "\n" * 2000 + str(i), 200),
+    "very long words": lambda: chat(lambda i: "x" * 20000 + str(i), 40),
+    "prose": lambda: chat(lambda i: f"*leans* Port {i}, captain? 港口の歌 " * 6, 400),
+}
+
+
+def kept(memory: LastTurns, raw: bytes, key=("d", "s", "chat")) -> None:
+    body, prior = resume.parse_request(memory, key, "chat", raw)
+    paging.plan_candidates("chat", body, [len(raw) // 3], IDS, prior=prior, recalling=True)
+    resume.keep(memory, key, raw, body, prior)
+
+
+@pytest.mark.parametrize("name", CHATS)
+def test_a_last_turn_counts_what_it_holds(name):
+    memory = LastTurns(max_bytes=1 << 30)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        raw = CHATS[name]()     # traced: the entry keeps it
+        kept(memory, raw)
+        del raw
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        claimed = memory.held_bytes()
+        assert len(memory) == 1
+        memory.clear()
+        gc.collect()
+        held = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        STATE.reset()
+    assert 0.75 * held <= claimed <= 1.25 * held, (claimed, held)
+
+
+def test_last_turns_stay_within_their_bound_in_bytes():
+    bound = 24 << 20
+    memory = LastTurns(max_bytes=bound)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for i, name in enumerate(["[{}] content", "tiny messages", "prose", "[{}] content"]):
+            kept(memory, CHATS[name](), key=("d", f"s{i}", "chat"))
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        assert memory.held_bytes() <= bound
+        memory.clear()
+        gc.collect()
+        held = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        STATE.reset()
+    assert held <= 1.25 * bound, held
+
+
+def test_a_kept_turn_holds_its_own_pages():
+    """Pages a later candidate makes after the turn was kept are not the entry's."""
+    memory = LastTurns()
+    raw = CHATS["prose"]()
+    body, prior = resume.parse_request(memory, ("d", "s", "chat"), "chat", raw)
+    paging.plan_candidates("chat", body, [len(raw) // 3], IDS, prior=prior)
+    resume.keep(memory, ("d", "s", "chat"), raw, body, prior)
+    entry = memory.get(("d", "s", "chat"))
+    pages, cost = dict(entry.pages), entry.cost
+    prior.prep.pages(list(range(len(prior.prep.groups) - 1)))      # a fallback pages more
+    assert entry.pages == pages and entry.cost == cost
+    assert entry.pages is not prior.prep.made()[0]
+
+
+def test_a_resumed_turn_counts_its_pages_as_the_full_path_does():
+    """The pages a resumed turn counts from the last entry's figure are what counting
+    them all gives: appended turns, then an early message edited (nothing reused)."""
+    memory = LastTurns()
+    items = []
+    for i in range(120):
+        items += [{"role": "user", "content": f"*leans* Port {i}, captain? " * 8},
+                  {"role": "assistant", "content": f"*Mira smiles* Port {i}. " * 12}]
+    for turn in range(4):
+        items.append({"role": "user", "content": f"Where now, {turn}?"})
+        if turn == 3:
+            items[3] = {"role": "assistant", "content": "edited"}
+        raw = json.dumps({"model": "m", "messages": items,
+                          "capabilities": ["multillm_context_retrieve"]}, separators=(",", ":")).encode()
+        kept(memory, raw)
+        entry = memory.get(("d", "s", "chat"))
+        full = last_turns._pages_bytes(entry.pages, entry.pages.keys(), entry.blocks, entry.blocks.keys())
+        assert entry.walk_bytes["pages"] == full and full > 0
+        items.append({"role": "assistant", "content": f"*points* Port {turn}."})
