@@ -24,9 +24,6 @@ def test_paged_waiting_and_streamed_turns_never_lose_the_isolate(tmp_path):
     assert end["memory"]["wasm_peak_bytes"] <= 128 * MiB
 
 
-@pytest.mark.skip(reason="needs admission by memory (issue 43 part 3, branch i43-admit): 3 requests "
-                         "of 7.6 MiB read and parsed at once pass the 128 MiB limit (measured: the "
-                         "isolate lost, 3 × 503 isolate_memory_exceeded)")
 def test_large_requests_at_once_are_admitted_or_shed(tmp_path):
     out = run_mix(tmp_path / "mix", sessions=6, streams=6, large=3, delay=2.0,
                   report=lambda name, doc: print(name, doc))

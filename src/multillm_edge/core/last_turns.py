@@ -206,6 +206,12 @@ def _walk_bytes(walk) -> int:
         alone = list(filter(None, map(_PAGED_ALONE, paged)))
         return (400 + 40 * len(pageable) + 400 * len(paged) + 8 * sum(map(len, map(_PAGED_ITEMS, paged)))
                 + sum(map(getsizeof, alone)) + 113 * len(alone))
+    runs = getattr(walk, "runs", None)
+    if runs is not None:    # a kept upstream prefix (core/paging._Prefix): lists of pointers
+        # to items and pages the entry holds already, a group index (an int) per part,
+        # and each run's tuple and page ids
+        return (400 + _P * (len(walk.items) + len(walk.pages) + len(walk.inside) + len(walk.pageable))
+                + (_P + _NUMBER) * len(walk.parts) + 120 * len(runs))
     return 400 + 40 * (len(walk.pageable) + len(walk.fits) + len(walk.blocks) + len(walk.state))
 
 
