@@ -9,7 +9,7 @@ never import one.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Callable, Optional, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Protocol
 
 
 class Database(Protocol):
@@ -27,6 +27,13 @@ class Bucket(Protocol):
     async def delete(self, key: str) -> None: ...
 
 
+class Watch(Protocol):
+    """What sees a relayed body go by (formats/usage.py `Meter`): each read's bytes,
+    then `end` once, however the body ended (complete, failed, idle, cancelled)."""
+    def feed(self, chunk: bytes) -> None: ...
+    def end(self) -> None: ...
+
+
 class UpstreamResponse(Protocol):
     """A provider's or the origin's answer: status and headers, the body left unread."""
     status: int
@@ -34,7 +41,7 @@ class UpstreamResponse(Protocol):
     @property
     def stream(self) -> Any: ...
     def relay(self, prefix: bytes = b"", idle: Optional[float] = None,
-              idle_tail: Optional[bytes] = None) -> Any: ...
+              idle_tail: Optional[bytes] = None, watch: Optional[Watch] = None) -> Any: ...
     async def read(self, idle: Optional[float] = None, limit: Optional[int] = None) -> Optional[bytes]: ...
     async def discard(self) -> None: ...
 
@@ -53,6 +60,9 @@ class Platform(Protocol):
                           ) -> tuple[Optional[bytes], Optional[AsyncIterator]]: ...
     async def fetch(self, url: str, method: str, headers: list, body: Any = None,
                     timeout: Optional[float] = None) -> UpstreamResponse: ...
+    # `work` runs after the answer (the request's `ctx.waitUntil`): the runtime keeps the
+    # request alive for it without delaying the response (docs/design.md §4.1).
+    def wait_until(self, work: Awaitable) -> None: ...
 
 
 def var_text(value, stringify: Callable[[object], str]):
