@@ -1,9 +1,9 @@
 """`GET /v1/roleplay/usage` (docs/design.md §2, §4.1): the key's principal's token usage
 per UTC day as the providers reported it, its limits and what is left of each.
 
-401 without a live key (before anything is read), 400 for a bad `?days=N` (1 to
-USAGE_RETENTION_DAYS, default 7), 503 without D1 or when its one read fails, 403 without
-the chat grant. Dates are UTC, today first, every day of the window listed (a day
+401 without a key, then 400 for a bad `?days=N` (1 to USAGE_RETENTION_DAYS, default 7):
+nothing is read for either; 503 without D1 or when its one read fails; 401 for an
+unknown or revoked key, 403 without the chat grant. Dates are UTC, today first, every day of the window listed (a day
 without a turn is zeros). A limit not set is null, and so is what remains of it.
 `Cache-Control: private, no-store`: the figures are the key's, and of this moment.
 """
