@@ -15,6 +15,8 @@
     session list   [--principal P] [--open] | session show S
     model set      provider:model --input-tokens N --max-output-tokens M
     model list | model show provider:model
+    usage show     P [--days N]                         tokens per UTC day and model, as the
+                                                        providers reported them (N = 7)
 
 Every statement comes from src/multillm_edge/storage/store.py or devkit/admin_sql.py, rendered
 with `admin_sql.inline`
@@ -54,7 +56,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from devkit import admin_sql  # noqa: E402
 from multillm_edge.storage import store  # noqa: E402
-from multillm_edge.core.config import split_model  # noqa: E402
+from multillm_edge.core.config import MAX_USAGE_RETENTION_DAYS as MAX_USAGE_DAYS, split_model  # noqa: E402
 from multillm_edge.base.errors import EdgeError  # noqa: E402
 # The key format the edge reserves: never forwarded to the origin (docs/design.md §2).
 from multillm_edge.service.reserved_keys import KEY_PREFIX  # noqa: E402
@@ -352,6 +354,20 @@ async def cmd_model_show(db, a):
     return showing(await admin_sql.list_models(db, a.model, 1), "model")
 
 
+async def cmd_usage_show(db, a):
+    """The principal's usage rows of the last N UTC days (today included), newest first."""
+    now = int(time.time())
+    since = store.utc_day(now - now % 86400 - (a.days - 1) * 86400)
+    rows = await admin_sql.usage_rows(db, a.principal, since, a.limit)
+    res = {"principal": a.principal, "since": since, "rows": rows}
+    totals = {k: sum(r[k] for r in rows) for k in ("requests", "input_tokens", "output_tokens")}
+    text = table(rows, f"no usage for {a.principal} since {since}")
+    if rows:
+        text += (f"\n{totals['requests']} requests, {totals['input_tokens']} input and "
+                 f"{totals['output_tokens']} output tokens since {since} (UTC)")
+    return res, text
+
+
 async def cmd_policy_set(db, a):
     await admin_sql.set_policy(db, a.principal, a.revision, a.grants, a.retention, int(time.time()))
     res = {"principal": a.principal, "revision": a.revision, "grants": a.grants,
@@ -474,7 +490,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = model.add_parser("show", parents=[common], help="a model's window sizes")
     p.add_argument("model", type=_model, metavar="provider:model")
     p.set_defaults(func=cmd_model_show)
+
+    usage = groups.add_parser("usage", help="token usage per principal, UTC day and model"
+                              ).add_subparsers(dest="action", required=True)
+    p = usage.add_parser("show", parents=[common], help="a principal's usage of the last N days")
+    p.add_argument("principal", type=_name)
+    p.add_argument("--days", type=_days, default=7, help="UTC days, today included (7)")
+    _limit(p, cmd_usage_show)
     return parser
+
+
+def _days(value: str) -> int:
+    n = _positive(value)
+    if n > MAX_USAGE_DAYS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_USAGE_DAYS}")
+    return n
 
 
 def _limit(p, func) -> None:
