@@ -154,7 +154,7 @@ def test_a_huge_answer_keeps_its_tail_only():
     m = Meter(chat, False, SENT, lambda u: None)
     for at in range(0, len(body), 4096):
         m.feed(body[at:at + 4096])
-        assert len(m._buf) <= WHOLE_BYTES + TAIL_BYTES
+        assert m.held() <= WHOLE_BYTES + 2 * TAIL_BYTES
     got = []
     m._done = got.append
     m.end()
@@ -169,7 +169,7 @@ def test_a_huge_line_without_an_end_stays_bounded():
     m = Meter(chat, True, SENT, lambda u: None)
     for _ in range(200):
         m.feed(b"data: " + b"y" * 65536)
-        assert len(m._buf) <= WHOLE_BYTES + TAIL_BYTES
+        assert m.held() <= WHOLE_BYTES + 2 * TAIL_BYTES
 
 
 def test_tail_usage_skips_escaped_keys():
@@ -177,3 +177,33 @@ def test_tail_usage_skips_escaped_keys():
     assert tail_usage(b'"a":"\\\\","usage":{"x":1}}') == {"x": 1}
     assert tail_usage(b'"usage":{"x":1},"b":"\\"usage\\": {}"') == {"x": 1}
     assert tail_usage(b'"usage":  {"x": 1') is None
+
+
+def test_a_long_stream_keeps_its_first_event_and_its_tail_only():
+    # message_start leaves the tail long before message_delta comes: the first event is kept apart
+    deltas = sse(*({"type": "content_block_delta", "delta": {"text": "x" * 300, "usage": None}}
+                   for _ in range(1200)))
+    start, end = MSG_STREAM.split(b'data: {"type": "content_block_delta"', 1)
+    end = b'data: {"type": "content_block_delta"' + end
+    stream = start + deltas + end
+    for read in (1, 7, 1000, 65536):
+        cuts = list(range(read, len(stream), read)) if read > 1 else list(range(1, 600)) + \
+            list(range(600, len(stream), 4096))
+        m = Meter(messages, True, SENT, lambda u: None)
+        at = 0
+        for cut in cuts:
+            m.feed(stream[at:cut])
+            at = cut
+            assert m.held() <= WHOLE_BYTES + 2 * TAIL_BYTES + 65536
+        m.feed(stream[at:])
+        got = []
+        m._done = got.append
+        m.end()
+        assert got == [EXPECTED["messages"]], read
+    # a chat stream whose every chunk says "usage" : null (spaced), then the figures
+    chunks = sse(*({"choices": [{"delta": {"content": "y" * 200}}], "usage": None} for _ in range(2000)))
+    chunks = chunks.replace(b'"usage": null', b'"usage" :  null')
+    stream = chunks + CHAT_STREAM
+    assert metered(chat, stream, True, list(range(5000, len(stream), 5000))) == EXPECTED["chat"]
+    # nothing but nulls: estimated
+    assert metered(chat, chunks, True, list(range(5000, len(chunks), 5000))).estimated

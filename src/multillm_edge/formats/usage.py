@@ -14,17 +14,18 @@ counts tokens: the upstream body's bytes for input, the relayed answer's for out
 from __future__ import annotations
 
 import json
+import re
 from typing import NamedTuple, Optional
 
 #: One turn's reported figure above this is not a figure (no window is that large).
 MAX_TOKENS = 100_000_000
-#: One SSE event, or a JSON answer, is parsed whole up to this many bytes ...
-WHOLE_BYTES = 256 * 1024
-#: ... and past it only its last TAIL_BYTES are kept, where the usage object ends it.
-TAIL_BYTES = 64 * 1024
+#: A JSON answer is parsed whole up to this many bytes (a stream's first event too) ...
+WHOLE_BYTES = 64 * 1024
+#: ... and past it only its last TAIL_BYTES are kept, where the usage object ends it; a
+#: stream keeps its last TAIL_BYTES to 2 × TAIL_BYTES, where its usage events are.
+TAIL_BYTES = 16 * 1024
 
 _USAGE_KEY = b'"usage"'
-_NULL_USAGE = b'"usage":null'
 
 
 class Usage(NamedTuple):
@@ -108,31 +109,65 @@ def _loads(data: bytes):
         return None
 
 
+_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
 class Meter:
     """Watches one relayed answer (``feed`` each read, ``end`` once) and hands the
-    settled Usage to ``done`` at the end. Bounded: one event's bytes at most; never
-    raises into the relay (a failure leaves the figures estimated)."""
+    settled Usage to ``done`` at the end. Bounded and cheap per read: a JSON answer is
+    kept up to WHOLE_BYTES (past it, its last TAIL_BYTES); a stream keeps its first
+    event and its last TAIL_BYTES..2 × TAIL_BYTES: in the three formats usage rides
+    only on a stream's first event (Messages' `message_start`) and on its last usage
+    event (the final chunk, `response.completed`, `message_delta`, each with the turn's
+    final figures). At the end those two events are parsed, found from the stream's end
+    backwards: the per-read work is an append. Never raises into the relay (a failure
+    leaves the figures estimated)."""
 
     def __init__(self, fmt, sse: bool, sent_bytes: int, done):
         self._fmt, self._sse, self._sent, self._done = fmt, sse, sent_bytes, done
-        self._buf = bytearray()
-        self._cut = False          # the buffered event lost its head (kept: its tail)
-        self._cr = False           # the stream has used \r: look for its boundaries too
+        self._buf = bytearray()    # JSON: the body (or its tail); SSE: the first event
+        self._cut = False          # JSON: the body lost its head
+        self._first = not sse      # SSE: the first event is complete (or given up)
+        self._tail: list = []      # SSE: the latest reads
+        self._tail_bytes = 0
+        self._tail_cut = False     # SSE: reads before the tail were dropped
         self._fields: dict = {}
         self.relayed = 0
         self._ended = False
 
+    def held(self) -> int:
+        """Bytes kept (the bound the tests check)."""
+        return len(self._buf) + self._tail_bytes
+
     def feed(self, chunk: bytes) -> None:
         if self._ended:
             return
-        self.relayed += len(chunk)
+        n = len(chunk)
+        self.relayed += n
+        if self._first and self._sse:          # the common read: an append
+            self._tail.append(chunk)
+            self._tail_bytes += n
+            if self._tail_bytes > 2 * TAIL_BYTES:
+                self._trim()
+            return
         try:
-            if self._sse:
-                self._feed_events(chunk)
-            else:
+            if not self._sse:
                 self._keep(chunk)
+                return
+            buf = self._buf
+            buf += chunk
+            ends = _BOUNDARY.search(buf, max(0, len(buf) - n - 3))
+            if ends is not None or len(buf) > WHOLE_BYTES:
+                self._first = True         # the first event is whole, or too long to keep
+                del buf[ends.end() if ends is not None and ends.end() <= WHOLE_BYTES else 0:]
+            self._tail.append(chunk)
+            self._tail_bytes += n
         except Exception:  # noqa: BLE001 — a figure lost is estimated, the answer flows
-            self._buf, self._cut = bytearray(), False
+            self._buf, self._tail, self._tail_bytes = bytearray(), [], 0
+
+    def _trim(self) -> None:
+        kept = b"".join(self._tail)[-TAIL_BYTES:]
+        self._tail, self._tail_bytes, self._tail_cut = [kept], len(kept), True
 
     def end(self) -> None:
         if self._ended:
@@ -140,14 +175,13 @@ class Meter:
         self._ended = True
         try:
             if self._sse:
-                if self._buf:
-                    self._event(bytes(self._buf))
+                self._events()
             elif self._buf:
                 self._take(tail_usage(bytes(self._buf)) if self._cut
                            else self._fmt.usage_of(_loads(bytes(self._buf))))
         except Exception:  # noqa: BLE001
             pass
-        self._buf = bytearray()
+        self._buf, self._tail = bytearray(), []
         self._done(settle(self._fmt.usage_counts(self._fields), self._sent, self.relayed))
 
     def _take(self, usage) -> None:
@@ -160,41 +194,26 @@ class Meter:
             del buf[:len(buf) - TAIL_BYTES]
             self._cut = True
 
-    def _feed_events(self, chunk: bytes) -> None:
-        buf = self._buf
-        search = max(0, len(buf) - 3)      # a boundary may straddle two reads
-        buf += chunk
-        if not self._cr and b"\r" in chunk:
-            self._cr = True
-        start = 0
-        while True:
-            end, gap = self._boundary(buf, search)
-            if end < 0:
-                break
-            self._event(bytes(buf[start:end]))
-            start = search = end + gap
-        if start:
-            del buf[:start]
-        if len(buf) > WHOLE_BYTES + TAIL_BYTES:
-            del buf[:len(buf) - TAIL_BYTES]
-            self._cut = True
-
-    def _boundary(self, buf: bytearray, at: int) -> tuple:
-        """(end of the next event from ``at``, length of the blank line), or (-1, 0)."""
-        end = buf.find(b"\n\n", at)
-        if not self._cr:
-            return (end, 2) if end >= 0 else (-1, 0)
-        best = (end, 2) if end >= 0 else (-1, 0)
-        for sep in (b"\r\n\r\n", b"\r\r"):
-            i = buf.find(sep, at, best[0] if best[0] >= 0 else len(buf))
-            if i >= 0 and (best[0] < 0 or i < best[0]):
-                best = (i, len(sep))
-        return best
-
-    def _event(self, event: bytes) -> None:
-        cut, self._cut = self._cut, False
-        if _USAGE_KEY not in event or event.count(_USAGE_KEY) == event.count(_NULL_USAGE):
+    def _events(self) -> None:
+        """The first event, then the last one whose usage is not null (figures in both:
+        Messages' start and its delta; later figures replace earlier)."""
+        head = bytes(self._buf)
+        first = _BOUNDARY.search(head)
+        if first is not None and _last_usage(head, first.start()) is not None:
+            self._event(head[:first.start()])
+        tail = b"".join(self._tail)
+        at = _last_usage(tail, len(tail))
+        if at is None:
             return
+        lead = _BOUNDARY.search(tail) if self._tail_cut else None
+        if self._tail_cut and (lead is None or at < lead.start()):   # its head was dropped
+            self._event(tail[:lead.start()] if lead else tail, cut=True)
+            return
+        after = _BOUNDARY.search(tail, at)
+        self._event(tail[_last_boundary(tail, lead.end() if lead else 0, at):
+                         after.start() if after else len(tail)])
+
+    def _event(self, event: bytes, cut: bool = False) -> None:
         if cut:
             self._take(tail_usage(event))
             return
@@ -202,3 +221,26 @@ class Meter:
                 if line.startswith(b"data:")]
         if data:
             self._take(self._fmt.event_usage(_loads(b"\n".join(data))))
+
+
+def _last_usage(data: bytes, end: int):
+    """Where the last `"usage"` key before ``end`` whose value is not null is, else None."""
+    while True:
+        at = data.rfind(_USAGE_KEY, 0, end)
+        if at < 0:
+            return None
+        rest = data[at + len(_USAGE_KEY):at + len(_USAGE_KEY) + 40].lstrip()
+        if rest.startswith(b":") and not rest[1:].lstrip().startswith(b"null"):
+            return at
+        end = at
+
+
+def _last_boundary(data: bytes, low: int, high: int) -> int:
+    """Where the event holding position ``high`` starts (after the last blank line
+    between ``low`` and it), else ``low``."""
+    start = low
+    for sep in (b"\n\n", b"\r\r", b"\r\n\r\n"):
+        at = data.rfind(sep, low, high)
+        if at >= 0:
+            start = max(start, at + len(sep))
+    return start
