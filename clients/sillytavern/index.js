@@ -177,10 +177,17 @@ function toastLimit(code, retryAfter, details = {}) {
     return toast;
 }
 
+// The edge records a turn's usage just after its answer (docs/design.md §4.1): the panel
+// reads it a moment later.
+const SPENDING_DELAY_MS = 1000;
+
 /** After an answer: the usage line again; a 429 (ST may keep only its status text) toasted. */
 async function reportLimit(err) {
+    if (!err || (err.code !== 'too_many_requests' && !LIMIT_CODES[err.code])) {
+        setTimeout(refreshSpending, SPENDING_DELAY_MS);
+        return;
+    }
     const doc = await refreshSpending();
-    if (!err || (err.code !== 'too_many_requests' && !LIMIT_CODES[err.code])) return;
     const code = LIMIT_CODES[err.code] ? err.code : spentLimit(doc);
     if (code) toastLimit(code, err.retry_after ?? null, err);
     else toastr.warning(`The edge refused the request: ${err.message || 'too many requests'}. Try again later.`,
