@@ -46,6 +46,7 @@ from multillm_edge.core.last_turns import LastTurns  # noqa: E402
 from multillm_edge.search import STATE  # noqa: E402
 from multillm_edge.search.corpus import CORPORA  # noqa: E402
 from multillm_edge.search.docs import CACHE  # noqa: E402
+from multillm_edge.formats.usage import Meter  # noqa: E402
 
 SIZES = (50, 200, 800)
 REQUIRED = ("depth check", "decode + parse", "group bytes", "page SHA-256", "page ids")
@@ -120,14 +121,47 @@ def turn_pairs(n: int, budget: int, recalling: bool, cache: bool = True, new: bo
     return pairs.get("steady"), pairs.get("step")
 
 
-def second_of(pair: tuple, budget: int, figures: dict, recalling: bool = False, cache: bool = True):
-    """The second turn of ``pair`` in an isolate that just ran the first: its seconds."""
+def second_of(pair: tuple, budget: int, figures: dict, recalling: bool = False, cache: bool = True,
+              usage: bool = False):
+    """The second turn of ``pair`` in an isolate that just ran the first: its seconds
+    (``usage``: and its streamed answer's usage metered, issue 44)."""
     memory = LastTurns()
     resumed_turn(pair[0], budget, figures, memory, recalling, cache)
     gc.collect()        # the first turn's garbage is not the second's cost
     t0 = time.perf_counter()
     resumed_turn(pair[1], budget, figures, memory, recalling, cache)
+    if usage:
+        metered(STREAM_READS, True)
     return time.perf_counter() - t0
+
+
+# The answer a turn relays, as its reads reach the usage meter (docs/design.md §4.1): a
+# 400-token chat stream (an event per token, `"usage":null` in each as some providers
+# send, the final usage chunk), two events per read; and the same answer whole.
+def _answer_reads() -> tuple[list, list]:
+    def event(doc):
+        return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+    events = [event({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": f" word{i}"}, "finish_reason": None}],
+                     "usage": None}) for i in range(400)]
+    usage = {"prompt_tokens": 28000, "completion_tokens": 400, "prompt_tokens_details": {"cached_tokens": 24000}}
+    events += [event({"id": "chatcmpl-1", "choices": [], "usage": usage}), b"data: [DONE]\n\n"]
+    stream = [b"".join(events[i:i + 2]) for i in range(0, len(events), 2)]
+    whole = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": " ".join(f"word{i}" for i in range(400))},
+         "finish_reason": "stop"}], "usage": usage}).encode()
+    return stream, [whole[i:i + 4096] for i in range(0, len(whole), 4096)]
+
+
+STREAM_READS, JSON_READS = _answer_reads()
+
+
+def metered(reads: list, sse: bool) -> None:
+    """The usage meter over one answer's reads, to its settled figures."""
+    m = Meter(formats.get("chat"), sse, 100_000, lambda usage: None)
+    for r in reads:
+        m.feed(r)
+    m.end()
 
 
 def steps(n: int) -> tuple[dict, int]:
@@ -180,6 +214,10 @@ def steps(n: int) -> tuple[dict, int]:
         "upstream bytes": lambda: plan.encoded("provider-model"),
         "annotation": lambda: generation.annotate(b'{"id":"x"}', turn, "chat", figures),
         "turn": whole_turn,
+        # issue 44: the turn and its answer's usage, read as it is relayed
+        "usage meter, stream": lambda: metered(STREAM_READS, True),
+        "usage meter, JSON": lambda: metered(JSON_READS, False),
+        "turn + usage (stream)": lambda: (whole_turn(), metered(STREAM_READS, True)),
         "turn + recall, warm": lambda: whole_turn(recall_raw, True),
         "turn + recall, cold": lambda: whole_turn(recall_raw, True, cold=True),
         "turn + recall, new isolate": lambda: whole_turn(recall_raw, True, new=True),
@@ -187,6 +225,7 @@ def steps(n: int) -> tuple[dict, int]:
         # issue 40: the second of two consecutive turns of one session in one isolate
         "pair, first isolate turn": lambda: resumed_turn(memory_less, budget, figures, LastTurns()) and None,
         "steady turn": lambda: second_of(steady, budget, figures),
+        "steady turn + usage (stream)": lambda: second_of(steady, budget, figures, usage=True),
         "steady turn + recall, warm": lambda: second_of(steady_recall, budget, figures, True),
         "steady + recall, new words": lambda: second_of(steady_new, budget, figures, True),
         "first turn after a step": lambda: second_of(step, budget, figures),
@@ -263,6 +302,9 @@ def main(runtime: str = "CPython") -> int:
     ratio("steady / the same turn in a new isolate", "steady turn", "pair, first isolate turn")
     growth(runtime)
     corpus_memory(runtime)
+    # issue 44's target: a turn with its answer's usage metered within +5 % of the turn
+    ratio("turn + usage / turn", "turn + usage (stream)", "turn")
+    ratio("steady turn + usage / steady turn", "steady turn + usage (stream)", "steady turn")
     real_chats(runtime)
     sys.stdout.flush()
     return 0

@@ -120,6 +120,20 @@ SELECT model, input_tokens, max_output_tokens FROM models
 """
 
 
+# A principal's usage per UTC day and model since ?2 (docs/design.md §4.1), newest first.
+SQL_USAGE_ROWS = """
+SELECT day, model, requests, input_tokens, cached_input_tokens, cache_write_tokens,
+       output_tokens, estimated
+  FROM principal_usage
+ WHERE principal = ?1 AND day >= ?2
+ ORDER BY day DESC, model LIMIT ?3
+"""
+
+
+async def usage_rows(db: Executor, principal: str, since_day: str, limit: int) -> list[dict]:
+    return await db.all(SQL_USAGE_ROWS, [principal, since_day, int(limit)])
+
+
 async def list_principals(db: Executor, principal: str | None, limit: int) -> list[dict]:
     return [_grants(r) for r in await db.all(SQL_LIST_PRINCIPALS, [principal, limit])]
 

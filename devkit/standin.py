@@ -204,7 +204,21 @@ def decide(fmt: str, body: dict) -> Answer:
 
 
 def _usage(body_bytes: int) -> tuple[int, int]:
+    """(input, output) tokens, in proportion to the request body: a quarter of its bytes,
+    half of them read from a prompt cache (and on Anthropic an eighth written to one)."""
     return body_bytes // 4, 40
+
+
+def cache_figures(prompt: int) -> tuple[int, int]:
+    """(read from the prompt cache, written to it) of `prompt` input tokens."""
+    return prompt // 2, prompt // 8
+
+
+def _openai_usage(size: int, names=("prompt_tokens", "completion_tokens", "prompt_tokens_details")) -> dict:
+    prompt, completion = _usage(size)
+    inp, out, details = names
+    return {inp: prompt, out: completion, "total_tokens": prompt + completion,
+            details: {"cached_tokens": cache_figures(prompt)[0]}}
 
 
 def _args_text(a: Answer) -> str:
@@ -218,13 +232,11 @@ def _chat(body: dict, a: Answer, n: int, size: int) -> dict:
     if a.tool:
         message["tool_calls"] = [{"id": f"call_standin_{n}", "type": "function",
                                   "function": {"name": a.tool, "arguments": _args_text(a)}}]
-    prompt, completion = _usage(size)
     return {"id": f"chatcmpl-standin-{n}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model"),
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": "tool_calls" if a.tool else "stop"}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
+            "usage": _openai_usage(size)}
 
 
 def _responses_item(a: Answer, n: int) -> dict:
@@ -236,12 +248,10 @@ def _responses_item(a: Answer, n: int) -> dict:
 
 
 def _responses(body: dict, a: Answer, n: int, size: int, status: str = "completed") -> dict:
-    prompt, completion = _usage(size)
     return {"id": f"resp_standin_{n}", "object": "response", "created_at": int(time.time()),
             "status": status, "model": body.get("model"),
             "output": [_responses_item(a, n)] if status == "completed" else [],
-            "usage": {"input_tokens": prompt, "output_tokens": completion,
-                      "total_tokens": prompt + completion}}
+            "usage": _openai_usage(size, ("input_tokens", "output_tokens", "input_tokens_details"))}
 
 
 def _messages_block(a: Answer, n: int) -> dict:
@@ -252,10 +262,12 @@ def _messages_block(a: Answer, n: int) -> dict:
 
 def _messages(body: dict, a: Answer, n: int, size: int) -> dict:
     prompt, completion = _usage(size)
+    read, written = cache_figures(prompt)      # Anthropic's input_tokens is the rest
     return {"id": f"msg_standin_{n}", "type": "message", "role": "assistant",
             "model": body.get("model"), "content": [_messages_block(a, n)],
             "stop_reason": "tool_use" if a.tool else "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": completion}}
+            "usage": {"input_tokens": prompt - read - written, "output_tokens": completion,
+                      "cache_read_input_tokens": read, "cache_creation_input_tokens": written}}
 
 
 ANSWERS = {"chat": _chat, "responses": _responses, "messages": _messages}
@@ -286,7 +298,13 @@ def _chat_events(body: dict, a: Answer, n: int, size: int) -> list[bytes]:
         out.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": _args_text(a)}}]}))
     else:
         out += [chunk({"content": p}) for p in _pieces(a.text)]
-    return out + [chunk({}, "tool_calls" if a.tool else "stop"), b"data: [DONE]\n\n"]
+    out.append(chunk({}, "tool_calls" if a.tool else "stop"))
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:   # the final usage chunk
+        out.append(_sse({"id": f"chatcmpl-standin-{n}", "object": "chat.completion.chunk",
+                         "created": int(time.time()), "model": body.get("model"), "choices": [],
+                         "usage": _openai_usage(size)}))
+    return out + [b"data: [DONE]\n\n"]
 
 
 def _responses_events(body: dict, a: Answer, n: int, size: int) -> list[bytes]:

@@ -7,17 +7,26 @@
 // Operation counts, read by tests and benchmarks (GET /__runner/stats).
 // d1_rows_changed sums meta.changes of statements that changed the database (rows
 // inserted, updated or deleted); d1_rows_written sums meta.rows_written (index entries too).
+// The usage upsert a turn makes after its answer (docs/design.md §4.1) is counted apart,
+// in usage_statements / usage_rows_written: the d1_* figures are a turn's own work.
 export const counts = { d1_statements: 0, d1_batches: 0, d1_rows_changed: 0, d1_rows_written: 0,
-  r2_puts: 0, r2_gets: 0, r2_heads: 0, r2_deletes: 0 };
+  r2_puts: 0, r2_gets: 0, r2_heads: 0, r2_deletes: 0, usage_statements: 0, usage_rows_written: 0 };
+const USAGE_UPSERT = "INSERT INTO principal_usage";
 
 // Faults a test may inject where no real local failure can be provoked (POST /__runner/faults).
-// d1_sql: a statement whose SQL contains this text fails (e.g. a write after the R2 put).
-export const faults = { r2_put: false, r2_get: false, r2_delete: false, d1_sql: "" };
+// d1_sql: a statement whose SQL contains this text fails (e.g. a write after the R2 put);
+// d1_slow_sql: one containing this text runs d1_slow_ms late (a slow write after the answer).
+export const faults = { r2_put: false, r2_get: false, r2_delete: false, d1_sql: "",
+  d1_slow_sql: "", d1_slow_ms: 0 };
 
-function metered(promise) {
+const later = (ms, run) => new Promise((resolve) => setTimeout(resolve, ms)).then(run);
+
+function metered(promise, usage = false) {
   return promise.then((res) => {
     const meta = res?.meta;
-    if (meta) {
+    if (meta && usage) {
+      counts.usage_rows_written += meta.rows_written ?? 0;
+    } else if (meta) {
       counts.d1_rows_written += meta.rows_written ?? 0;
       if (meta.changed_db) counts.d1_rows_changed += meta.changes ?? 0;
     }
@@ -38,13 +47,21 @@ class D1PreparedStatement {
     if (!this.#alive()) return lost();
     return faults.d1_sql && this.#sql.includes(faults.d1_sql) ? Promise.reject(new Error("injected D1 fault")) : null;
   }
+  #slow(run) {
+    return faults.d1_slow_sql && this.#sql.includes(faults.d1_slow_sql) ? later(faults.d1_slow_ms, run) : run();
+  }
   bind(...values) { return new D1PreparedStatement(this.#stmt.bind(...values), this.#sql, this.#alive); }
   first(column) {
     counts.d1_statements++;
     return this.#fault() ?? (column === undefined ? this.#stmt.first() : this.#stmt.first(column));
   }
-  all() { counts.d1_statements++; return this.#fault() ?? metered(this.#stmt.all()); }
-  run() { counts.d1_statements++; return this.#fault() ?? metered(this.#stmt.run()); }
+  #count() {
+    const usage = this.#sql.includes(USAGE_UPSERT);
+    if (usage) counts.usage_statements++; else counts.d1_statements++;
+    return usage;
+  }
+  all() { const u = this.#count(); return this.#fault() ?? this.#slow(() => metered(this.#stmt.all(), u)); }
+  run() { const u = this.#count(); return this.#fault() ?? this.#slow(() => metered(this.#stmt.run(), u)); }
   raw(options) { counts.d1_statements++; return this.#fault() ?? this.#stmt.raw(options); }
   get inner() { return this.#stmt; }
   get faulty() { return Boolean(faults.d1_sql && this.#sql.includes(faults.d1_sql)); }

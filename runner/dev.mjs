@@ -374,7 +374,7 @@ async function testControl(req, res, url) {
     clockOffsetMs = Math.round(Number((await readJson(req)).offset ?? 0) * 1000);
     return sendJson(res, 200, { offset: clockOffsetMs / 1000 });
   }
-  if (route === "GET /__runner/stats") return sendJson(res, 200, counts);
+  if (route === "GET /__runner/stats") { await quiet(); return sendJson(res, 200, counts); }
   if (route === "GET /__runner/memory") {
     // The Worker's whole Python heap lives in Pyodide's wasm memory (it grows, never
     // shrinks); the peak is across isolates, a lost one included.
@@ -449,12 +449,46 @@ async function testControl(req, res, url) {
   return sendJson(res, 404, { unknown: route });
 }
 
+// ctx.waitUntil as workerd keeps it (docs/design.md §4.1): the promise runs on after the
+// response, the runner awaits every one before it lets the request go (those added while
+// it waits included), and a rejection is one log line naming its kind, never a message
+// (the Worker rejects with the exception's type name only).
+// GET /__runner/stats first waits (up to 10 s) until no such promise is pending, so a
+// test's figures after an answer include the work that follows it.
+let pendingWaits = 0;
+
+function executionContext() {
+  const waits = [];
+  const waitUntil = (p) => {
+    pendingWaits++;
+    waits.push(Promise.resolve(p).catch((err) => {
+      const kind = /^[A-Za-z_][A-Za-z0-9_.]{0,100}$/.test(err?.message ?? "") ? err.message : String(err?.name ?? "Error");
+      log(JSON.stringify({ runner: "wait_until_failed", error: kind }));
+    }).finally(() => { pendingWaits--; }));
+  };
+  return { ctx: { waitUntil, passThroughOnException: () => {}, props: {} }, waits };
+}
+
+async function quiet(ms = 10_000) {
+  for (const until = Date.now() + ms; pendingWaits > 0 && Date.now() < until;) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+async function settled(waits) {
+  for (let done = 0; done < waits.length;) {
+    const batch = waits.slice(done);
+    done = waits.length;
+    await Promise.allSettled(batch);
+  }
+}
+
 // A Cron Trigger's invocation, as wrangler's --test-scheduled route makes it.
 async function runScheduled(instance, env, url, ctx, waits, res) {
   const controller = { scheduledTime: Date.now(), cron: url.searchParams.get("cron") ?? "", noRetry() {} };
   try {
     await instance.scheduled(controller, env, ctx);
-    await Promise.allSettled(waits);
+    await settled(waits);
   } finally {
     instance.destroy?.();
   }
@@ -471,8 +505,7 @@ const server = http.createServer(async (req, res) => {
       return await testControl(req, res, new URL(req.url, base));
     }
     iso = await isolates.ready;            // while a lost isolate is replaced, requests wait
-    const waits = [];
-    const ctx = { waitUntil: (p) => waits.push(p), passThroughOnException: () => {}, props: {} };
+    const { ctx, waits } = executionContext();
     const instance = iso.Default(ctx, iso.env);
     const client = new AbortController();
     entry = iso.enter(res, client);
@@ -494,7 +527,7 @@ const server = http.createServer(async (req, res) => {
     if (typeof result?.destroy === "function") result.destroy();
     await iso.racing(sendWebResponse(res, response));
     discardBody();
-    await iso.racing(Promise.allSettled(waits));
+    await iso.racing(settled(waits));
   } catch (err) {
     if (err instanceof IsolateLost || iso?.dead) {
       // As Cloudflare's error 1102: the request dies with its isolate (runner/isolate.mjs).

@@ -11,9 +11,9 @@ class Default(WorkerEntrypoint):
     async def fetch(self, request):
         if not isinstance(request, Request):
             request = Request(request)
-        platform = WorkersPlatform(self.env, request)
+        platform = WorkersPlatform(self.env, request, self.ctx)   # ctx: waitUntil (§4.1)
         return to_response(await handle(incoming(request), platform))
 
     async def scheduled(self, controller, env=None, ctx=None):
         # A Cron Trigger (wrangler.toml [triggers]); self.env is the SDK-wrapped env.
-        await scheduled_cleanup(WorkersPlatform(self.env, None))
+        await scheduled_cleanup(WorkersPlatform(self.env, None, ctx))

@@ -18,6 +18,8 @@
     limits set     --principal P [--requests-per-minute N] [--tokens-per-day N]
                    [--sessions-per-day N] [--active-bytes N] [--clear NAME]...
     limits show    P                                    each limit, what counts against it, what is left
+    usage show     P [--days N]                         tokens per UTC day and model, as the
+                                                        providers reported them (N = 7)
 
 Every statement comes from src/multillm_edge/storage/store.py or devkit/admin_sql.py, rendered
 with `admin_sql.inline`
@@ -57,7 +59,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from devkit import admin_sql  # noqa: E402
 from multillm_edge.storage import store  # noqa: E402
-from multillm_edge.core.config import split_model  # noqa: E402
+from multillm_edge.core.config import MAX_USAGE_RETENTION_DAYS as MAX_USAGE_DAYS, split_model  # noqa: E402
 from multillm_edge.core.limits import NAMES as LIMIT_NAMES, utc_day  # noqa: E402
 from multillm_edge.base.errors import EdgeError  # noqa: E402
 # The key format the edge reserves: never forwarded to the origin (docs/design.md §2).
@@ -374,6 +376,20 @@ async def cmd_model_show(db, a):
     return showing(await admin_sql.list_models(db, a.model, 1), "model")
 
 
+async def cmd_usage_show(db, a):
+    """The principal's usage rows of the last N UTC days (today included), newest first."""
+    now = int(time.time())
+    since = store.utc_day(now - now % 86400 - (a.days - 1) * 86400)
+    rows = await admin_sql.usage_rows(db, a.principal, since, a.limit)
+    res = {"principal": a.principal, "since": since, "rows": rows}
+    totals = {k: sum(r[k] for r in rows) for k in ("requests", "input_tokens", "output_tokens")}
+    text = table(rows, f"no usage for {a.principal} since {since}")
+    if rows:
+        text += (f"\n{totals['requests']} requests, {totals['input_tokens']} input and "
+                 f"{totals['output_tokens']} output tokens since {since} (UTC)")
+    return res, text
+
+
 async def cmd_policy_set(db, a):
     await admin_sql.set_policy(db, a.principal, a.revision, a.grants, a.retention, int(time.time()))
     res = {"principal": a.principal, "revision": a.revision, "grants": a.grants,
@@ -538,7 +554,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = lim.add_parser("show", parents=[common], help="a principal's limits, use and what is left")
     p.add_argument("principal", type=_name)
     p.set_defaults(func=cmd_limits_show)
+    usage = groups.add_parser("usage", help="token usage per principal, UTC day and model"
+                              ).add_subparsers(dest="action", required=True)
+    p = usage.add_parser("show", parents=[common], help="a principal's usage of the last N days")
+    p.add_argument("principal", type=_name)
+    p.add_argument("--days", type=_days, default=7, help="UTC days, today included (7)")
+    _limit(p, cmd_usage_show)
     return parser
+
+
+def _days(value: str) -> int:
+    n = _positive(value)
+    if n > MAX_USAGE_DAYS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_USAGE_DAYS}")
+    return n
 
 
 def _limit(p, func) -> None:

@@ -25,6 +25,9 @@
 // - cache use: the provider's usage on the edge's answer (a stream's final usage event,
 //   which the extension asks for with `stream_options.include_usage`) says how much of the
 //   input its prompt cache served; the indicator and the panel show it (usage.js);
+// - spending (docs/design.md §4.1): the panel shows the key's usage today and its budget
+//   (`GET /v1/roleplay/usage`, read after each answer), and a 429 is a toast naming the
+//   limit the edge's `error.code` names and when it frees (spending.js);
 // - the "Stored context" panel: the player searches the stored exchanges and opens the
 //   one a hit quotes, or one of the moments recalled for the latest message;
 // - sessions, pages and search are called from the page: through SillyTavern's CORS
@@ -33,6 +36,7 @@ import { yaml } from '../../../../lib.js';
 import { slideWindow, windowBudget, windowNeeded, windowStep } from './window.js';
 import { figures, leadingComments, recallList } from './stream.js';
 import { StreamUsage, askForUsage, cacheUsage, usageText } from './usage.js';
+import { LIMIT_CODES, limitToast, retryAfterSeconds, spendingText, spentLimit } from './spending.js';
 
 const NAME = 'multillm_paging';
 const TOOL = 'multillm_context_retrieve';
@@ -86,11 +90,12 @@ function targetsEdge(data) {
 // ---------------------------------------------------------------- edge calls
 
 class EdgeError extends Error {
-    constructor(status, code, message, details = {}) {
+    constructor(status, code, message, details = {}, retryAfter = null) {
         super(message);
         this.status = status;
         this.code = code;
         this.details = details;     // the edge's error object (`param`, figures)
+        this.retryAfter = retryAfter;   // seconds, from a 429's Retry-After
     }
 }
 
@@ -126,15 +131,67 @@ async function edgeFetch(method, pathAndQuery, { json, headers: extra } = {}) {
     try { body = JSON.parse(text); } catch { /* not JSON: the proxy's own failure */ }
     if (response.ok && body) return body;
     const err = body?.error;
-    if (err?.code) throw new EdgeError(response.status, err.code, err.message || err.code, err);
+    const retry = retryAfterSeconds(response.headers.get('retry-after'));
+    if (err?.code) throw new EdgeError(response.status, err.code, err.message || err.code, err, retry);
     throw new EdgeError(response.status, 'edge_unreachable', `The MultiLLM edge at ${edgeBase()} cannot be reached (HTTP ${response.status}).`);
 }
 
 const AUTH_CODES = new Set(['invalid_api_key', 'chat_not_granted', 'retention_zero']);
 
 function toastEdgeError(err, title = 'MultiLLM edge') {
+    if (LIMIT_CODES[err.code]) return toastLimit(err.code, err.retryAfter, err.details);
     const hint = AUTH_CODES.has(err.code) ? ' Check the roleplay key in the MultiLLM settings.' : '';
     toastr.error(`${err.message}${hint}`, title);
+}
+
+// ------------------------------------------------------------------ spending
+
+/** The key's usage (`GET /v1/roleplay/usage`, today only), kept for the panel. */
+let spending = null;
+
+async function refreshSpending() {
+    if (!settings().enabled || !settings().key || !edgeBase()) return null;
+    try {
+        spending = await edgeFetch('GET', '/v1/roleplay/usage?days=1');
+    } catch {
+        spending = null;       // an edge without the route, or unreachable: no line
+    }
+    renderSpending();
+    return spending;
+}
+
+function renderSpending() {
+    const line = document.getElementById('multillm_spending');
+    if (!line) return;
+    const text = settings().enabled ? spendingText(spending) : null;
+    line.textContent = text ? `Usage ${text}.` : '';
+}
+
+/** A 429's toast: the limit (the edge's code, else the one the usage shows spent) and
+ * when it frees; the figure from the error, else from the last usage read. */
+function toastLimit(code, retryAfter, details = {}) {
+    const what = LIMIT_CODES[code]?.what;
+    const limit = details?.limit ?? (what ? spending?.limits?.[what] : null);
+    const toast = limitToast(code, retryAfter ?? retryAfterSeconds(details?.retry_after), limit);
+    if (toast) toastr.warning(toast.message, toast.title);
+    return toast;
+}
+
+// The edge records a turn's usage just after its answer (docs/design.md §4.1): the panel
+// reads it a moment later.
+const SPENDING_DELAY_MS = 1000;
+
+/** After an answer: the usage line again; a 429 (ST may keep only its status text) toasted. */
+async function reportLimit(err) {
+    if (!err || (err.code !== 'too_many_requests' && !LIMIT_CODES[err.code])) {
+        setTimeout(refreshSpending, SPENDING_DELAY_MS);
+        return;
+    }
+    const doc = await refreshSpending();
+    const code = LIMIT_CODES[err.code] ? err.code : spentLimit(doc);
+    if (code) toastLimit(code, err.retry_after ?? null, err);
+    else toastr.warning(`The edge refused the request: ${err.message || 'too many requests'}. Try again later.`,
+        'MultiLLM: a limit of this key was reached');
 }
 
 // ------------------------------------------------------------------ sessions
@@ -378,7 +435,9 @@ const WINDOW_CODES = new Set(['context_window_exceeded', 'context_session_limit_
 async function inspect(response) {
     if (!response.ok) {
         // Streaming requests: ST's server relays the edge's status and error body.
-        return JSON.parse(await response.text())?.error || undefined;
+        const err = JSON.parse(await response.text())?.error;
+        const retry = retryAfterSeconds(response.headers.get('retry-after'));
+        return err ? { ...err, retry_after: err.retry_after ?? retry } : undefined;
     }
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
@@ -411,6 +470,7 @@ async function inspect(response) {
         // Non-streaming: ST's server keeps only the edge's status text.
         const message = doc.error.message || '';
         if (/payload too large/i.test(message)) return { code: 'payload_too_large', message };
+        if (/too many requests/i.test(message)) return { code: 'too_many_requests', message };
         return /^not found$/i.test(message) ? { code: 'session_not_found', message } : undefined;
     }
     recordPages(Array.isArray(doc.context_pages) ? doc.context_pages.length : 0, figures(doc.context_session));
@@ -503,6 +563,7 @@ function watchGenerateResponses() {
             }
         }
         reportTooLarge(err);
+        reportLimit(err);          // the usage line after every answer; a 429's toast
         return response;
     };
 }
@@ -727,6 +788,7 @@ function showChat() {
     showCount();
     renderRecall();
     renderUsage();
+    renderSpending();
 }
 
 /** The moments the edge recalled for the latest message, in the Stored context panel. */
@@ -832,6 +894,7 @@ jQuery(async () => {
         $('#multillm_search_results').empty();
     });
     eventSource.on(eventTypes.CHAT_DELETED, endSession);
+    refreshSpending();
     eventSource.on(eventTypes.GROUP_CHAT_DELETED, endSession);
     showChat();
 });

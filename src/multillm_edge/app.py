@@ -20,6 +20,7 @@ from .routes.models import list_models
 from .routes.retrieval import SESSION_PARAM, retrieve_page
 from .routes.search import search_pages
 from .routes.sessions import create_session, end_session
+from .routes.usage import usage_report
 from .base.http import Incoming, Outgoing, error_response, json_response
 from .service import budget
 from .service.access import SESSION_HEADER, paging_enabled, warner
@@ -126,6 +127,7 @@ ROUTES = (
     *(_needs_session("POST", f.CLIENT_PATH, envelope=f.ERROR_ENVELOPE) for f in FORMATS),
     Route(("POST",), "/v1/roleplay/sessions", create_session, cors=True, body_factor=2),
     Route(("DELETE",), "/v1/roleplay/sessions/{session_id}", end_session, cors=True),
+    Route(("GET",), "/v1/roleplay/usage", usage_report, cors=True),
     Route(("GET",), "/v1/context/pages/{page_id}", retrieve_page, _session_param, cors=True),
     _needs_session("GET", "/v1/context/pages/{page_id}", SESSION_PARAM),
     Route(("POST",), "/v1/context/search", search_pages, _roleplay, cors=True, body_factor=4),

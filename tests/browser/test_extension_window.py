@@ -35,6 +35,12 @@ def test_usage_reading_under_node():
     node_test("usage.test.mjs", 7)
 
 
+def test_spending_and_limit_toasts_under_node():
+    """The panel's usage line from `GET /v1/roleplay/usage` and the toast of a 429 naming
+    its limit and when it frees (clients/sillytavern/spending.js, docs/design.md §4.1)."""
+    node_test("spending.test.mjs", 5)
+
+
 SLIDE = """
 import { slideWindow, windowStep, WINDOW_STEP } from './clients/sillytavern/window.js';
 let text = '';

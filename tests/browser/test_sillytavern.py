@@ -1074,6 +1074,60 @@ def test_the_player_sees_what_the_providers_cache_served(page, edge, provider):
         set_streaming(page, False)
 
 
+SPENDING = "#multillm_stored_context #multillm_spending"
+
+
+def tokens_text(n: int) -> str:
+    """clients/sillytavern/usage.js `tokens`: 850, 4.1k, 41k, 1.2M."""
+    if n < 1000:
+        return str(round(n))
+    if n < 10000:
+        return f"{float(f'{n / 1000:.1f}'):g}k"
+    if n < 999500:
+        return f"{round(n / 1000)}k"
+    return f"{float(f'{n / 1e6:.1f}'):g}M"
+
+
+def test_the_panel_shows_what_the_key_has_spent_today(page, edge, provider, player):
+    """After an answer the Stored context panel shows the key's usage today as the edge
+    recorded it (`GET /v1/roleplay/usage`, docs/design.md §4.1) against the budget the
+    operator set: "Usage today: 412k of 1M tokens, N requests; at most 10 a minute."."""
+    key, principal = player
+    edge.sql("INSERT OR REPLACE INTO principal_limits (principal, requests_per_minute, tokens_per_day, "
+             "updated_at) VALUES (?1, 10, 1000000, 0)", principal)
+    usage = lambda: edge.client.get("/v1/roleplay/usage?days=1",   # noqa: E731
+                                    headers={"Authorization": f"Bearer {key}"}).json()
+    before = usage()["days"][0]["requests"]
+    answer = "Aurore tallies the day's coins, ночью."
+    try:
+        to_recall_chat(page)
+        set_streaming(page, False)
+        provider.clear()
+        provider.model.usage = {"prompt_tokens": 400000, "completion_tokens": 12000}
+        provider.model.script = lambda body: ("text", answer)
+        clear_toasts(page)
+        send(page, "What did we spend today?")
+        page.locator("#chat .mes_text").filter(has_text=answer).wait_for(timeout=90_000)
+        wait_idle(page)
+        deadline = time.monotonic() + 10
+        while usage()["days"][0]["requests"] == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        doc = usage()
+        today = doc["days"][0]
+        assert today["requests"] == before + 1 and doc["limits"]["tokens_per_day"] == 1000000
+        used = today["input_tokens"] + today["output_tokens"]
+        expected = (f"Usage today: {tokens_text(used)} of 1M tokens, {today['requests']} requests"
+                    f"{', partly estimated' if today['estimated'] else ''}; at most 10 a minute.")
+        panel = open_stored_context(page)
+        panel.locator("#multillm_spending").filter(has_text=expected).wait_for(timeout=10_000)
+        assert page.locator(SPENDING).inner_text() == expected
+        assert toasts(page) == []
+    finally:
+        provider.model.usage = None
+        edge.sql("DELETE FROM principal_limits WHERE principal = ?1", principal)
+        close_drawers(page)
+
+
 def test_stop_still_ends_the_request_while_the_extension_reads_the_stream(page, edge, provider):
     """The extension reads its copy of a stream to the end for the usage; the player's Stop
     still ends the request all the way to the provider (no tokens billed past it), and the

@@ -172,7 +172,7 @@ def test_retrieval_returns_the_exact_stored_bytes_and_original_items(edge, provi
         delta = {k: stats1[k] - stats0[k] for k in stats0}
         assert delta == {"d1_statements": 1, "d1_batches": 0, "d1_rows_changed": 0,
                          "d1_rows_written": 0, "r2_puts": 0, "r2_gets": 1, "r2_heads": 0,
-                         "r2_deletes": 0}
+                         "r2_deletes": 0, "usage_statements": 0, "usage_rows_written": 0}
     # exchange=N: that exchange alone, byte-exact (what a small window reads back, §6)
     block = max(c.pages, key=lambda p: len(rp.page_exchanges(rp.stored_page(edge, p["page_id"]))))
     parts = rp.page_exchanges(rp.stored_page(edge, block["page_id"]))

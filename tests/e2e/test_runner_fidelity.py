@@ -191,3 +191,25 @@ def test_a_gzip_origin_reaches_the_client_as_valid_gzip(start_edge):
             assert resp.status == 200 and resp.getheader("content-encoding") == "gzip"
             assert gzip.decompress(raw) == expected
             assert resp.getheader("content-length") in (None, str(len(raw)))
+
+
+def test_wait_until_runs_after_the_answer_and_a_failure_is_logged_by_kind(fidelity_edge):
+    """`Platform.wait_until` is the request's `ctx.waitUntil` (docs/design.md §4.1): the
+    answer does not wait for the work, the runner keeps it alive and runs it to the end,
+    and a failure is one line naming its kind, never its message."""
+    started = time.monotonic()
+    r = fidelity_edge.client.get("/wait", params={"tag": "after"})
+    assert r.json() == {"answered": True} and time.monotonic() - started < 0.3
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = sql(fidelity_edge, "SELECT tag FROM fidelity_waits")
+        if r.status_code == 200 and r.json().get("rows") == [{"tag": "after"}]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the work after the answer never ran")
+    since = len(fidelity_edge.lines)
+    assert fidelity_edge.client.get("/wait", params={"fail": "1"}).json() == {"answered": True}
+    logged = fidelity_edge.wait_for_log(lambda rec: rec.get("runner") == "wait_until_failed", since=0)
+    assert logged and logged[-1] == {"runner": "wait_until_failed", "error": "ValueError"}
+    assert all("secret text" not in line for line in fidelity_edge.lines[since:])

@@ -255,11 +255,13 @@ def test_scheduled_cleanup_deletes_old_expired_roleplay_rows_in_bounded_batches(
     pages, _ = turn(edge, player, rp.chat_body(30, tag="SC"))
     live = rows(edge, player)
 
+    no_usage = {"usage_deleted": 0, "usage_batches": 1, "usage_more": False}   # §4.1's rows: none old
     assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": bound, "batches": config.CLEANUP_MAX_BATCHES,
-                     "more": True, "requests_deleted": 0, "requests_more": False}
+                     "more": True, "requests_deleted": 0, "requests_more": False,
+                     **no_usage}
     assert _seeded(edge) == {"old": 500, "managed": 5, "recent": 7}
     assert _fire_scheduled(edge) == {"route": "scheduled", "deleted": 500, "batches": 1, "more": False,
-                                     "requests_deleted": 0, "requests_more": False}
+                                     "requests_deleted": 0, "requests_more": False, **no_usage}
     assert _seeded(edge) == {"managed": 5, "recent": 7}
     assert rows(edge, player) == live
     assert fetch(edge, player, pages[0]["page_id"]).status_code == 200

@@ -19,6 +19,7 @@ class Observed:
     stored_after: tuple
     origin_seen: list = None     # (headers as text, body bytes) reaching the origin
     headers: list = None         # the answer's (name, value) pairs, names lower-case
+    usage_delta: tuple = None    # principal_usage's (requests, input, output, estimated) added
 
 
 def check_batch(case: Case, seen: Observed) -> None:
@@ -174,6 +175,53 @@ def check_limits(case: Case, seen: Observed, err: dict | None) -> None:
         assert seen.status != 200 and not seen.provider_requests, f"a spent key was served\n{where}"
 
 
+def check_usage_route(case: Case, seen: Observed) -> None:
+    """`GET /v1/roleplay/usage` (docs/design.md §2, §4.1): the key first (401), then `?days=`
+    (400), the list of N days today first, limits and what is left; nothing stored,
+    dispatched or forwarded."""
+    where = case.describe()
+    expect = case.notes["usage"]
+    assert not seen.provider_requests and seen.origin_requests == 0, where
+    assert seen.stored_after == seen.stored_before, where
+    # no key: 401 first; a key and a bad `days`: 400 before the read; else 401 unless live
+    if not case.headers or (not expect["live"] and expect["days"] is not None):
+        assert seen.status == 401, f"{seen.status} {seen.body[:300]!r}\n{where}"
+        return
+    if expect["days"] is None:
+        assert seen.status == 400 and json.loads(seen.body)["error"].get("param") == "days", where
+        return
+    assert seen.status == 200, f"{seen.status} {seen.body[:300]!r}\n{where}"
+    doc = json.loads(seen.body)
+    assert set(doc) == {"days", "limits", "remaining"} and len(doc["days"]) == expect["days"], where
+    dates = [d["date"] for d in doc["days"]]
+    assert dates == sorted(dates, reverse=True) and len(set(dates)) == len(dates), where
+    for d in doc["days"]:
+        assert set(d) == {"date", "input_tokens", "cached_input_tokens", "cache_write_tokens",
+                          "output_tokens", "requests", "estimated"}, where
+        assert all(type(d[k]) is int and d[k] >= 0 for k in d if k not in ("date", "estimated")), where
+    names = {"requests_per_minute", "tokens_per_day", "sessions_per_day", "active_bytes"}
+    assert set(doc["limits"]) == set(doc["remaining"]) == names, where
+    if seen.headers is not None:
+        assert dict(seen.headers).get("cache-control") == "private, no-store", where
+
+
+def check_usage_row(case: Case, seen: Observed) -> None:
+    """One answered turn adds exactly its figures to principal_usage: each one the
+    provider reported as a whole number 0..1e8, else the bytes (sent body for input,
+    the provider's answer for output) and one estimated turn; any other outcome adds
+    nothing (docs/design.md §4.1)."""
+    where = case.describe()
+    _, body, _, (i, o) = case.provider_answer
+    answered = seen.provider_requests and 200 <= case.provider_status < 300 and seen.status == 200
+    if not answered:
+        assert seen.usage_delta == (0, 0, 0, 0), f"usage recorded for no answer {seen.usage_delta}\n{where}"
+        return
+    sent = len(seen.provider_requests[-1][1])
+    expected = (1, sent if i is None else i, len(body) if o is None else o,
+                int(i is None or o is None))
+    assert seen.usage_delta == expected, f"usage {seen.usage_delta} != {expected}\n{where}"
+
+
 def check(case: Case, seen: Observed) -> None:
     """Raise AssertionError (with the case) if any invariant is broken."""
     if "declares" in case.notes:
@@ -204,6 +252,10 @@ def check(case: Case, seen: Observed) -> None:
         check_anchors(case, seen)
     if "models" in case.notes:
         check_models(case, seen)
+    if "usage" in case.notes and case.method == "GET":
+        check_usage_route(case, seen)
+    if case.provider_answer is not None and seen.usage_delta is not None:
+        check_usage_row(case, seen)
     if "cors" in case.notes and seen.headers is not None:
         check_cors(case, seen)
     if seen.status >= 400 and not relayed:

@@ -62,6 +62,9 @@ class Case:
     headers: dict
     body: bytes = b""
     provider_status: int = 200          # what the scripted provider answers
+    # (content type, body, read size, (input, output) it reports, None = not a figure):
+    # the provider's answer with usage fields, hostile or not (docs/design.md §4.1)
+    provider_answer: tuple = None
     roleplay: bool = True               # the key must not reach the origin
     notes: dict = field(default_factory=dict)
 
@@ -600,11 +603,91 @@ def search_case(rng: random.Random, n: int) -> Case:
                 roleplay=notes["search"] or carries_reserved(headers), notes=notes)
 
 
+# ---------------------------------------------------------------------------
+# Usage (docs/design.md §4.1): the provider's usage fields, valid or hostile, in each
+# format's whole and streamed shapes, with what each figure must count as (None: not a
+# figure, so the bytes, estimated); and `GET /v1/roleplay/usage` with every `?days=`.
+# ---------------------------------------------------------------------------
+
+FIGURES = [(b"120", 120), (b"0", 0), (b"7", 7), (b"100000000", 100_000_000), (b"-1", None),
+           (b"100000001", None), (b"9223372036854775808", None), (b"1e400", None),
+           (b"12.0", None), (b'"12"', None), (b"true", None), (b"null", None), (b"NaN", None),
+           (b"Infinity", None), (b"[]", None), (b'{"n":1}', None)]
+USAGE_KEYS = {"chat": (b"prompt_tokens", b"completion_tokens"),
+              "responses": (b"input_tokens", b"output_tokens"),
+              "messages": (b"input_tokens", b"output_tokens")}
+
+
+def _sse(*data: bytes) -> bytes:
+    return b"".join(b"data: " + d + b"\n\n" for d in data)
+
+
+def provider_answer(rng: random.Random, fmt: str) -> tuple:
+    # half the figures valid (FIGURES[:4]), half anything
+    (i_raw, i), (o_raw, o) = (rng.choice(FIGURES[:4] if rng.random() < 0.5 else FIGURES)
+                              for _ in range(2))
+    ik, ok = USAGE_KEYS[fmt]
+    fields = []
+    if rng.random() < 0.9:
+        fields.append(b'"' + ik + b'":' + i_raw)
+    else:
+        i = None
+    if rng.random() < 0.9:
+        fields.append(b'"' + ok + b'":' + o_raw)
+    else:
+        o = None
+    usage = b"{" + b",".join(fields) + b"}"
+    if rng.random() < 0.1:                       # nested wrong: no usage object at all
+        usage, i, o = rng.choice([b"[]", b'"usage"', b"null", b"5", b"[" + usage + b"]"]), None, None
+    if rng.random() < 0.5:
+        body = {"chat": b'{"id":"x","choices":[],"usage":' + usage + b"}",
+                "responses": b'{"id":"x","output":[],"usage":' + usage + b"}",
+                "messages": b'{"id":"x","content":[],"usage":' + usage + b"}"}[fmt]
+        return "application/json", body, 0, (i, o)
+    if fmt == "chat":
+        body = _sse(b'{"choices":[{"delta":{"content":"Hi"}}]}', b'{"choices":[],"usage":' + usage + b"}",
+                    b"[DONE]")
+    elif fmt == "responses":
+        body = _sse(b'{"type":"response.output_text.delta","delta":"\\"usage\\":{}"}',
+                    b'{"type":"response.completed","response":{"id":"x","usage":' + usage + b"}}")
+    else:   # input in message_start, output in message_delta
+        body = _sse(b'{"type":"message_start","message":{"usage":' + usage + b"}}",
+                    b'{"type":"message_delta","delta":{},"usage":{"' + ok + b'":' + o_raw + b"}}")
+        o = dict(FIGURES)[o_raw]         # message_delta's output figure, whatever message_start had
+    return "text/event-stream", body, rng.choice([0, 1, 3, 17, 64]), (i, o)
+
+
+USAGE_PATH = "/v1/roleplay/usage"
+DAYS = ["7", "1", "90", "0", "91", "-1", "", "1e3", "%C2%B2", "7&days=8", "99999999999999999999",
+        "%00", "x" * 3000, "３"]
+
+
+def usage_case(rng: random.Random, n: int) -> Case:
+    key = rng.choice([KEY, KEY, KEY, OTHER_KEY, REVOKED_KEY, "rpk_nope", "", "sk-origin"])
+    headers = {}
+    if key:
+        headers[rng.choice(["Authorization", "x-api-key"])] = key
+    if "Authorization" in headers:
+        headers["Authorization"] = "Bearer " + key
+    query = "" if rng.random() < 0.3 else "?days=" + rng.choice(DAYS)
+    method = "GET" if rng.random() < 0.9 else rng.choice(["POST", "DELETE", "HEAD"])
+    days = 7 if not query else int(query[6:]) if query[6:].isascii() and query[6:].isdigit() \
+        and len(query[6:]) <= 5 and 1 <= int(query[6:]) <= 90 else None
+    notes = {"usage": {"days": days, "live": key in (KEY, OTHER_KEY)}}
+    if method != "GET":
+        notes.update(reserved_notes(method, USAGE_PATH, headers))
+    return Case(n, f"usage:{method}", method, USAGE_PATH + query, headers,
+                roleplay=carries_reserved(headers), notes=notes)
+
+
 def cases(seed: int, count: int):
     rng = random.Random(seed)
     for n in range(count):
         if rng.random() < 0.2:
             yield other_route(rng, n)
+            continue
+        if rng.random() < 0.04:
+            yield usage_case(rng, n)
             continue
         if rng.random() < 0.08:
             yield search_case(rng, n)
@@ -630,7 +713,7 @@ def cases(seed: int, count: int):
         variant, headers = roleplay_headers(rng)
         status = 503 if rng.random() < 0.03 else 200
         yield Case(n, f"{fmt}:{kind}:{variant}", "POST", GENERATION[fmt], headers, body,
-                   provider_status=status)
+                   provider_status=status, provider_answer=provider_answer(rng, fmt))
 
 
 # ---------------------------------------------------------------------------

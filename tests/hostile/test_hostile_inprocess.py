@@ -28,7 +28,11 @@ def hostile_edge() -> tuple[LocalEdge, dict]:
     def upstream(sent):
         if sent.url.startswith(ORIGIN):
             return Answer(body=b'{"origin":true}')
-        return Answer(status=script["status"], body=b'{"id":"x","choices":[]}')
+        answer = script.get("answer")
+        if answer is None:
+            return Answer(status=script["status"], body=b'{"id":"x","choices":[]}')
+        ctype, body, chunk, _ = answer
+        return Answer(status=script["status"], headers=[("content-type", ctype)], body=body, chunk=chunk)
 
     edge = LocalEdge(rp.edge_vars(PROVIDER, ORIGIN, CORS_ALLOWED_ORIGINS=gen.CORS_SETTING), upstream)
     edge.seed_player("p_hostile", gen.KEY, gen.SESSION)
@@ -49,14 +53,23 @@ def stored(edge) -> tuple:
         len(edge.bucket.objects)
 
 
+def usage_totals(edge) -> tuple:
+    row = edge.sql("SELECT COALESCE(SUM(requests), 0) AS r, COALESCE(SUM(input_tokens), 0) AS i, "
+                   "COALESCE(SUM(output_tokens), 0) AS o, COALESCE(SUM(estimated), 0) AS e "
+                   "FROM principal_usage")[0]
+    return row["r"], row["i"], row["o"], row["e"]
+
+
 def run_case(edge, script, case) -> Observed:
-    script["status"] = case.provider_status
-    sent0, before = len(edge.sent), stored(edge)
+    script["status"], script["answer"] = case.provider_status, case.provider_answer
+    sent0, before, usage0 = len(edge.sent), stored(edge), usage_totals(edge)
     r = edge.request(case.method, case.path, case.headers, case.body)
     new = edge.sent[sent0:]
     provider = [(repr(s.headers), s.body) for s in new if s.url.startswith(PROVIDER)]
     origin = [(repr(s.headers), s.body) for s in new if s.url.startswith(ORIGIN)]
-    return Observed(r.status, r.body, provider, len(origin), before, stored(edge), origin, r.headers)
+    delta = tuple(b - a for a, b in zip(usage0, usage_totals(edge)))
+    return Observed(r.status, r.body, provider, len(origin), before, stored(edge), origin, r.headers,
+                    delta)
 
 
 def test_hostile_requests_in_process():

@@ -32,7 +32,13 @@ def servers():
     script = {"status": 200}
 
     def provider_reply(rec):
-        return Reply(status=script["status"], chunks=[b'{"id":"x","choices":[]}'])
+        answer = script.get("answer")
+        if answer is None:
+            return Reply(status=script["status"], chunks=[b'{"id":"x","choices":[]}'])
+        ctype, body, size, _ = answer      # the case's usage fields, in reads of `size` bytes
+        size = size or len(body)
+        return Reply(status=script["status"], headers=[("content-type", ctype)],
+                     chunks=[body[i:i + size] for i in range(0, len(body), size)])
 
     with FakeServer(provider_reply) as provider, FakeServer() as origin:
         yield provider, origin, script
@@ -64,18 +70,28 @@ def stored(edge) -> tuple:
     return edge.sql("SELECT COUNT(*) AS n FROM context_pages")[0]["n"], edge.stats()["r2_puts"]
 
 
+def usage_totals(edge) -> tuple:
+    """principal_usage's sums (after `stored`: /__runner/stats waits for waitUntil work)."""
+    [row] = edge.sql("SELECT COALESCE(SUM(requests), 0) AS r, COALESCE(SUM(input_tokens), 0) AS i, "
+                     "COALESCE(SUM(output_tokens), 0) AS o, COALESCE(SUM(estimated), 0) AS e FROM principal_usage")
+    return row["r"], row["i"], row["o"], row["e"]
+
+
 def send(edge, servers, case) -> Observed:
     provider, origin, script = servers
-    script["status"] = case.provider_status
+    script["status"], script["answer"] = case.provider_status, case.provider_answer
     p0, o0, before = len(provider.received), len(origin.received), stored(edge)
+    usage0 = usage_totals(edge)
     # On the wire a header value has no surrounding whitespace (servers strip it; h11 refuses to send it).
     # the true Content-Length (a declared one is the in-process tier's: a lie would stall)
     headers = {k: v.strip() for k, v in case.headers.items() if k != "Content-Length"}
     r = edge.client.request(case.method, case.path, headers=headers, content=case.body or None)
     reached = provider.received[p0:]
     at_origin = [(repr(x.raw_headers), x.body) for x in origin.received[o0:]]
+    after = stored(edge)
+    delta = tuple(b - a for a, b in zip(usage0, usage_totals(edge)))
     return Observed(r.status_code, r.content, [(repr(x.raw_headers), x.body) for x in reached],
-                    len(at_origin), before, stored(edge), at_origin, list(r.headers.items()))
+                    len(at_origin), before, after, at_origin, list(r.headers.items()), delta)
 
 
 def bombs():

@@ -94,29 +94,36 @@ class Answer:
     headers: list[tuple[str, str]] = field(default_factory=lambda: [("content-type", "application/json")])
     body: bytes = b'{"ok":true}'
     discarded: bool = False
+    chunk: int = 0          # > 0: the body is relayed in reads of this many bytes
 
     @property
     def stream(self):
         return [self.body]
 
-    def relay(self, prefix: bytes = b"", idle=None, idle_tail=None, done=None):
-        """The body as the Worker relays it; ``done()`` once it has been read (or the
-        reader went away: the generator closed)."""
-        parts = [prefix, self.body] if prefix else [self.body]
-        return parts if done is None else _relayed(parts, done)
+    def relay(self, prefix: bytes = b"", idle=None, idle_tail=None, watch=None, done=None):
+        """The body as the Worker's relay yields it: `prefix`, then its reads, each seen
+        by `watch` as it passes, then `watch.end()`; ``done()`` once it has been read or
+        the reader went away (a generator: read as it is consumed, closed when dropped)."""
+        try:
+            if prefix:
+                yield prefix
+            size = self.chunk or max(1, len(self.body))
+            for at in range(0, len(self.body), size):
+                part = self.body[at:at + size]
+                if watch is not None:
+                    watch.feed(part)
+                yield part
+            if watch is not None:
+                watch.end()
+        finally:
+            if done is not None:
+                done()
 
     async def read(self, idle=None, limit=None) -> bytes | None:
         return None if limit is not None and len(self.body) > limit else self.body
 
     async def discard(self) -> None:
         self.discarded = True
-
-
-def _relayed(parts: list, done):
-    try:
-        yield from parts
-    finally:
-        done()
 
 
 def _body_bytes(body) -> bytes:
@@ -182,6 +189,11 @@ class InProcessPlatform:
                 await grow(min(BODY_CHUNK, len(self._body) - start))
         return self._body, None
 
+    def wait_until(self, work) -> None:
+        """Kept, and run once the answer has been read whole (`LocalEdge.request`),
+        as the runtime runs `ctx.waitUntil` work after the response."""
+        self._edge.waits.append(work)
+
     async def fetch(self, url, method, headers, body=None, timeout=None):
         sent = Sent(url, method, list(headers), _body_bytes(body))
         self._edge.sent.append(sent)
@@ -204,6 +216,14 @@ class Response:
         return json.loads(self.body)
 
 
+async def _settled(work):
+    try:
+        await work
+    except Exception as e:  # noqa: BLE001 — reported to the test, as the runner logs it
+        return e
+    return None
+
+
 def default_upstream(sent: Sent) -> Answer:
     return Answer(body=json.dumps({"id": "x", "choices": [], "content": [], "output": []}).encode())
 
@@ -223,9 +243,13 @@ class LocalEdge:
         self.sent: list[Sent] = []
         self.streamed = 0             # bodies buffer_body handed on unread (over its limit)
         self.logs: list[dict] = []
+        self.waits: list = []         # wait_until work not yet run
+        self.hold_waits = False       # True: leave it for `drain` (after-the-answer tests)
         self.loop = asyncio.new_event_loop()
 
     def close(self):
+        for work in self.waits:
+            work.close()          # never run (held): no "never awaited" warning
         self.loop.close()
         self.conn.close()
 
@@ -245,7 +269,15 @@ class LocalEdge:
         platform = InProcessPlatform(self, body, pairs)
         out = self.loop.run_until_complete(app.handle(req, platform))
         payload = out.body if out.stream is None else _body_bytes(out.stream)
+        if not self.hold_waits:
+            self.drain()
         return Response(out.status, out.headers, payload)
+
+    def drain(self) -> list:
+        """Run the wait_until work left (after the answer, as the runtime does) → each
+        one's exception or None."""
+        waits, self.waits = self.waits, []
+        return [self.loop.run_until_complete(_settled(w)) for w in waits]
 
     # -- seeding and inspection (the real SQL where the edge has it) -------------
     def sql(self, sql: str, *params) -> list[dict]:

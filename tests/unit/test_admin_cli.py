@@ -368,3 +368,32 @@ def test_limits_set_clear_and_show_on_local_d1(tmp_path):
                 ["limits", "set", "--principal", "p", "--clear", "nonsense"],
                 ["limits", "show"]):
         assert cli(*bad, persist=state).returncode == 2, bad
+
+
+def test_usage_statements_and_usage_show_on_local_d1(persist):
+    """The usage upsert and the usage route's one read run on D1's SQLite (docs/design.md
+    §4.1); `usage show P --days N` lists the principal's rows of the last N UTC days."""
+    from multillm_edge.formats.usage import Usage
+    admin.apply_local_migrations(str(persist))
+    db = admin.WranglerExecutor(persist_to=str(persist))
+    run = asyncio.run
+    now = int(time.time())
+    today, before = store.utc_day(now), store.utc_day(now - 5 * 86400)
+    key = hashlib.sha256(b"rpk_usage_cli").hexdigest()
+    run(admin_sql.insert_key(db, key, EVIL, now))
+    run(admin_sql.set_policy(db, EVIL, 1, ["chat"], "standard", now))
+    run(store.record_usage(db, EVIL, today, "fake:a", Usage(1000, 600, 0, 40, False)))
+    run(store.record_usage(db, EVIL, today, "fake:a", Usage(500, 0, 100, 10, True)))
+    run(store.record_usage(db, EVIL, before, "fake:b", Usage(7, 0, 0, 3, False)))
+    found = run(store.load_usage(db, key, store.utc_day(now - 6 * 86400), now, now - now % 86400))
+    assert found.principal == EVIL and found.limits == dict.fromkeys(store.LIMITS)
+    assert found.days[today] == store.DayUsage(today, 1500, 600, 100, 50, 2, 1)
+    assert found.counts["tokens_per_day"] == 1550
+    shown = cli_json("usage", "show", EVIL, "--no-migrate", persist=persist)
+    assert [(r["day"], r["model"], r["requests"], r["input_tokens"], r["output_tokens"], r["estimated"])
+            for r in shown["rows"]] == [(today, "fake:a", 2, 1500, 50, 1), (before, "fake:b", 1, 7, 3, 0)]
+    assert [r["day"] for r in cli_json("usage", "show", EVIL, "--days", "3", "--no-migrate",
+                                       persist=persist)["rows"]] == [today]
+    text = cli("usage", "show", EVIL, "--no-migrate", persist=persist).stdout
+    assert "fake:a" in text and "3 requests, 1507 input and 53 output tokens" in text
+    assert cli("usage", "show", EVIL, "--days", "0", persist=persist).returncode == 2

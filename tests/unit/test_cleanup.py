@@ -57,7 +57,8 @@ def test_deletes_rows_expired_beyond_retention_and_logs_counts():
     assert platform.logs == [record]
     assert {k: v for k, v in record.items() if k != "ms"} == \
         {"route": "scheduled", "deleted": 3, "batches": 1, "more": False,
-         "requests_deleted": 0, "requests_more": False}
+         "requests_deleted": 0, "requests_more": False,
+         "usage_deleted": 0, "usage_batches": 1, "usage_more": False}
     assert count(conn) == 6
 
 
@@ -92,3 +93,39 @@ def test_deletes_request_window_rows_that_left_the_window_in_bounded_batches(mon
     assert (record["requests_deleted"], record["requests_more"]) == (5, False)
     assert sorted(r[0] for r in conn.execute("SELECT at FROM principal_requests")) == \
         [NOW - 59 + i for i in range(5)]
+
+
+def seed_usage(conn, days):
+    conn.executemany("INSERT INTO principal_usage (principal, day, model, requests, input_tokens) "
+                     "VALUES ('p', ?, 'fake:m', 1, 5)", [(d,) for d in days])
+    conn.commit()
+
+
+def usage_days(conn):
+    return [r[0] for r in conn.execute("SELECT day FROM principal_usage ORDER BY day")]
+
+
+def test_usage_rows_older_than_the_retention_go_in_bounded_batches(monkeypatch):
+    # NOW is 2033-05-18 (UTC): 90 days kept, today included, are 2033-02-18 .. 2033-05-18.
+    conn = migrated()
+    seed_usage(conn, ["2033-02-16", "2033-02-17", "2033-02-18", "2033-05-18"])
+    platform = Platform(SqliteExecutor(conn))
+    record = asyncio.run(cleanup.scheduled_cleanup(platform))
+    assert (record["usage_deleted"], record["usage_more"]) == (2, False)
+    assert usage_days(conn) == ["2033-02-18", "2033-05-18"]
+    # the var: 1 day keeps today only
+    platform.vars["USAGE_RETENTION_DAYS"] = "1"
+    assert asyncio.run(cleanup.scheduled_cleanup(platform))["usage_deleted"] == 1
+    assert usage_days(conn) == ["2033-05-18"]
+    # bounded: at most CLEANUP_BATCH_ROWS per statement, CLEANUP_MAX_BATCHES statements
+    monkeypatch.setattr(config, "CLEANUP_BATCH_ROWS", 3)
+    monkeypatch.setattr(config, "CLEANUP_MAX_BATCHES", 2)
+    seed_usage(conn, [f"2020-01-{d:02d}" for d in range(1, 11)])
+    record = asyncio.run(cleanup.scheduled_cleanup(platform))
+    assert (record["usage_deleted"], record["usage_batches"], record["usage_more"]) == (6, 2, True)
+    record = asyncio.run(cleanup.scheduled_cleanup(platform))
+    assert (record["usage_deleted"], record["usage_more"]) == (4, False)
+    assert usage_days(conn) == ["2033-05-18"]
+    # an invalid value is the default (90 days)
+    platform.vars["USAGE_RETENTION_DAYS"] = "-3"
+    assert asyncio.run(cleanup.scheduled_cleanup(platform))["usage_deleted"] == 0

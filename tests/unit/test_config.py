@@ -58,6 +58,10 @@ def test_limits():
     assert config.DEFAULT_SAFETY_TOKENS == 256
     assert config.DEFAULT_PAGE_REWRITE_AFTER_SECONDS == 86400
     assert config.DEFAULT_EXPIRED_ROW_RETENTION_SECONDS == 7 * 86400
+    assert config.DEFAULT_USAGE_RETENTION_DAYS == 90      # README, wrangler.toml
+    assert config.usage_retention_days("30") == 30 and config.usage_retention_days(" 7 ") == 7
+    for bad in (None, "", "0", "-1", "1.5", "3661", "ninety", "9" * 13):
+        assert config.usage_retention_days(bad) == 90, bad
 
 
 @pytest.mark.parametrize("value,expected", [

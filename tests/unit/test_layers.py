@@ -226,7 +226,7 @@ def test_every_registered_format_declares_the_whole_interface():
     names = ("NAME", "CLIENT_PATH", "UPSTREAM_PATH", "ITEMS_KEY", "MAX_TOKEN_FIELDS", "VERSION_HEADER",
              "ERROR_ENVELOPE", "classify", "check", "output_reservation", "schema", "tool_schema",
              "search_tool_schema", "add_tool",
-             "auth_headers", "idle_event")
+             "auth_headers", "idle_event", "USAGE_FIELDS", "usage_of", "event_usage", "usage_counts")
     for f in formats.FORMATS:
         missing = [n for n in names if not hasattr(f, n)]
         assert not missing, (f.NAME, missing)

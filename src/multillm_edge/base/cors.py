@@ -131,6 +131,7 @@ def decorate(out: Outgoing, req: Incoming, platform) -> None:
     if origin is None:
         return
     out.headers.append(("access-control-allow-origin", origin))
-    exposed = sorted({k for k, _ in out.headers if k.startswith("x-multillm-")})
+    # a 429's Retry-After too (docs/design.md §4.1): not a CORS-safelisted header
+    exposed = sorted({k for k, _ in out.headers if k.startswith("x-multillm-") or k == "retry-after"})
     if exposed:
         out.headers.append(("access-control-expose-headers", ", ".join(exposed)))

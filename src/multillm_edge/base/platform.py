@@ -29,6 +29,13 @@ class Bucket(Protocol):
     async def delete(self, key: str) -> None: ...
 
 
+class Watch(Protocol):
+    """What sees a relayed body go by (formats/usage.py `Meter`): each read's bytes,
+    then `end` once, however the body ended (complete, failed, idle, cancelled)."""
+    def feed(self, chunk: bytes) -> None: ...
+    def end(self) -> None: ...
+
+
 class UpstreamResponse(Protocol):
     """A provider's or the origin's answer: status and headers, the body left unread."""
     status: int
@@ -36,7 +43,8 @@ class UpstreamResponse(Protocol):
     @property
     def stream(self) -> Any: ...
     def relay(self, prefix: bytes = b"", idle: Optional[float] = None,
-              idle_tail: Optional[bytes] = None, done: Optional[Callable[[], None]] = None) -> Any: ...
+              idle_tail: Optional[bytes] = None, watch: Optional[Watch] = None,
+              done: Optional[Callable[[], None]] = None) -> Any: ...
     async def read(self, idle: Optional[float] = None, limit: Optional[int] = None) -> Optional[bytes]: ...
     async def discard(self) -> None: ...
 
@@ -58,6 +66,9 @@ class Platform(Protocol):
     async def fetch(self, url: str, method: str, headers: list, body: Any = None,
                     timeout: Optional[float] = None) -> UpstreamResponse: ...
     # ``body``: bytes, a ``base.http.Handoff`` (taken once, its bytes let go) or a stream
+    # `work` runs after the answer (the request's `ctx.waitUntil`): the runtime keeps the
+    # request alive for it without delaying the response (docs/design.md §4.1).
+    def wait_until(self, work: Awaitable) -> None: ...
 
 
 def var_text(value, stringify: Callable[[object], str]):

@@ -164,6 +164,18 @@ def expired_row_retention(value: Optional[str]) -> int:
     return _duration(value, DEFAULT_EXPIRED_ROW_RETENTION_SECONDS)
 
 
+#: USAGE_RETENTION_DAYS default: the cleanup keeps this many UTC days of usage rows
+#: (today included), and `GET /v1/roleplay/usage?days=N` reaches at most this far.
+DEFAULT_USAGE_RETENTION_DAYS = 90
+MAX_USAGE_RETENTION_DAYS = 3660
+
+
+def usage_retention_days(value: Optional[str]) -> int:
+    """USAGE_RETENTION_DAYS: whole days, 1 to MAX_USAGE_RETENTION_DAYS; else the default."""
+    return _decimal(value if isinstance(value, str) else None, DEFAULT_USAGE_RETENTION_DAYS,
+                    1, MAX_USAGE_RETENTION_DAYS)
+
+
 # ---------------------------------------------------------------------------
 # PROVIDERS
 # ---------------------------------------------------------------------------

@@ -104,3 +104,26 @@ def _check_message(m: dict, where: str) -> None:
 def check(body: dict) -> None:
     history_items(body, ITEMS_KEY, _check_message, required=True, allow_string=False)
     optional(body, "functions", (list, type(None)))
+
+
+# --- usage as the provider reports it (docs/design.md §4.1; formats/usage.py) -----
+
+#: `prompt_tokens` is every input token; DeepSeek names its cache hits apart.
+USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "prompt_tokens_details.cached_tokens",
+                "prompt_cache_hit_tokens")
+
+
+def usage_of(doc):
+    """A whole answer's `usage`."""
+    return doc.get("usage") if type(doc) is dict else None
+
+
+def event_usage(doc):
+    """A stream chunk's `usage`: the last chunk's with `stream_options.include_usage`."""
+    return doc.get("usage") if type(doc) is dict else None
+
+
+def usage_counts(f: dict) -> tuple:
+    """(input, cached, written, output); None where not reported."""
+    cached = f.get("prompt_tokens_details.cached_tokens", f.get("prompt_cache_hit_tokens"))
+    return f.get("prompt_tokens"), cached, None, f.get("completion_tokens")

@@ -129,3 +129,34 @@ def check(body: dict) -> None:
         expect(body["system"], STR_LIST, "system")
         if type(body["system"]) is list:
             objects(body["system"], "system")
+
+
+# --- usage as the provider reports it (docs/design.md §4.1; formats/usage.py) -----
+
+#: `input_tokens` excludes what the prompt cache read and wrote: the input is the sum.
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                "cache_creation_input_tokens")
+
+
+def usage_of(doc):
+    """A whole answer's `usage`."""
+    return doc.get("usage") if type(doc) is dict else None
+
+
+def event_usage(doc):
+    """`message_start` carries the message's usage (input); `message_delta` the running
+    totals (output, and on newer versions input again): later figures replace earlier."""
+    if type(doc) is not dict:
+        return None
+    message = doc.get("message")
+    if doc.get("type") == "message_start" and type(message) is dict:
+        return message.get("usage")
+    return doc.get("usage")
+
+
+def usage_counts(f: dict) -> tuple:
+    read = f.get("cache_read_input_tokens", 0)
+    written = f.get("cache_creation_input_tokens", 0)
+    fresh = f.get("input_tokens")
+    return (None if fresh is None else fresh + read + written, read, written,
+            f.get("output_tokens"))

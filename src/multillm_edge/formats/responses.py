@@ -82,3 +82,26 @@ def _check_item(it: dict, where: str) -> None:
 
 def check(body: dict) -> None:
     history_items(body, ITEMS_KEY, _check_item, required=False, allow_string=True)
+
+
+# --- usage as the provider reports it (docs/design.md §4.1; formats/usage.py) -----
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "input_tokens_details.cached_tokens")
+
+
+def usage_of(doc):
+    """A whole answer's `usage`."""
+    return doc.get("usage") if type(doc) is dict else None
+
+
+def event_usage(doc):
+    """`response.completed` (and `.incomplete`, `.failed`) carry the response and its usage."""
+    if type(doc) is not dict:
+        return None
+    response = doc.get("response")
+    return response.get("usage") if type(response) is dict else None
+
+
+def usage_counts(f: dict) -> tuple:
+    return (f.get("input_tokens"), f.get("input_tokens_details.cached_tokens"), None,
+            f.get("output_tokens"))

@@ -11,7 +11,7 @@ import asyncio
 import time
 
 import js
-from pyodide.ffi import JsException, create_proxy, to_js
+from pyodide.ffi import JsException, create_once_callable, create_proxy, to_js
 from workers import Request, Response
 
 from ..base.errors import EdgeError, StorageError
@@ -147,17 +147,22 @@ class Upstream:
         return self._resp.body
 
     def relay(self, prefix: bytes = b"", idle: float | None = None, idle_tail: bytes | None = None,
-              done=None):
+              watch=None, done=None):
         """The body as a new stream: `prefix`, then the upstream's chunks as they come.
         A silence over `idle` seconds ends it (after `idle_tail`, else as an error);
         a reader that cancels (the client went away) aborts the upstream request.
+        `watch` (base.platform.Watch) sees the body's bytes as they pass, then its end;
         `done()` is called once when it ends, however it ends."""
-        prefix += self._held
+        held, prefix = self._held, prefix + self._held
+        if watch is not None and held:
+            watch.feed(held)
         if self._resp.body is None:
+            if watch is not None:
+                watch.end()
             if done is not None:
                 done()
             return _js_bytes(prefix) if prefix else None
-        return _Relay(self._body_reader(), prefix, idle, idle_tail, self._abort, done).stream
+        return _Relay(self._body_reader(), prefix, idle, idle_tail, self._abort, watch, done).stream
 
     async def read(self, idle: float | None = None, limit: int | None = None) -> bytes | None:
         """The whole body, or None once it is longer than `limit` bytes (what was read
@@ -199,10 +204,10 @@ class _Relay:
     """A pull-driven ReadableStream over an upstream body: one chunk per pull, so
     backpressure reaches the provider and nothing is buffered whole."""
 
-    def __init__(self, reader, prefix: bytes, idle, idle_tail, abort, done=None):
+    def __init__(self, reader, prefix: bytes, idle, idle_tail, abort, watch=None, done=None):
         self._reader = reader
         self._prefix, self._idle, self._tail, self._abort = prefix, idle, idle_tail, abort
-        self._done = done
+        self._watch, self._done = watch, done
         self._pull, self._cancel = create_proxy(self.pull), create_proxy(self.cancel)
         source = js.Object.new()
         source.pull, source.cancel = self._pull, self._cancel
@@ -229,6 +234,8 @@ class _Relay:
             self._release()
             controller.close()
         else:
+            if self._watch is not None:    # a copy for the usage meter (§4.1), bounded there
+                self._watch.feed(part.value.to_bytes())
             controller.enqueue(part.value)
 
     async def _end_idle(self, controller):
@@ -248,6 +255,9 @@ class _Relay:
         self._release()
 
     def _release(self):
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.end()
         for proxy in (self._pull, self._cancel):
             if proxy is not None:
                 proxy.destroy()
@@ -258,9 +268,10 @@ class _Relay:
 
 
 class WorkersPlatform:
-    def __init__(self, env, request: Request):
+    def __init__(self, env, request: Request, ctx=None):
         self._env = env
         self.request = request
+        self._ctx = ctx         # the invocation's ExecutionContext (waitUntil)
 
     def var(self, name: str) -> str | None:
         """A var or secret as text. wrangler.toml may give a var as JSON (a TOML table such
@@ -384,6 +395,25 @@ class WorkersPlatform:
                 js.clearTimeout(timer)
             on_timeout.destroy()
         return Upstream(resp, lambda: controller.abort())
+
+    def wait_until(self, work) -> None:
+        """Run `work` as a task the runtime waits for after the response (`ctx.waitUntil`
+        with a JS promise settled by the task: no proxy outlives it). Its failure rejects
+        the promise with the exception's type only (never a message: no content)."""
+        task = asyncio.ensure_future(work)
+        if self._ctx is None:
+            return
+
+        def settle(resolve, reject):
+            def done(t):
+                failed = None if t.cancelled() else t.exception()
+                if failed is None:
+                    resolve(None)
+                else:
+                    reject(js.Error.new(type(failed).__name__))
+            task.add_done_callback(done)
+
+        self._ctx.waitUntil(js.Promise.new(create_once_callable(settle)))
 
     def _signal(self, controller):
         """The request's own abort signal joined to the client's: workerd aborts the

@@ -14,6 +14,7 @@ and no row due for refresh, else two (plus `upsert_pages`). The scheduled cleanu
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -760,3 +761,131 @@ async def create_session(db: Executor, session_id: str, principal: str, now: int
 async def end_session(db: Executor, session_id: str, principal: str, now: int) -> bool:
     """End an open session of this principal. False: unknown, foreign or already ended."""
     return await db.run(SQL_END_SESSION, [session_id, principal, int(now)]) > 0
+
+
+# ---------------------------------------------------------------------------
+# Usage per principal, UTC day and model (docs/design.md §4.1; migrations/0003)
+# ---------------------------------------------------------------------------
+
+# One statement per answered turn, after the answer: the turn's figures added to the
+# (principal, day, model) row. No content and no key: names and numbers only.
+SQL_RECORD_USAGE = """
+INSERT INTO principal_usage (principal, day, model, requests, input_tokens, cached_input_tokens,
+                             cache_write_tokens, output_tokens, estimated)
+VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)
+ON CONFLICT(principal, day, model) DO UPDATE SET
+  requests            = requests + 1,
+  input_tokens        = input_tokens + excluded.input_tokens,
+  cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
+  cache_write_tokens  = cache_write_tokens + excluded.cache_write_tokens,
+  output_tokens       = output_tokens + excluded.output_tokens,
+  estimated           = estimated + excluded.estimated
+"""
+
+
+async def record_usage(db: Executor, principal: str, day: str, model: str, usage) -> None:
+    """Add one turn's `formats.usage.Usage` to its row."""
+    await db.run(SQL_RECORD_USAGE, [principal, day, model, int(usage.input_tokens),
+                                    int(usage.cached_input_tokens), int(usage.cache_write_tokens),
+                                    int(usage.output_tokens), int(bool(usage.estimated))])
+
+
+# `GET /v1/roleplay/usage` in one statement: the key's facts, the principal's limits and
+# what counts against each now — its days' usage since ?2 (a UTC date, summed over
+# models), generations in the last minute (?3 now), sessions created since ?4 (the UTC
+# day's start), active page bytes across its sessions (current revision, unexpired).
+SQL_LOAD_USAGE = _roleplay_read("""l.requests_per_minute AS requests_per_minute,
+       l.tokens_per_day AS tokens_per_day, l.sessions_per_day AS sessions_per_day,
+       l.active_bytes AS active_bytes_limit,
+       (SELECT json_group_array(json_array(d.day, d.input_tokens, d.cached_input_tokens,
+                                           d.cache_write_tokens, d.output_tokens, d.requests,
+                                           d.estimated))
+          FROM (SELECT u.day, SUM(u.input_tokens) AS input_tokens,
+                       SUM(u.cached_input_tokens) AS cached_input_tokens,
+                       SUM(u.cache_write_tokens) AS cache_write_tokens,
+                       SUM(u.output_tokens) AS output_tokens, SUM(u.requests) AS requests,
+                       SUM(u.estimated) AS estimated
+                  FROM principal_usage u
+                 WHERE u.principal = k.principal AND u.day >= ?2
+                 GROUP BY u.day) d) AS days,
+       (SELECT COUNT(*) FROM principal_requests r
+         WHERE r.principal = k.principal AND r.at > ?3 - 60) AS recent_requests,
+       (SELECT COUNT(*) FROM roleplay_sessions s
+         WHERE s.principal = k.principal AND s.created_at >= ?4) AS sessions_today,
+       (SELECT COALESCE(SUM(c.byte_length), 0) FROM context_pages c
+         WHERE c.principal = k.principal AND c.authority = ?5
+           AND c.policy_revision = p.revision AND c.expires_at > ?3) AS active_bytes""",
+    "  LEFT JOIN principal_limits l ON l.principal = k.principal", session=False)
+
+
+@dataclass(frozen=True)
+class DayUsage:
+    day: str
+    input_tokens: int
+    cached_input_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    requests: int
+    estimated: int       # turns whose figures were estimated
+
+
+@dataclass(frozen=True)
+class PrincipalUsage:
+    """A principal's usage and limits as `GET /v1/roleplay/usage` reports them."""
+    principal: str
+    key_revoked: bool
+    policy: Optional[Policy]
+    limits: dict          # name -> int, or None (unlimited)
+    counts: dict          # name -> what counts against that limit now
+    days: dict            # 'YYYY-MM-DD' -> DayUsage
+
+
+LIMITS = ("requests_per_minute", "tokens_per_day", "sessions_per_day", "active_bytes")
+
+
+def _limit(v) -> Optional[int]:
+    v = _int(v) if v is not None else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+async def load_usage(db: Executor, key_sha256: str, since_day: str, now: int,
+                     day_start: int) -> Optional[PrincipalUsage]:
+    """The key's facts, limits, counts and usage per day since ``since_day``, in one
+    statement. None = unknown key."""
+    row = await db.first(SQL_LOAD_USAGE, [key_sha256, since_day, int(now), int(day_start), ROLEPLAY])
+    if row is None:
+        return None
+    days = {}
+    for values in json.loads(row.get("days") or "[]"):
+        d = DayUsage(values[0], *(_int(v or 0) for v in values[1:]))
+        days[d.day] = d
+    today = days.get(utc_day(day_start))
+    limits = {name: _limit(row.get("active_bytes_limit" if name == "active_bytes" else name))
+              for name in LIMITS}
+    counts = {"requests_per_minute": _int(row.get("recent_requests") or 0),
+              "tokens_per_day": (today.input_tokens + today.output_tokens) if today else 0,
+              "sessions_per_day": _int(row.get("sessions_today") or 0),
+              "active_bytes": _int(row.get("active_bytes") or 0)}
+    return PrincipalUsage(**_key_facts(row), limits=limits, counts=counts, days=days)
+
+
+def utc_day(epoch: int) -> str:
+    """The UTC date of a time, as principal_usage's `day` holds it."""
+    return time.strftime("%Y-%m-%d", time.gmtime(epoch))
+
+
+SQL_PURGE_USAGE = """
+DELETE FROM principal_usage
+ WHERE rowid IN (SELECT rowid FROM principal_usage WHERE day < ?1 LIMIT ?2)
+"""
+
+
+async def purge_usage(db: Executor, before_day: str, batch_rows: int, max_batches: int) -> Purged:
+    """Delete usage rows of days before ``before_day``, in bounded batches (§5.12)."""
+    deleted = batches = 0
+    n = batch_rows
+    while batches < max_batches and n == batch_rows:
+        n = await db.run(SQL_PURGE_USAGE, [before_day, int(batch_rows)])
+        deleted += n
+        batches += 1
+    return Purged(deleted, batches, n == batch_rows)

@@ -21,7 +21,7 @@ class Default(WorkerEntrypoint):
     async def fetch(self, request):
         if not isinstance(request, Request):
             request = Request(request)
-        platform = WorkersPlatform(self.env, request)
+        platform = WorkersPlatform(self.env, request, self.ctx)
         url = urlsplit(str(request.url))
         q = {k: v[0] for k, v in parse_qs(url.query).items()}
         if url.path == "/sql":
@@ -52,4 +52,16 @@ class Default(WorkerEntrypoint):
                                           [tuple(h) for h in doc["headers"]],
                                           doc["body"].encode() if "body" in doc else None)
             return _json({"status": answer.status, "body": (await answer.read()).decode()})
+        if url.path == "/wait":  # work after the answer (ctx.waitUntil): a D1 write, or a failure
+            platform.wait_until(_later(platform, q.get("tag", ""), q.get("fail") == "1"))
+            return _json({"answered": True})
         return _json({"unknown": url.path}, 404)
+
+
+async def _later(platform, tag: str, fail: bool):
+    import asyncio
+    await asyncio.sleep(0.3)
+    if fail:
+        raise ValueError("secret text that must not be logged")
+    await platform.db.run("CREATE TABLE IF NOT EXISTS fidelity_waits (tag TEXT)", [])
+    await platform.db.run("INSERT INTO fidelity_waits (tag) VALUES (?1)", [tag])

@@ -160,6 +160,7 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
         if upstream is not None:
             await upstream.discard()
         upstream, chosen = answer, c
+        turn.model, turn.sent_bytes = c.model, len(payload)
         if answer.status not in RETRY_STATUSES:
             break
     held.release()

@@ -9,6 +9,7 @@ from ...formats import get as format_module
 from .scope import Scope, Turn, error
 from ...service.budget import hand_to_relay
 from ...service.storing import counted_bytes
+from ...service import usage
 
 
 def session_figures(scope: Scope, turn: Turn) -> dict | None:
@@ -81,14 +82,25 @@ def idle_event(fmt: str, idle: float) -> bytes:
     return format_module(fmt).idle_event(message)
 
 
+def usage_meter(scope: Scope, turn: Turn, sse: bool, status: int):
+    """The answer's usage meter (docs/design.md §4.1): a 2xx answer only, else None."""
+    if not usage.meters(status):
+        return None
+    rc = scope.rc
+    return usage.meter(rc.platform, rc.db, scope.fmt, sse, turn.sent_bytes,
+                       rc.caller.principal, turn.model, rc.now)
+
+
 async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
     record = scope.req.record
     with record.cpu("response"):
         headers = [(k, v) for k, v in upstream.headers
                    if k not in ("content-length", "content-encoding", "transfer-encoding", "connection")]
         ctype = dict(upstream.headers).get("content-type", "")
+        sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
         session = session_figures(scope, turn)
         whole = "json" in ctype and 200 <= upstream.status < 300 and (turn.pages or turn.compacted)
+        meter = usage_meter(scope, turn, sse, upstream.status)
     if whole:
         try:
             payload = await upstream.read(scope.idle, config.MAX_ANNOTATED_BYTES)
@@ -96,12 +108,13 @@ async def respond(scope: Scope, upstream, turn: Turn) -> Outgoing:
             raise error("upstream_timeout", "The provider stopped sending its response.", 504) from None
         if payload is not None:
             with record.cpu("response"):
+                meter.feed(payload)
+                meter.end()
                 return Outgoing(upstream.status, headers + info_headers(turn, session),
                                 annotate(payload, turn, scope.fmt, session))
         # Too large to parse and re-encode whole in the isolate: relayed as it comes.
     with record.cpu("response"):
-        sse = ctype.split(";")[0].strip().lower() == "text/event-stream"
         prefix = page_list_comment(turn, session) if sse and 200 <= upstream.status < 300 else b""
         stream = upstream.relay(prefix, scope.idle, idle_event(scope.fmt, scope.idle) if sse else None,
-                                hand_to_relay(scope.req))     # released when the relay ends
+                                meter, hand_to_relay(scope.req))    # released when the relay ends
         return Outgoing(upstream.status, headers + info_headers(turn, session), stream=stream)

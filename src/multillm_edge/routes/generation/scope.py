@@ -28,6 +28,8 @@ class Turn:
     # page_id -> byte_length of active single pages the dispatched plan's blocks hold
     # again (docs/design.md §5.9): not counted in the figures
     covered: dict = field(default_factory=dict)
+    model: str = ""                             # the answering candidate's `provider:model`
+    sent_bytes: int = 0                         # its upstream body (usage estimate, §4.1)
 
 
 @dataclass(frozen=True)
