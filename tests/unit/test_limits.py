@@ -271,3 +271,46 @@ def test_a_context_reports_every_limit_set_even_one_generation_does_not_count(db
     ctx = turn(db)
     assert ctx.limits.sessions_per_day == 4 and ctx.refusal is None and requests(db) == []
     assert limits.WINDOW_SECONDS == 60 and "r.at > ?3 - 60" in store.SQL_ADMIT_GENERATION
+
+
+# -- the usage route and the enforcement count alike ---------------------------------------
+
+def test_the_usage_route_and_the_limits_read_the_same_counts(db):
+    """`GET /v1/roleplay/usage` (store.load_usage) and the limits (principal_limits_and_counts)
+    are two statements over the same rows: each limit's `remaining` must agree, at every
+    window edge (design §4.1) — requests in and just out of the 60 s window, sessions of
+    today and yesterday, pages active, expired and of another revision, tokens of today
+    and of yesterday, another principal's rows."""
+    set_limits(db, requests_per_minute=10, tokens_per_day=5000, sessions_per_day=7, active_bytes=4000)
+    start = limits.day_start(NOW)
+    for at in (NOW - 61, NOW - 60, NOW - 59, NOW - 1, NOW):
+        run(db.run("INSERT INTO principal_requests (principal, at) VALUES ('lim', ?1)", [at]))
+    run(db.run("INSERT INTO principal_requests (principal, at) VALUES ('other', ?1)", [NOW]))
+    for sid, created in (("rps_t1", start), ("rps_t2", NOW), ("rps_y", start - 1)):
+        run(store.create_session(db, sid, "lim", created))
+    run(store.create_session(db, "rps_ot", "other", NOW))
+    assert upsert(db, [page(b"x", 700, "rps_l")], "rps_l")
+    assert upsert(db, [page(b"y", 300, "rps_l2")], "rps_l2")
+    old = page(b"z", 500, "rps_l")
+    old["expires_at"] = NOW - 1
+    run(db.run("INSERT INTO context_pages (page_id, authority, principal, session_id, policy_revision, "
+               "sha256, byte_length, r2_key, r2_offset, body_written_at, created_at, expires_at, signature) "
+               "VALUES (?1, 'roleplay', 'lim', 'rps_l', 1, ?2, 500, ?3, 0, 0, 0, ?4, ?5)",
+               [old["page_id"], old["sha256"], old["r2_key"], NOW - 1, old["signature"]]))
+    today, yesterday = limits.utc_day(NOW), limits.utc_day(start - 1)
+    usage(db, "lim", today, "fake:a", 1200, 300)
+    usage(db, "lim", today, "fake:b", 100, 50)
+    usage(db, "lim", yesterday, "fake:a", 9000, 9000)
+    usage(db, "other", today, "fake:a", 7777, 7777)
+    for now in (NOW, NOW + 1, NOW + 59):
+        counts = run(store.principal_limits_and_counts(db, "lim", now))
+        found = run(store.load_usage(db, KEY, yesterday, now, limits.day_start(now)))
+        tokens = found.counts["tokens_per_day"]
+        assert tokens == 1650
+        route = {name: None if lim is None else max(0, lim - found.counts[name])
+                 for name, lim in found.limits.items()}
+        assert route == counts.remaining(tokens), now
+    # at NOW: NOW - 59, NOW - 1 and NOW in the window; rps_t1 and rps_t2 created today
+    assert run(store.principal_limits_and_counts(db, "lim", NOW)).remaining(1650) == {
+        "requests_per_minute": 10 - 3, "tokens_per_day": 5000 - 1650,
+        "sessions_per_day": 7 - 2, "active_bytes": 4000 - 1000}

@@ -14,7 +14,6 @@ and no row due for refresh, else two (plus `upsert_pages`). The scheduled cleanu
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -869,9 +868,8 @@ async def load_usage(db: Executor, key_sha256: str, since_day: str, now: int,
     return PrincipalUsage(**_key_facts(row), limits=limits, counts=counts, days=days)
 
 
-def utc_day(epoch: int) -> str:
-    """The UTC date of a time, as principal_usage's `day` holds it."""
-    return time.strftime("%Y-%m-%d", time.gmtime(epoch))
+#: The UTC date of a time, as principal_usage's `day` holds it: the limits' one rule.
+utc_day = limits.utc_day
 
 
 SQL_PURGE_USAGE = """
