@@ -152,7 +152,8 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
         if not any(not later.skipped for later in cands[index + 1:]):
             held.release()
         # From here the request holds `payload.size` bytes, in the runtime once fetch takes them.
-        waiting_on_upstream(req, payload.size)     # its reservation lowered to that (§7.2)
+        size = payload.size
+        waiting_on_upstream(req, size)     # its reservation lowered to that (§7.2)
         answer = await attempt(scope, c, index, headers, payload, turn)
         del payload
         if answer is None:
@@ -160,7 +161,7 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
         if upstream is not None:
             await upstream.discard()
         upstream, chosen = answer, c
-        turn.model, turn.sent_bytes = c.model, len(payload)
+        turn.model, turn.sent_bytes = c.model, size
         if answer.status not in RETRY_STATUSES:
             break
     held.release()
