@@ -116,8 +116,10 @@ def test_one_statement_per_turn_after_the_answer(edge, provider):
     assert r.status_code == 200
     after = edge.stats()                 # the runner's figures wait for waitUntil work
     assert recorded(edge, player, 2, timeout=0)["requests"] == 2
-    # the turn's one read (nothing to page), then, after the answer, the one usage upsert
-    assert after["d1_statements"] - before["d1_statements"] == 1
+    # the turn's one round trip (a batch: the limits' admission and the read, design §4.1;
+    # nothing to page), then, after the answer, the one usage upsert
+    assert after["d1_batches"] - before["d1_batches"] == 1
+    assert after["d1_statements"] - before["d1_statements"] == 0
     assert after["usage_statements"] - before["usage_statements"] == 1
     assert after["usage_rows_written"] > before["usage_rows_written"]
     # a provider's error: no upsert
@@ -147,7 +149,7 @@ def test_a_slow_or_failing_write_leaves_the_answer_unchanged_and_on_time(edge, p
     finally:
         edge.inject(d1_slow_sql="", d1_slow_ms=0)
     since = len(edge.logs())
-    edge.inject(d1_sql="principal_usage")
+    edge.inject(d1_sql="INSERT INTO principal_usage")   # the upsert alone: the turn's read names the table too
     try:
         failed = post(edge, player, "chat", body)
         # the fault stays until the write has met it (it follows the answer)
