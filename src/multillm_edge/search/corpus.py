@@ -307,8 +307,10 @@ class Corpora:
         return self.max_bytes
 
     def held_bytes(self) -> int:
-        """The bytes the kept corpora hold (``Corpus.held_bytes``), and the list's."""
-        return 56 + 8 * len(self.kept) + sum([c.held_bytes() for c in self.kept])
+        """The bytes the kept corpora hold (``Corpus.held_bytes``), and their list's
+        slots (none kept: 0, as every cache's fixed part is the isolate's baseline)."""
+        kept = self.kept
+        return 56 + 8 * len(kept) + sum([c.held_bytes() for c in kept]) if kept else 0
 
     def shrink(self, to_bytes: int) -> None:
         """Drop corpora, the least recently used first, until ``held_bytes() <=
