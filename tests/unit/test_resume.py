@@ -12,6 +12,7 @@ bytes, items), sizes, recall's moments, dropped counts and errors.
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -219,6 +220,9 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
             assert prior.brackets == validation.bracket_count(raw), op      # exact, resumed or not
             reused += prior.used
             resume.keep(memory, key, raw, body, prior)
+            kept = memory.get(key)      # its grid ends carried turn to turn: as if made anew
+            if kept is not None and kept.ends is not None:
+                assert kept.ends == list(accumulate([n + 1 for n in kept.inner])), op
     return reused
 
 

@@ -29,7 +29,7 @@ from .. import formats as _formats
 from ..base.jsonbytes import compact
 from . import last_turns
 from .last_turns import LastTurn, LastTurns
-from .prepared import _group_bytes
+from .prepared import _PLUS_ONE, _group_bytes
 from .validation import MAX_BRACKETS, bracket_count, check_body, parse_json_counted
 
 _COMMA = ord(",")
@@ -68,10 +68,13 @@ class Prior:
         tail = [group(_formats.Group, (g.start + start, g.end + start, g.kind, g.complete))
                 for g in _formats.group_items(items[start:], classify)]
         raw = _group_bytes(items, tail)
+        inner = [len(b) - 2 for b in raw]
         self._seed(prep)
         self.used = True
-        return (last.groups[:j] + tail, last.group_raw[:j] + raw,
-                last.inner[:j] + [len(b) - 2 for b in raw])
+        # the grid ends (prep.ends) carried on: the shared groups' as they were, the rest's
+        # added up from there, in C (no Python step per group, §5.13)
+        prep.ends = last.ends[:j] + list(accumulate(map(_PLUS_ONE, inner), initial=last.ends[j - 1]))[1:]
+        return last.groups[:j] + tail, last.group_raw[:j] + raw, last.inner[:j] + inner
 
     def _seed(self, prep) -> None:
         """The last turn's pages of the reused groups, when this request's ids are the
@@ -132,8 +135,8 @@ def _shared(last: LastTurn, raw: bytes) -> int:
     comma, ``raw`` shares with the last body: the one of a turn appended to first,
     then a binary search (each probe one C compare)."""
     n, at, old = len(last.groups), len(last.head), memoryview(last.raw)
-    if last.ends is None:       # made at the first resumption: the full path never pays it
-        last.ends = list(accumulate([n + 1 for n in last.inner]))
+    if last.ends is None:       # made at the first resumption (in C): the full path never pays it
+        last.ends = list(accumulate(map(_PLUS_ONE, last.inner)))
     ends = last.ends
 
     def same(j: int) -> bool:
@@ -190,7 +193,9 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     last = prior.last
     verified = prior.reused if prior.used and last is not None and head == last.head else 0
     pages, blocks = prep.made()
-    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None,
+    # its grid ends when made (a resumed turn's, or the prompt cache's walk): kept, so the
+    # next turn's resumption makes none (§5.13)
+    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, vars(prep).get("ends"),
                              pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
 
 
