@@ -132,9 +132,9 @@ def main(runtime: str = "CPython") -> int:
             times[k].append(f())
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
     what = "CPU time" if runtime == "CPython" else "wall-clock"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = f"; load at the end {os.getloadavg()[0]:.1f}" if runtime == "CPython" else ""
     print(f"steady turns in a chain — {runtime} {sys.version.split()[0]} (ms, {what}, medians of "
-          f"{ROUNDS} interleaved rounds; load at the end {load:.1f})")
+          f"{ROUNDS} interleaved rounds{load})")
     print("| turn | " + " | ".join(f"{n:,}" for n in SIZES) + " | 800 / 200 |")
     print("|---|" + "---:|" * (len(SIZES) + 1))
     for name in ROWS:
