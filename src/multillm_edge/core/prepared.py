@@ -28,6 +28,7 @@ EDGE_FIELDS = ("capabilities", "context_protected_indices")
 
 _KIND, _COMPLETE = itemgetter(2), itemgetter(3)       # a Group's, in C
 _PLUS_ONE = (1).__add__
+_SHA = itemgetter(1)      # Page.sha256
 
 
 def _make_encode():
@@ -193,8 +194,9 @@ class Prepared:
         self.walked = (walks, reused)
         self._pages.update(pages)
         self._blocks.update(blocks)
-        for p in (*pages.values(), *blocks.values()):
-            self._by_sha[p.sha256] = p
+        for made in (pages, blocks):        # in C: a steady turn seeds every page it sends
+            ps = list(made.values())
+            self._by_sha.update(zip(map(_SHA, ps), ps))
 
     def made(self) -> tuple:
         """(group -> Page, (first, last) -> block Page): the pages made so far."""

@@ -24,6 +24,7 @@ answer and the error. Reuse only ever saves work.
 from __future__ import annotations
 
 from itertools import accumulate
+from operator import itemgetter
 
 from .. import formats as _formats
 from ..base.jsonbytes import compact
@@ -33,6 +34,7 @@ from .prepared import _PLUS_ONE, _group_bytes
 from .validation import MAX_BRACKETS, bracket_count, check_body, parse_json_counted
 
 _COMMA = ord(",")
+_LAST = itemgetter(1)       # a block's (first, last) groups: its last
 
 
 class Prior:
@@ -79,9 +81,12 @@ class Prior:
     def _seed(self, prep) -> None:
         """The last turn's pages of the reused groups, when this request's ids are the
         same (one id made again proves principal, session, revision and secret)."""
-        j = self.reused
-        pages = {gi: p for gi, p in self.last.pages.items() if gi < j}
-        blocks = {k: p for k, p in self.last.blocks.items() if k[1] < j}
+        j, last = self.reused, self.last
+        # all of them when all are of reused groups (a steady turn's: checked in C)
+        pages = last.pages if not last.pages or max(last.pages) < j else \
+            {gi: p for gi, p in last.pages.items() if gi < j}
+        blocks = last.blocks if not last.blocks or max(map(_LAST, last.blocks)) < j else \
+            {k: p for k, p in last.blocks.items() if k[1] < j}
         probe = next(iter(pages.values()), None) or next(iter(blocks.values()), None)
         if probe is None or prep.page_id_for is None or prep.page_id_for(probe.sha256) != probe.page_id:
             return
