@@ -36,7 +36,9 @@ class LastTurn:
     to a fit (core/paging.Walk, by budget and rule), ``verified``: how many
     leading groups are known to stand in ``raw`` exactly as ``head`` and their bytes
     (−1: ``raw`` does not start with ``head``), ``brackets``: the body's bracket bytes,
-    exactly (core/validation.py), ``cost``: its estimated memory."""
+    exactly (core/validation.py), ``cost``: its estimated memory; ``pageable``: its
+    groups a plan may page (protected or not) and its latest user turn, for the next
+    turn's groups it shares (core/prepared.py)."""
     raw: bytes
     head: bytes
     items: list
@@ -50,6 +52,7 @@ class LastTurn:
     verified: int
     brackets: int
     cost: int
+    pageable: tuple | None = None   # (its pageable groups, protected or not; its latest user turn)
 
 
 class LastTurns:

@@ -73,6 +73,8 @@ class Prior:
         inner = [len(b) - 2 for b in raw]
         self._seed(prep)
         self.used = True
+        if last.pageable is not None:
+            prep.carried = (*last.pageable, j)
         # the grid ends (prep.ends) carried on: the shared groups' as they were, the rest's
         # added up from there, in C (no Python step per group, §5.13)
         prep.ends = last.ends[:j] + list(accumulate(map(_PLUS_ONE, inner), initial=last.ends[j - 1]))[1:]
@@ -201,7 +203,8 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     # its grid ends when made (a resumed turn's, or the prompt cache's walk): kept, so the
     # next turn's resumption makes none (§5.13)
     memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, vars(prep).get("ends"),
-                             pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw)))
+                             pages, blocks, prep.walks, verified, prior.brackets, last_turns.cost(raw),
+                             getattr(prep, "all_pageable", None)))
 
 
 def _head(body: dict, key: str) -> bytes:
