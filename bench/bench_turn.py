@@ -222,14 +222,16 @@ def steps(n: int) -> tuple[dict, int]:
         "turn + recall, cold": lambda: whole_turn(recall_raw, True, cold=True),
         "turn + recall, new isolate": lambda: whole_turn(recall_raw, True, new=True),
         **recall_ranking(recall_raw, budget, ids()),
-        # issue 40: the second of two consecutive turns of one session in one isolate
+        # issue 40: the second of two consecutive turns of one session in one isolate, the
+        # first resumed from a full-path turn (it verifies the kept body once); a session's
+        # later turns: bench_turn_chain.py (its table below)
         "pair, first isolate turn": lambda: resumed_turn(memory_less, budget, figures, LastTurns()) and None,
-        "steady turn": lambda: second_of(steady, budget, figures),
-        "steady turn + usage (stream)": lambda: second_of(steady, budget, figures, usage=True),
-        "steady turn + recall, warm": lambda: second_of(steady_recall, budget, figures, True),
-        "steady + recall, new words": lambda: second_of(steady_new, budget, figures, True),
+        "first resumed turn": lambda: second_of(steady, budget, figures),
+        "first resumed turn + usage (stream)": lambda: second_of(steady, budget, figures, usage=True),
+        "first resumed + recall, warm": lambda: second_of(steady_recall, budget, figures, True),
+        "first resumed + recall, new words": lambda: second_of(steady_new, budget, figures, True),
         "first turn after a step": lambda: second_of(step, budget, figures),
-        "steady turn, no prompt cache": lambda: second_of(moving, budget, figures, cache=False),
+        "first resumed, no prompt cache": lambda: second_of(moving, budget, figures, cache=False),
     }, len(plan.pages)
 
 
@@ -294,17 +296,20 @@ def main(runtime: str = "CPython") -> int:
     ratio("recall ranking, grown / first", "recall ranking, grown", "recall ranking, first")
     # issue 40's targets (Pyodide): steady ≤ 0.5 × floor at 200, ≤ 0.25 × at 800;
     # with recall, warm ≤ 1.0 × floor
-    ratio("steady turn / floor", "steady turn", "floor")
-    ratio("steady + recall warm / floor", "steady turn + recall, warm", "floor")
-    ratio("steady + recall, new words / floor", "steady + recall, new words", "floor")
+    ratio("first resumed / floor", "first resumed turn", "floor")
+    ratio("first resumed + recall warm / floor", "first resumed + recall, warm", "floor")
+    ratio("first resumed + recall, new words / floor", "first resumed + recall, new words", "floor")
     ratio("after a step / floor", "first turn after a step", "floor")
-    ratio("steady, no prompt cache / floor", "steady turn, no prompt cache", "floor")
-    ratio("steady / the same turn in a new isolate", "steady turn", "pair, first isolate turn")
+    ratio("first resumed, no prompt cache / floor", "first resumed, no prompt cache", "floor")
+    ratio("first resumed / the same turn in a new isolate", "first resumed turn", "pair, first isolate turn")
     growth(runtime)
+    print()
+    import bench_turn_chain     # a session's steady turns: the 3rd+ resumed of a chain
+    bench_turn_chain.main(runtime)
     corpus_memory(runtime)
     # issue 44's target: a turn with its answer's usage metered within +5 % of the turn
     ratio("turn + usage / turn", "turn + usage (stream)", "turn")
-    ratio("steady turn + usage / steady turn", "steady turn + usage (stream)", "steady turn")
+    ratio("first resumed turn + usage / first resumed turn", "first resumed turn + usage (stream)", "first resumed turn")
     real_chats(runtime)
     sys.stdout.flush()
     return 0
@@ -314,10 +319,10 @@ GROWTH_SIZES = (200, 800, 3000)
 
 
 def growth(runtime: str) -> None:
-    """Issue 45's targets: the steady turns alone at 200, 800 and 3,000 exchanges (the
-    second of a pair, as above), interleaved rounds, each size's ratio to 200's."""
-    rows = {"steady turn": (False, False), "steady + recall, warm": (True, False),
-            "steady + recall, new words": (True, True)}
+    """Issue 45's targets: the first resumed turns alone at 200, 800 and 3,000 exchanges
+    (the second of a pair, as above; a session's later turns: bench_turn_chain.py), interleaved rounds, each size's ratio to 200's."""
+    rows = {"first resumed turn": (False, False), "first resumed + recall, warm": (True, False),
+            "first resumed + recall, new words": (True, True)}
     fns = {}
     for n in GROWTH_SIZES:
         budget = max(32000, 100 * n) - 1024 - 256
@@ -330,7 +335,7 @@ def growth(runtime: str) -> None:
         for k, f in fns.items():
             times[k].append(f())
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    print(f"\nsteady turns by length — {runtime} (ms, medians of {ROUNDS} interleaved rounds; × the one at 200)")
+    print(f"\nfirst resumed turns by length — {runtime} (ms, medians of {ROUNDS} interleaved rounds; × the one at 200)")
     print("| turn | " + " | ".join(f"{n:,}" for n in GROWTH_SIZES) + " | " + " | ".join(
         f"{n:,} / 200" for n in GROWTH_SIZES[1:]) + " |")
     print("|---|" + "---:|" * (2 * len(GROWTH_SIZES) - 1))

@@ -8,7 +8,10 @@ turn with recall against the same turn without it.
 Each tree is imported as its own package (it imports relatively), its steady pairs
 found as ``bench_turn.turn_pairs`` finds them; rounds alternate the trees (ABBA),
 medians of CPU time (CPython; Pyodide's clock is the wall's); each figure's after /
-before is measured in one run, and each tree's ratios between sizes too. Usage:
+before is measured in one run, and each tree's ratios between sizes too. The "first
+resumed" rows are bench_turn's steady pair (the second turn of a pair: the first one
+resumed from a full-path turn); the "chain" rows a production session's steady turns
+(bench_turn_chain.py: the 3rd+ resumed of a chain). Usage:
 
     python bench/bench_turn_ab.py BEFORE/src/multillm_edge AFTER/src/multillm_edge
     AB_BEFORE=BEFORE/src/multillm_edge node bench/pyodide_bench.mjs bench_turn_ab
@@ -31,9 +34,12 @@ sys.path.insert(0, HERE)
 
 from bench_paging import roleplay_body  # noqa: E402
 from bench_turn import CACHE_CAPS, new_words  # noqa: E402
+from bench_turn_chain import ASK as CHAIN_ASK, FROM, PLAIN, TURNS, chain_bodies  # noqa: E402
 
-SIZES = (200, 800, 3000)
+#: AB_SIZES (e.g. "200,800") runs fewer
+SIZES = tuple(int(x) for x in os.environ.get("AB_SIZES", "").split(",") if x) or (200, 800, 3000)
 ROUNDS = {200: 15, 800: 15, 3000: 5}
+CHAIN_SIZES = (200, 800)    # at 3,000 no turn is kept (bench/README.md): no chain is steady
 ASK = "*frowns* Port {} again? What did the whales sing there?"
 #: CPU seconds where the process has its own clock (CPython on Linux: a loaded machine
 #: shares its cores), else the wall clock (Pyodide).
@@ -71,6 +77,20 @@ class Tree:
         self.turn(memory, pair[1], budget, recalling)
         return CLOCK() - t0
 
+    def chain(self, bodies: list, budget: int, recalling: bool) -> float:
+        """Seconds of a chain's steady turns from ``FROM`` on (bench_turn_chain.py: the
+        3rd+ resumed, each body the last plus an exchange), their median."""
+        memory, fits, times = self.last_turns.LastTurns(), [], []
+        for k, raw in enumerate(bodies):
+            gc.collect()
+            t0 = CLOCK()
+            fit = self.turn(memory, raw, budget, recalling).fit.k
+            dt = CLOCK() - t0
+            fits.append(fit)
+            if k >= FROM and fits[-1] == fits[-2]:
+                times.append(dt)
+        return statistics.median(times)
+
     def new_isolate(self, raw: bytes, budget: int, recalling: bool) -> float:
         """Seconds of ``raw``'s turn in a new isolate (nothing kept, nothing analysed)."""
         self.search.STATE.reset()
@@ -107,8 +127,10 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     into = tempfile.mkdtemp()
     sys.path.insert(0, into)
     trees = {"before": Tree(before, "edge_before", into), "after": Tree(after, "edge_after", into)}
-    rows = ("steady turn", "steady + recall, warm", "steady + recall, new words",
+    rows = ("first resumed turn", "first resumed + recall, warm", "first resumed + recall, new words",
+            "steady turn, chain", "steady + recall, new words, chain",
             "turn, new isolate", "turn + recall, new isolate")
+    chained = ("steady turn, chain", "steady + recall, new words, chain")
     med: dict = {}
     for n in SIZES:
         budget = max(32000, 100 * n) - 1024 - 256
@@ -118,6 +140,12 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
         asked["capabilities"] = ["multillm_context_retrieve", "multillm_context_recall"]
         asked_raw = json.dumps(asked, ensure_ascii=False, separators=(",", ":")).encode()
         fns = {}
+        chains = {r: chain_bodies(n, r) for r in (False, True)} if n in CHAIN_SIZES else {}
+
+        def chain_of(t, recalling, r=[0]):      # every round its own new words
+            r[0] += 1
+            asks = [json.dumps(new_words(n, 1000 * r[0] + i) if recalling else PLAIN).encode() for i in range(TURNS)]
+            return t.chain([b.replace(CHAIN_ASK, a) for b, a in zip(chains[recalling], asks)], budget, recalling)
         for name, tree in trees.items():
             plain = pairs(tree, n, budget, False, False)
             warm = pairs(tree, n, budget, True, False)
@@ -129,19 +157,23 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
                                       json.dumps(new_words(n, 1000 + r[0]), ensure_ascii=False).encode())
                 return t.second((p[0], second), budget, True)
             fns[name] = {
-                "steady turn": lambda t=tree, p=plain: t.second(p, budget, False),
-                "steady + recall, warm": lambda t=tree, p=warm: t.second(p, budget, True),
-                "steady + recall, new words": newly,
+                "first resumed turn": lambda t=tree, p=plain: t.second(p, budget, False),
+                "first resumed + recall, warm": lambda t=tree, p=warm: t.second(p, budget, True),
+                "first resumed + recall, new words": newly,
+                "steady turn, chain": lambda t=tree: chain_of(t, False),
+                "steady + recall, new words, chain": lambda t=tree: chain_of(t, True),
                 "turn, new isolate": lambda t=tree: t.new_isolate(plain_raw, budget, False),
                 "turn + recall, new isolate": lambda t=tree: t.new_isolate(asked_raw, budget, True),
             }
         times = {(k, row): [] for k in trees for row in rows}
         for r in range(ROUNDS[n]):
             for row in rows:
+                if row in chained and not chains:
+                    continue
                 for k in (("before", "after") if r % 2 == 0 else ("after", "before")):
                     times[(k, row)].append(fns[k][row]())
         for key, v in times.items():
-            med[key + (n,)] = statistics.median(v) * 1000
+            med[key + (n,)] = statistics.median(v) * 1000 if v else float("nan")
         gc.collect()
     print(f"steady turns, before / after in one run — {runtime} {sys.version.split()[0]} "
           "(ms, medians of " + ", ".join(f"{ROUNDS[n]} rounds at {n:,}" for n in SIZES) + ", ABBA)")
@@ -153,11 +185,12 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
             print(f"| {row} | {n:,} | {b:.2f} | {a:.2f} | {a / b:.2f} |")
     print("\n| ratio | before | after |")
     print("|---|---:|---:|")
-    for row in ("steady turn", "steady + recall, warm", "steady + recall, new words"):
+    for row in ("first resumed turn", "first resumed + recall, warm", "first resumed + recall, new words",
+                *chained):
         for n in SIZES[1:]:
             print(f"| {row}, {n:,} / 200 | " + " | ".join(
                 f"{med[(k, row, n)] / med[(k, row, 200)]:.2f}" for k in trees) + " |")
-    for n in SIZES[:2]:
+    for n in [n for n in SIZES if n in CHAIN_SIZES]:
         print(f"| new isolate, recall / none, {n:,} | " + " | ".join(
             f"{med[(k, 'turn + recall, new isolate', n)] / med[(k, 'turn, new isolate', n)]:.2f}" for k in trees) + " |")
     sys.stdout.flush()

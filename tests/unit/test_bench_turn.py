@@ -27,3 +27,25 @@ def test_the_steady_pair_is_resumed_between_steps_and_the_other_crosses_one():
         after = bench_turn.resumed_turn(second, budget, {}, memory)
         assert (after.fit.k == before.fit.k) is same
         assert ([p.page_id for p in after.pages] == [p.page_id for p in before.pages]) is same
+
+
+def test_the_chain_times_turns_resumed_from_resumed_turns():
+    """bench_turn_chain.py's timed turns are a session's later ones: each body the last
+    plus one exchange, resumed from a turn that was itself resumed (its kept body
+    verified already), some of them between steps."""
+    import json
+    import bench_turn_chain as chain
+    n = 200
+    budget = max(32000, 100 * n) - 1280
+    raws = [r.replace(chain.ASK, json.dumps(chain.PLAIN).encode()) for r in chain.chain_bodies(n, False)]
+    memory, fits = LastTurns(), []
+    for k, raw in enumerate(raws):
+        if k:
+            earlier = raws[k - 1]
+            assert raw.startswith(earlier[:earlier.rindex(b'{"role":"user"')])   # one exchange appended
+        last = memory.get(bench_turn.KEY)
+        _, prior = resume.parse_request(memory, bench_turn.KEY, "chat", raw)
+        if k >= chain.FROM:
+            assert prior.reused and last.verified > 0 and last.ends is not None, k
+        fits.append(bench_turn.resumed_turn(raw, budget, {}, memory).fit.k)
+    assert any(fits[k] == fits[k - 1] for k in range(chain.FROM, len(fits)))

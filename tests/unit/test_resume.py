@@ -12,11 +12,13 @@ bytes, items), sizes, recall's moments, dropped counts and errors.
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from multillm_edge import formats
 from multillm_edge.base.errors import EdgeError
 from multillm_edge.core import compaction, last_turns, paging, prepared, resume, validation
 from multillm_edge.core.config import MAX_PAGE_BYTES
@@ -218,7 +220,15 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
         if prior is not None:
             assert prior.brackets == validation.bracket_count(raw), op      # exact, resumed or not
             reused += prior.used
+            prep = prior.prep       # its pageable groups (carried on when resumed) as if made anew
+            if prep is not None and prep.items is not None:
+                got, last_user = prep.all_pageable
+                assert got == [gi for gi, g in enumerate(prep.groups[:last_user])
+                               if g.kind != formats.STANDALONE and g.complete], op
             resume.keep(memory, key, raw, body, prior)
+            kept = memory.get(key)      # its grid ends carried turn to turn: as if made anew
+            if kept is not None and kept.ends is not None:
+                assert kept.ends == list(accumulate([n + 1 for n in kept.inner])), op
     return reused
 
 

@@ -62,7 +62,9 @@ class LastTurn:
     (−1: ``raw`` does not start with ``head``), ``brackets``: the body's bracket bytes,
     exactly (core/validation.py), ``cost``: the bytes it holds (``held``), ``sizes``: the
     bytes the items of its first groups hold, cumulative (what a turn resumed from it
-    counts for the groups it reuses), ``walk_bytes``: each walk's bytes."""
+    counts for the groups it reuses), ``walk_bytes``: each walk's bytes, ``pageable``: its
+    groups a plan may page (protected or not) and its latest user turn, for the next
+    turn's groups it shares (core/prepared.py)."""
     raw: bytes
     head: bytes
     items: list
@@ -78,6 +80,7 @@ class LastTurn:
     cost: int
     sizes: list = ()
     walk_bytes: dict | None = None
+    pageable: tuple | None = None   # (its pageable groups, protected or not; its latest user turn)
 
 
 class LastTurns:
@@ -213,6 +216,13 @@ def _walk_bytes(walk) -> int:
         return (400 + _P * (len(walk.items) + len(walk.pages) + len(walk.inside) + len(walk.pageable))
                 + (_P + _NUMBER) * len(walk.parts) + 120 * len(runs))
     return 400 + 40 * (len(walk.pageable) + len(walk.fits) + len(walk.blocks) + len(walk.state))
+
+
+def carried_bytes(ends, pageable) -> int:
+    """The grid ends and pageable groups a kept turn carries for the next one (core/resume.py):
+    a list slot and an int each."""
+    n = (len(ends) if ends else 0) + (len(pageable[0]) if pageable else 0)
+    return (_P + _NUMBER) * n
 
 
 def group_sizes(group_raw: list, kept, reused: int) -> list:

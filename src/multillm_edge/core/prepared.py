@@ -28,6 +28,7 @@ EDGE_FIELDS = ("capabilities", "context_protected_indices")
 
 _KIND, _COMPLETE = itemgetter(2), itemgetter(3)       # a Group's, in C
 _PLUS_ONE = (1).__add__
+_SHA = itemgetter(1)      # Page.sha256
 
 
 def _make_encode():
@@ -173,6 +174,9 @@ class Prepared:
         # with the count of its groups this one reused (§5.13)
         self.walks: dict = {}
         self.walked: tuple = ({}, 0)
+        # (pageable groups protected or not, latest user turn, groups reused) of the last
+        # turn, when this one resumes from it (§5.13)
+        self.carried = None
         try:
             # ``prior`` (core/resume.Prior): what the session's last turn in this isolate
             # derived from the same leading groups, and where this one is kept (§5.13)
@@ -193,8 +197,9 @@ class Prepared:
         self.walked = (walks, reused)
         self._pages.update(pages)
         self._blocks.update(blocks)
-        for p in (*pages.values(), *blocks.values()):
-            self._by_sha[p.sha256] = p
+        for made in (pages, blocks):        # in C: a steady turn seeds every page it sends
+            ps = list(made.values())
+            self._by_sha.update(zip(map(_SHA, ps), ps))
 
     def made(self) -> tuple:
         """(group -> Page, (first, last) -> block Page): the pages made so far."""
@@ -232,9 +237,19 @@ class Prepared:
             prot_groups = {bisect.bisect_right(starts, i) - 1 for i in protected if i < len(self.items)}
         # the latest genuine user turn: recall's message goes before it (§6.2)
         self.latest = last_user if groups and groups[last_user].kind == _formats.EXCHANGE else None
+        # the groups a resumed turn shares with the last one are as they were (§5.13):
+        # the last turn's list taken up to where either's latest user turn or the shared
+        # groups end, only the rest checked
+        start, head = 0, []
+        if self.carried is not None:
+            old, old_user, reused = self.carried
+            start = min(reused, old_user, last_user)
+            head = old[:bisect.bisect_left(old, start)]
         # in C (a steady turn's groups are many): kind not standalone, and complete
-        ok = map(_both, map(_ne, map(_KIND, groups), repeat(_formats.STANDALONE)), map(_COMPLETE, groups))
-        out = list(compress(range(last_user), ok))
+        rest = groups[start:last_user]
+        ok = map(_both, map(_ne, map(_KIND, rest), repeat(_formats.STANDALONE)), map(_COMPLETE, rest))
+        out = head + list(compress(range(start, last_user), ok))
+        self.all_pageable = (out, last_user)      # protected or not: kept with the turn
         return [gi for gi in out if gi not in prot_groups] if prot_groups else out
 
     def history(self, parts: list):

@@ -24,15 +24,17 @@ answer and the error. Reuse only ever saves work.
 from __future__ import annotations
 
 from itertools import accumulate
+from operator import itemgetter
 
 from .. import formats as _formats
 from ..base.jsonbytes import compact
 from . import last_turns
 from .last_turns import LastTurn, LastTurns
-from .prepared import _group_bytes
+from .prepared import _PLUS_ONE, _group_bytes
 from .validation import MAX_BRACKETS, bracket_count, check_body, parse_json_counted
 
 _COMMA = ord(",")
+_LAST = itemgetter(1)       # a block's (first, last) groups: its last
 
 
 class Prior:
@@ -68,17 +70,25 @@ class Prior:
         tail = [group(_formats.Group, (g.start + start, g.end + start, g.kind, g.complete))
                 for g in _formats.group_items(items[start:], classify)]
         raw = _group_bytes(items, tail)
+        inner = [len(b) - 2 for b in raw]
         self._seed(prep)
         self.used = True
-        return (last.groups[:j] + tail, last.group_raw[:j] + raw,
-                last.inner[:j] + [len(b) - 2 for b in raw])
+        if last.pageable is not None:
+            prep.carried = (*last.pageable, j)
+        # the grid ends (prep.ends) carried on: the shared groups' as they were, the rest's
+        # added up from there, in C (no Python step per group, §5.13)
+        prep.ends = last.ends[:j] + list(accumulate(map(_PLUS_ONE, inner), initial=last.ends[j - 1]))[1:]
+        return last.groups[:j] + tail, last.group_raw[:j] + raw, last.inner[:j] + inner
 
     def _seed(self, prep) -> None:
         """The last turn's pages of the reused groups, when this request's ids are the
         same (one id made again proves principal, session, revision and secret)."""
-        j = self.reused
-        pages = {gi: p for gi, p in self.last.pages.items() if gi < j}
-        blocks = {k: p for k, p in self.last.blocks.items() if k[1] < j}
+        j, last = self.reused, self.last
+        # all of them when all are of reused groups (a steady turn's: checked in C)
+        pages = last.pages if not last.pages or max(last.pages) < j else \
+            {gi: p for gi, p in last.pages.items() if gi < j}
+        blocks = last.blocks if not last.blocks or max(map(_LAST, last.blocks)) < j else \
+            {k: p for k, p in last.blocks.items() if k[1] < j}
         probe = next(iter(pages.values()), None) or next(iter(blocks.values()), None)
         if probe is None or prep.page_id_for is None or prep.page_id_for(probe.sha256) != probe.page_id:
             return
@@ -132,8 +142,8 @@ def _shared(last: LastTurn, raw: bytes) -> int:
     comma, ``raw`` shares with the last body: the one of a turn appended to first,
     then a binary search (each probe one C compare)."""
     n, at, old = len(last.groups), len(last.head), memoryview(last.raw)
-    if last.ends is None:       # made at the first resumption: the full path never pays it
-        last.ends = list(accumulate([n + 1 for n in last.inner]))
+    if last.ends is None:       # made at the first resumption (in C): the full path never pays it
+        last.ends = list(accumulate(map(_PLUS_ONE, last.inner)))
     ends = last.ends
 
     def same(j: int) -> bool:
@@ -194,8 +204,12 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     sizes = last_turns.group_sizes(prep.raw, last.sizes if prior.used else (), prior.reused)
     cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last,
                                        prior.reused if prior.used else 0)
-    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, None, pages,
-                             blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes))
+    # its grid ends when made (a resumed turn's, or the prompt cache's walk) and its
+    # pageable groups: kept, so the next turn's resumption makes neither (§5.13)
+    ends, pageable = vars(prep).get("ends"), getattr(prep, "all_pageable", None)
+    cost += last_turns.carried_bytes(ends, pageable)
+    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, ends, pages,
+                             blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes, pageable))
 
 
 def _head(body: dict, key: str) -> bytes:
