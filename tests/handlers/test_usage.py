@@ -72,7 +72,8 @@ class Counting:
         edge.executor._cursor = lambda sql, params: (self.sql.append(sql), inner(sql, params))[1]
 
     def usage(self) -> int:
-        return sum("principal_usage" in s for s in self.sql)
+        """The usage upserts (the turn's read names the table too: the limits' tokens)."""
+        return sum("INSERT INTO principal_usage" in s for s in self.sql)
 
 
 @pytest.mark.parametrize("path", list(ANSWERS))
@@ -154,7 +155,7 @@ def test_a_failing_write_changes_nothing_of_the_answer(edge, headers):
     edge.hold_waits = True
     ok = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(1, tag="W"))
     edge.drain()
-    edge.executor.fail_sql = "principal_usage"
+    edge.executor.fail_sql = "INSERT INTO principal_usage"   # the upsert alone: the turn's read names the table too
     r = edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(1, tag="W"))
     assert (r.status, r.body, r.headers) == (ok.status, ok.body, ok.headers)
     assert edge.drain() == [None]                        # logged, not raised

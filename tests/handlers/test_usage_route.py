@@ -70,9 +70,11 @@ def test_days_summed_over_models_with_limits_and_what_is_left(edge):
 
 def test_over_a_limit_nothing_is_left_never_negative(edge, headers):
     seed_usage(edge, PRINCIPAL, TODAY, "fake:a", 1, 900, 0, 0, 200)
+    # a turn that pages, then limits lowered below what is used (a lowered limit is
+    # not enforced backwards: design §4.1), so both are over
+    assert edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30, tag="OV")).status == 200
     edge.sql("INSERT INTO principal_limits VALUES (?1, NULL, 1000, NULL, 100, 0)", PRINCIPAL)
     edge.conn.commit()
-    edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(30, tag="OV"))
     doc = edge.request("GET", PATH, auth()).json()
     assert doc["remaining"]["tokens_per_day"] == 0 and doc["remaining"]["active_bytes"] == 0
     assert doc["days"][0]["requests"] == 2
