@@ -47,8 +47,8 @@ class Gate:
 class WaitingPlatform(InProcessPlatform):
     gate: Gate
 
-    async def read_body(self, limit: int) -> bytes:
-        return bytes(bytearray(await super().read_body(limit)))   # the Worker's own copy
+    async def read_body(self, limit: int, grow=None) -> bytes:
+        return bytes(bytearray(await super().read_body(limit, grow)))   # the Worker's own copy
 
     async def fetch(self, url, method, headers, body=None, timeout=None):
         take = getattr(body, "take", None)
@@ -80,7 +80,13 @@ async def wave(edge: LocalEdge, bodies: list[bytes], players: list) -> tuple[int
         return out.status
 
     tasks = [asyncio.ensure_future(one(raw, p)) for raw, p in zip(bodies, players)]
-    await asyncio.wait_for(gate.all_waiting.wait(), 600)
+    # every request waits in fetch, unless one is answered first (then: fail, not hang)
+    gated = asyncio.ensure_future(gate.all_waiting.wait())
+    await asyncio.wait([gated, *tasks], timeout=600, return_when=asyncio.FIRST_COMPLETED)
+    if not gated.done():
+        gated.cancel()
+        gate.release.set()
+        raise AssertionError(f"answered before all waited: {[t.result() for t in tasks if t.done()]}")
     during = traced()
     gate.release.set()
     statuses = await asyncio.gather(*tasks)
@@ -94,7 +100,7 @@ def measure(mib: float, n: int) -> dict:
     edge.set_model(WIDE_MODEL, 40_000_000, 1000)
     players = []
     for i in range(n):
-        key, session = f"rpk_waiting_{i:02d}_" + "k" * 16, f"rps_waiting_{i:02d}"
+        key, session = "rpk_" + f"waiting{i:02d}".ljust(43, "k"), f"rps_waiting_{i:02d}"   # the full key format
         edge.seed_player(f"p_waiting_{i}", key, session)
         players.append((key, session))
     bodies = [body_of(mib, f"W{i}") for i in range(n)]
