@@ -30,8 +30,8 @@ SESSION = "rps_hostile_session"
 # Principals with limits (design §4.1): LIMITED's requests_per_minute, sessions_per_day
 # and active_bytes are small, so bursts of its cases meet each; SPENT's tokens_per_day
 # is 0, so every generation of it is refused.
-LIMITED_KEY, LIMITED_SESSION = "rpk_hostile_limited_4d1c", "rps_hostile_limited"
-SPENT_KEY, SPENT_SESSION = "rpk_hostile_spent_77aa", "rps_hostile_spent"
+LIMITED_KEY, LIMITED_SESSION = "rpk_" + "hostile_limited_4d1c".ljust(43, "0"), "rps_hostile_limited"
+SPENT_KEY, SPENT_SESSION = "rpk_" + "hostile_spent_77aa".ljust(43, "0"), "rps_hostile_spent"
 LIMITS = {"p_limited": {"requests_per_minute": 3, "sessions_per_day": 2, "active_bytes": 1500},
           "p_spent": {"tokens_per_day": 0}}
 LIVE_KEYS = (KEY, OTHER_KEY, LIMITED_KEY, SPENT_KEY)
