@@ -190,11 +190,12 @@ def test_a_turn_is_one_d1_round_trip_before_dispatch(edge, headers, limited):
     counting = Counting(edge)
     sent = len(edge.sent)
     assert edge.request("POST", "/v1/chat/completions", headers, body).status == 200
-    assert counting.calls == ["batch"] and len(edge.sent) == sent + 1
-    # a storing turn: the batch, then the one upsert
+    # the batch before dispatch; after the answer, the usage upsert (design §4.1)
+    assert counting.calls == ["batch", "run"] and len(edge.sent) == sent + 1
+    # a storing turn: the batch, then the pages' upsert; after the answer, the usage's
     counting.calls.clear()
     assert edge.request("POST", "/v1/chat/completions", headers, rp.chat_body(34, tag="RT")).status == 200
-    assert counting.calls == ["batch", "all"]
+    assert counting.calls == ["batch", "all", "run"]
     window = edge.sql("SELECT COUNT(*) AS n FROM principal_requests")[0]["n"]
     assert window == (3 if limited else 0)
 
