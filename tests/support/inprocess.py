@@ -102,28 +102,49 @@ class Answer:
 
     def relay(self, prefix: bytes = b"", idle=None, idle_tail=None, watch=None, done=None):
         """The body as the Worker's relay yields it: `prefix`, then its reads, each seen
-        by `watch` as it passes, then `watch.end()`; ``done()`` once it has been read or
-        the reader went away (a generator: read as it is consumed, closed when dropped)."""
-        try:
-            if prefix:
-                yield prefix
-            size = self.chunk or max(1, len(self.body))
-            for at in range(0, len(self.body), size):
-                part = self.body[at:at + size]
-                if watch is not None:
-                    watch.feed(part)
-                yield part
+        by `watch` as it passes, then `watch.end()`; ``done()`` once it has been read, or
+        closed, or dropped unread (the runtime cancels a stream nobody reads)."""
+        return _Relayed(self._reads(prefix, watch), done)
+
+    def _reads(self, prefix: bytes, watch):
+        if prefix:
+            yield prefix
+        size = self.chunk or max(1, len(self.body))
+        for at in range(0, len(self.body), size):
+            part = self.body[at:at + size]
             if watch is not None:
-                watch.end()
-        finally:
-            if done is not None:
-                done()
+                watch.feed(part)
+            yield part
+        if watch is not None:
+            watch.end()
 
     async def read(self, idle=None, limit=None) -> bytes | None:
         return None if limit is not None and len(self.body) > limit else self.body
 
     async def discard(self) -> None:
         self.discarded = True
+
+
+class _Relayed:
+    """A relayed body: iterated as it is read; ``done()`` once when it ends, is closed,
+    or is dropped unread (an unstarted generator's ``finally`` would never run)."""
+
+    def __init__(self, reads, done):
+        self._reads, self._done = reads, done
+
+    def __iter__(self):
+        try:
+            yield from self._reads
+        finally:
+            self.close()
+
+    def close(self):
+        done, self._done = self._done, None
+        if done is not None:
+            done()
+
+    def __del__(self):
+        self.close()
 
 
 def _body_bytes(body) -> bytes:
