@@ -651,9 +651,14 @@ def _with_client_breakpoints(fmt, body, where: list) -> dict:
 
 
 def _anchor_differences(fmt, client: list, sent: list) -> list:
-    """The client's items the plan sends with a breakpoint added (and nothing else)."""
+    """The client's items the plan sends with a breakpoint added (and nothing else).
+    By identity: the plan sends the client's own objects where it changes nothing, and a
+    paged item equal to a sent one (a repeated message that carries the client's own
+    breakpoint) is not one the plan changed."""
     blocks = formats.get(fmt).ANCHOR_BLOCKS
-    return [c for c in client if c not in sent and breakpoints.anchored(c, blocks) in sent]
+    ids = {id(c) for c in client}
+    made = [s for s in sent if id(s) not in ids]
+    return [c for c in client if not any(c is s for s in sent) and breakpoints.anchored(c, blocks) in made]
 
 
 @SETTINGS
