@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import admin  # noqa: E402
 from devkit import admin_sql  # noqa: E402
 from multillm_edge.storage import store  # noqa: E402
+from multillm_edge.core import limits  # noqa: E402
 from multillm_edge.core.pages import PageSigner, r2_key  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -386,9 +387,9 @@ def test_usage_statements_and_usage_show_on_local_d1(persist):
     run(store.record_usage(db, EVIL, today, "fake:a", Usage(500, 0, 100, 10, True)))
     run(store.record_usage(db, EVIL, before, "fake:b", Usage(7, 0, 0, 3, False)))
     found = run(store.load_usage(db, key, store.utc_day(now - 6 * 86400), now, now - now % 86400))
-    assert found.principal == EVIL and found.limits == dict.fromkeys(store.LIMITS)
+    assert found.principal == EVIL and found.counts.limits == limits.NO_LIMITS
     assert found.days[today] == store.DayUsage(today, 1500, 600, 100, 50, 2, 1)
-    assert found.counts["tokens_per_day"] == 1550
+    assert found.tokens_on(today) == 1550
     shown = cli_json("usage", "show", EVIL, "--no-migrate", persist=persist)
     assert [(r["day"], r["model"], r["requests"], r["input_tokens"], r["output_tokens"], r["estimated"])
             for r in shown["rows"]] == [(today, "fake:a", 2, 1500, 50, 1), (before, "fake:b", 1, 7, 3, 0)]

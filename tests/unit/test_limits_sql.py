@@ -14,6 +14,7 @@ from devkit import admin_sql
 from devkit.sqlite import SqliteExecutor, migrated_connection
 from multillm_edge.core import limits
 from multillm_edge.storage import store
+from multillm_edge.routes import usage as usage_route
 from multillm_edge.core.pages import PageSigner, r2_key
 
 NOW = 1_800_000_000 + 3600            # 09:00:00Z (its UTC day began at 1_799_971_200)
@@ -277,7 +278,8 @@ def test_a_context_reports_every_limit_set_even_one_generation_does_not_count(db
 
 def test_the_usage_route_and_the_limits_read_the_same_counts(db):
     """`GET /v1/roleplay/usage` (store.load_usage) and the limits (principal_limits_and_counts)
-    are two statements over the same rows: each limit's `remaining` must agree, at every
+    are two statements over the same rows: their counts, and each limit's `remaining` as
+    the route reports it, must agree, at every
     window edge (design §4.1) — requests in and just out of the 60 s window, sessions of
     today and yesterday, pages active, expired and of another revision, tokens of today
     and of yesterday, another principal's rows."""
@@ -305,11 +307,9 @@ def test_the_usage_route_and_the_limits_read_the_same_counts(db):
     for now in (NOW, NOW + 1, NOW + 59):
         counts = run(store.principal_limits_and_counts(db, "lim", now))
         found = run(store.load_usage(db, KEY, yesterday, now, limits.day_start(now)))
-        tokens = found.counts["tokens_per_day"]
-        assert tokens == 1650
-        route = {name: None if lim is None else max(0, lim - found.counts[name])
-                 for name, lim in found.limits.items()}
-        assert route == counts.remaining(tokens), now
+        tokens = found.tokens_on(today)
+        assert tokens == 1650 and found.counts == counts, now
+        assert usage_route.report(found, limits.day_start(now), 2)["remaining"] == counts.remaining(tokens), now
     # at NOW: NOW - 59, NOW - 1 and NOW in the window; rps_t1 and rps_t2 created today
     assert run(store.principal_limits_and_counts(db, "lim", NOW)).remaining(1650) == {
         "requests_per_minute": 10 - 3, "tokens_per_day": 5000 - 1650,

@@ -61,6 +61,6 @@ def report(found: store.PrincipalUsage, today: int, days: int) -> dict:
                        "output_tokens": d.output_tokens if d else 0,
                        "requests": d.requests if d else 0,
                        "estimated": bool(d and d.estimated)})
-    remaining = {name: None if limit is None else max(0, limit - found.counts[name])
-                 for name, limit in found.limits.items()}
-    return {"days": listed, "limits": found.limits, "remaining": remaining}
+    counts = found.counts
+    return {"days": listed, "limits": counts.limits.as_dict(),
+            "remaining": counts.remaining(found.tokens_on(store.utc_day(today)))}

@@ -623,21 +623,28 @@ async def upsert_pages(db: Executor, rows: Sequence[dict], owner: PageSession, n
 # Limits: what a principal may still do (docs/design.md §4.1)
 # ---------------------------------------------------------------------------
 
-# ?1 principal, ?2 now, ?3 the UTC day's first second, ?4 authority. Counted as the
-# enforcing statements count: requests in the sliding window, sessions created since the
-# UTC day began, active roleplay page bytes (current revision, unexpired) across sessions.
+def _count_columns(principal: str, now: str, day_start: str, authority: str) -> str:
+    """What counts against each limit at ``now`` (SQL expressions for the principal, now,
+    the UTC day's first second, the authority), counted as the enforcing statements count:
+    requests in the sliding window (and the oldest of them), sessions created since the
+    UTC day began, active roleplay page bytes (current revision, unexpired) across
+    sessions. One text for the limits' read and the usage route's, so both say the same."""
+    return f"""(SELECT COUNT(*) FROM principal_requests r
+         WHERE r.principal = {principal} AND r.at > {now} - 60) AS requests_in_window,
+       (SELECT r.at FROM principal_requests r
+         WHERE r.principal = {principal} AND r.at > {now} - 60 ORDER BY r.at LIMIT 1) AS requests_oldest,
+       (SELECT COUNT(*) FROM roleplay_sessions s
+         WHERE s.principal = {principal} AND s.created_at >= {day_start}) AS sessions_today,
+       (SELECT COALESCE(SUM(c.byte_length), 0)
+          FROM context_pages c JOIN principal_policies pp ON pp.principal = c.principal
+         WHERE c.principal = {principal} AND c.authority = {authority}
+           AND c.policy_revision = pp.revision AND c.expires_at > {now}) AS active_bytes"""
+
+
+# ?1 principal, ?2 now, ?3 the UTC day's first second, ?4 authority.
 SQL_PRINCIPAL_LIMITS_AND_COUNTS = """
 SELECT """ + _LIMIT_COLUMNS + """,
-       (SELECT COUNT(*) FROM principal_requests r
-         WHERE r.principal = ?1 AND r.at > ?2 - 60) AS requests_in_window,
-       (SELECT r.at FROM principal_requests r
-         WHERE r.principal = ?1 AND r.at > ?2 - 60 ORDER BY r.at LIMIT 1) AS requests_oldest,
-       (SELECT COUNT(*) FROM roleplay_sessions s
-         WHERE s.principal = ?1 AND s.created_at >= ?3) AS sessions_today,
-       (SELECT COALESCE(SUM(c.byte_length), 0)
-          FROM context_pages c JOIN principal_policies p ON p.principal = c.principal
-         WHERE c.principal = ?1 AND c.authority = ?4 AND c.policy_revision = p.revision
-           AND c.expires_at > ?2) AS active_bytes
+       """ + _count_columns("?1", "?2", "?3", "?4") + """
   FROM (SELECT 1)
   LEFT JOIN principal_limits l ON l.principal = ?1
 """
@@ -663,16 +670,20 @@ class PrincipalCounts:
                 for name, limit in self.limits.as_dict().items()}
 
 
-async def principal_limits_and_counts(db: Executor, principal: str, now: int) -> PrincipalCounts:
-    """The principal's limits and current counts, in one statement (the usage route's
-    `limits` and `remaining`; a refused upsert's figures)."""
-    now = int(now)
-    row = await db.first(SQL_PRINCIPAL_LIMITS_AND_COUNTS,
-                         [principal, now, limits.day_start(now), ROLEPLAY]) or {}
+def _counts_of(row: dict, now: int) -> PrincipalCounts:
     oldest = row.get("requests_oldest")
     return PrincipalCounts(limits.limits_of(row, "limit_"), _int(row.get("requests_in_window") or 0),
                            None if oldest is None else _int(oldest),
                            _int(row.get("sessions_today") or 0), _int(row.get("active_bytes") or 0), now)
+
+
+async def principal_limits_and_counts(db: Executor, principal: str, now: int) -> PrincipalCounts:
+    """The principal's limits and current counts, in one statement (a refused session's
+    or upsert's figures, the admin CLI's `limits show`)."""
+    now = int(now)
+    row = await db.first(SQL_PRINCIPAL_LIMITS_AND_COUNTS,
+                         [principal, now, limits.day_start(now), ROLEPLAY]) or {}
+    return _counts_of(row, now)
 
 
 # ---------------------------------------------------------------------------
@@ -790,12 +801,10 @@ async def record_usage(db: Executor, principal: str, day: str, model: str, usage
 
 
 # `GET /v1/roleplay/usage` in one statement: the key's facts, the principal's limits and
-# what counts against each now — its days' usage since ?2 (a UTC date, summed over
-# models), generations in the last minute (?3 now), sessions created since ?4 (the UTC
-# day's start), active page bytes across its sessions (current revision, unexpired).
-SQL_LOAD_USAGE = _roleplay_read("""l.requests_per_minute AS requests_per_minute,
-       l.tokens_per_day AS tokens_per_day, l.sessions_per_day AS sessions_per_day,
-       l.active_bytes AS active_bytes_limit,
+# what counts against each now (the limits' own columns: ?3 now, ?4 the UTC day's start,
+# ?5 authority), and its days' usage since ?2 (a UTC date, summed over models).
+SQL_LOAD_USAGE = _roleplay_read(_LIMIT_COLUMNS + """,
+       """ + _count_columns("k.principal", "?3", "?4", "?5") + """,
        (SELECT json_group_array(json_array(d.day, d.input_tokens, d.cached_input_tokens,
                                            d.cache_write_tokens, d.output_tokens, d.requests,
                                            d.estimated))
@@ -806,15 +815,7 @@ SQL_LOAD_USAGE = _roleplay_read("""l.requests_per_minute AS requests_per_minute,
                        SUM(u.estimated) AS estimated
                   FROM principal_usage u
                  WHERE u.principal = k.principal AND u.day >= ?2
-                 GROUP BY u.day) d) AS days,
-       (SELECT COUNT(*) FROM principal_requests r
-         WHERE r.principal = k.principal AND r.at > ?3 - 60) AS recent_requests,
-       (SELECT COUNT(*) FROM roleplay_sessions s
-         WHERE s.principal = k.principal AND s.created_at >= ?4) AS sessions_today,
-       (SELECT COALESCE(SUM(c.byte_length), 0) FROM context_pages c
-         WHERE c.principal = k.principal AND c.authority = ?5
-           AND c.policy_revision = p.revision AND c.expires_at > ?3) AS active_bytes""",
-    "  LEFT JOIN principal_limits l ON l.principal = k.principal", session=False)
+                 GROUP BY u.day) d) AS days""", _LIMITS_JOIN, session=False)
 
 
 @dataclass(frozen=True)
@@ -834,17 +835,13 @@ class PrincipalUsage:
     principal: str
     key_revoked: bool
     policy: Optional[Policy]
-    limits: dict          # name -> int, or None (unlimited)
-    counts: dict          # name -> what counts against that limit now
-    days: dict            # 'YYYY-MM-DD' -> DayUsage
+    counts: PrincipalCounts   # its limits and what counts against them now
+    days: dict                # 'YYYY-MM-DD' -> DayUsage
 
-
-LIMITS = ("requests_per_minute", "tokens_per_day", "sessions_per_day", "active_bytes")
-
-
-def _limit(v) -> Optional[int]:
-    v = _int(v) if v is not None else None
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    def tokens_on(self, day: str) -> int:
+        """Input + output tokens of ``day``: what counts against `tokens_per_day`."""
+        d = self.days.get(day)
+        return d.input_tokens + d.output_tokens if d else 0
 
 
 async def load_usage(db: Executor, key_sha256: str, since_day: str, now: int,
@@ -858,14 +855,7 @@ async def load_usage(db: Executor, key_sha256: str, since_day: str, now: int,
     for values in json.loads(row.get("days") or "[]"):
         d = DayUsage(values[0], *(_int(v or 0) for v in values[1:]))
         days[d.day] = d
-    today = days.get(utc_day(day_start))
-    limits = {name: _limit(row.get("active_bytes_limit" if name == "active_bytes" else name))
-              for name in LIMITS}
-    counts = {"requests_per_minute": _int(row.get("recent_requests") or 0),
-              "tokens_per_day": (today.input_tokens + today.output_tokens) if today else 0,
-              "sessions_per_day": _int(row.get("sessions_today") or 0),
-              "active_bytes": _int(row.get("active_bytes") or 0)}
-    return PrincipalUsage(**_key_facts(row), limits=limits, counts=counts, days=days)
+    return PrincipalUsage(**_key_facts(row), counts=_counts_of(row, int(now)), days=days)
 
 
 #: The UTC date of a time, as principal_usage's `day` holds it: the limits' one rule.
