@@ -41,6 +41,22 @@ class Reply:
     length: bool = False             # Content-Length framing instead of chunked
 
 
+def answer(path: str, text: str) -> Reply:
+    """A provider's whole JSON answer ``text``, in the wire format ``path`` names
+    (Messages with its usage, Responses, else Chat Completions)."""
+    if path.endswith("/messages"):
+        doc = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+               "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+               "usage": {"input_tokens": 1, "output_tokens": 1}}
+    elif path.endswith("/responses"):
+        doc = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
+    else:
+        doc = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+               "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": text}}]}
+    return Reply(chunks=[json.dumps(doc).encode()])
+
+
 @dataclass
 class Sent:
     """What the server managed to send for one request, and when its client left."""

@@ -13,7 +13,7 @@ import pytest
 from multillm_edge.core import config
 from multillm_edge.core.pages import PageSigner
 from devkit import roleplay as rp
-from devkit.fakes import FakeServer, Reply
+from devkit.fakes import FakeServer, Reply, answer as whole_answer
 from devkit.runner import Edge
 
 MODEL = "fake:rp-small"
@@ -21,17 +21,7 @@ WINDOW = 6000          # tokens; compared against UTF-8 bytes (docs/design.md §
 
 
 def provider_reply(rec):
-    if rec.path.endswith("/messages"):
-        doc = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-               "content": [{"type": "text", "text": "The fox runs."}], "stop_reason": "end_turn",
-               "usage": {"input_tokens": 1, "output_tokens": 1}}
-    elif rec.path.endswith("/responses"):
-        doc = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
-    else:
-        doc = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
-               "choices": [{"index": 0, "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": "The fox runs."}}]}
-    return Reply(chunks=[json.dumps(doc).encode()])
+    return whole_answer(rec.path, 'The fox runs.')
 
 
 @pytest.fixture(scope="module")

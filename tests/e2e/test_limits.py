@@ -3,31 +3,20 @@
 request past one; a burst and 50 concurrent requests never pass `requests_per_minute`;
 one D1 round trip per turn before dispatch, limits set or not."""
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from devkit import roleplay as rp
-from devkit.fakes import FakeServer, Reply
+from devkit.fakes import FakeServer, answer as whole_answer
 from devkit.runner import Edge
 
 MODEL = "fake:rp-small"
 
 
 def provider_reply(rec):
-    if rec.path.endswith("/messages"):
-        doc = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-               "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-               "usage": {"input_tokens": 1, "output_tokens": 1}}
-    elif rec.path.endswith("/responses"):
-        doc = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
-    else:
-        doc = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
-               "choices": [{"index": 0, "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": "ok"}}]}
-    return Reply(chunks=[json.dumps(doc).encode()])
+    return whole_answer(rec.path, 'ok')
 
 
 @pytest.fixture(scope="module")
