@@ -191,3 +191,14 @@ def test_the_irregular_forms_of_a_stem_are_those_of_the_whole_table():
     st = Stems()
     for stem in sorted(asked):
         assert variants(stem, st) == whole.get(stem, []), stem
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(st.sampled_from(list("abz09_é€ж港") + ["\U0001f600"]), max_size=12),
+                       st.integers(1, 300), max_size=40))
+def test_the_bytes_of_word_counts_are_their_objects_sizes(counted):
+    """``docs.counts_bytes`` adds up ASCII words from their joined length (issue 45):
+    the same as ``getsizeof`` of the dict and of each word."""
+    from sys import getsizeof
+    from multillm_edge.search import docs as search_docs
+    assert search_docs.counts_bytes(counted) == getsizeof(counted) + sum(map(getsizeof, counted))

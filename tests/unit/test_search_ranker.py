@@ -263,6 +263,29 @@ def test_the_scanner_leaving_out_a_longer_literal_finds_the_same_words(text, lit
     assert match.scanner(literals).findall(text) == every.findall(text)
 
 
+# Characters on either side of the blocks ``holds_cjk`` reads by their high byte, CJK
+# of each block (Ext B past U+FFFF), an emoji, curly quotes, accents, Cyrillic.
+cjk_edges = st.sampled_from(list("\u10ff\u1100\u11ff\u1200\u3004\u3005\u3040\u3041\u30ff\u4e00\u9fff"
+                                 "\ua000\uabff\uac00\ud7af\ud7b0\uf8ff\uf900\ufaff\ufb00\u2019\u201c—é"
+                                 "ёж") + ["\U0001f600", "\U00020000", "\U0003134f", "\U00031350"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=st.lists(st.one_of(cjk_edges, st.sampled_from(["gold", "golden", "3.5", "35", " ", ".", "_", "ёлка",
+                                                             "елка", "x", "\n", "3,500"])), max_size=30).map("".join),
+       literals=st.lists(st.sampled_from(["gold", "golden", "3", "3.5", "35", "go", "ел", "x"]), min_size=1, max_size=4))
+def test_the_plain_scanner_finds_what_the_scanner_finds(text, literals):
+    """Issue 45: a text ``holds_cjk`` clears holds no CJK character; ``scannable`` makes
+    each CJK character a space; the plain scanner (compiled ~40x faster) finds there
+    the same words at the same places as the scanner in the text."""
+    if not match.holds_cjk(text):
+        assert analysis.CJK_RE.search(text) is None and match.scannable(text) is text
+    plain, full = match.scanner(literals, plain=True), match.scanner(literals)
+    assert len(match.scannable(text)) == len(text)
+    assert [(m.span(), m.group()) for m in plain.finditer(match.scannable(text))] == [
+        (m.span(), m.group()) for m in full.finditer(text)]
+
+
 def test_a_number_is_a_whole_word_for_the_search_as_for_recall():
     """``3`` is not the 3 of ``3.5`` nor ``1`` the 1 of ``1,200`` (one word each), in the
     scan as in the index."""

@@ -6,7 +6,7 @@ index as they are made."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import chain
+from itertools import chain, filterfalse
 from operator import itemgetter
 from sys import getsizeof
 from typing import NamedTuple, Sequence
@@ -48,8 +48,19 @@ class Index:
 
 def counts_bytes(counted: dict) -> int:
     """The bytes a dict of word counts holds: the dict and its words' strings (counts
-    past 256 aside: rare, and a word's string is ~50 bytes more than its count)."""
-    return getsizeof(counted) + sum(map(getsizeof, counted))
+    past 256 aside: rare, and a word's string is ~50 bytes more than its count). An
+    ASCII word's string is an empty one's size and a byte a character: those are added
+    up from their joined length, the others sized one by one (``getsizeof`` per word
+    was a new isolate's largest analysis step in Pyodide: issue 45)."""
+    joined = "".join(counted)
+    if joined.isascii():
+        return getsizeof(counted) + _EMPTY_STR * len(counted) + len(joined)
+    others = list(filterfalse(str.isascii, counted))
+    return (getsizeof(counted) + _EMPTY_STR * (len(counted) - len(others))
+            + len(joined) - sum(map(len, others)) + sum(map(getsizeof, others)))
+
+
+_EMPTY_STR = getsizeof("")
 
 
 #: An Index object (its slots) and its empty edges dict.
