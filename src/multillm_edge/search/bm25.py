@@ -8,7 +8,7 @@ import math
 from operator import add as _plus
 
 K1, B = 1.2, 0.75
-_K = K_PLUS_1 = K1 + 1
+_K = K1 + 1
 
 
 def idf(n: int, df: int) -> float:

@@ -264,12 +264,6 @@ class Corpus:
             got = self._keep(key, make())
         return got
 
-    def kept_only(self, kind: str, tf: dict):
-        """What ``kept`` keeps under (``kind``, ``tf``), or None (never made here)."""
-        if self.memo.get(id(tf)) is not tf:
-            return None
-        return self.memo.get((kind, id(tf)))
-
     def _keep(self, key, value):
         size = len(value) if type(value) in (dict, list) else 1
         if self.memo_entries + size > MEMO_ENTRIES:

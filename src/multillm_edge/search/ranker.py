@@ -5,7 +5,6 @@ of the best ones (``Scoring``); ties newest first; each hit quoted (``excerpt``)
 from __future__ import annotations
 
 from collections import Counter
-from heapq import nlargest
 from itertools import repeat
 from operator import add as _plus, mul as _times
 from typing import NamedTuple, Sequence
@@ -83,7 +82,7 @@ def rank(query, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
     corpus = (CORPORA.of(an) if keys is not None else Corpus(an)) if indexed else None
     matcher = Matcher(_kept(q.terms, an, indexed), q.stems)
     tfs = _tfs(matcher, an, corpus)
-    scores, weights, held = _scores(matcher, tfs, an, scoring, corpus, limit)
+    scores, weights, held = _scores(matcher, tfs, an, scoring, corpus)
     if keys is not None and indexed:
         CORPORA.trim()
     total = sum(weights.values())
@@ -146,11 +145,9 @@ def _best(scores: list, held, k: int) -> list:
     return sorted(sorted(held, reverse=True), key=scores.__getitem__, reverse=True)[:k]
 
 
-def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None,
-            limit: int) -> tuple:
+def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None) -> tuple:
     """(each exchange's score, each found term's idf over exchanges, the exchanges
-    scored: those holding a term — the others score 0 (docs/design.md §6.2) — or, when
-    the top k stops early (``_few``), those of them that can be among the k best).
+    holding a term). Only those are looked at: the others score 0 (docs/design.md §6.2).
     A term's part that depends on its counts and the corpus alone is the corpus's
     (``_Parts``), kept while the corpus is."""
     n, terms = len(an), matcher.terms
@@ -159,69 +156,10 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     per_doc, moved = _expanded(terms, tfs, asked)
     held = set().union(*per_doc.values())
     avg = (parts.size + sum(moved.values())) / n or 1.0
-    weights = {t: bm25.idf(n, len(tf)) for t, tf in per_doc.items()}
-    k = scoring.rerank if scoring.passage else limit
-    few = _few(per_doc, weights, held, k, scoring.window, _norm_of(an, parts, moved, avg)) \
-        if EARLY_STOP and limit <= k else None
-    if few is None:
-        scores = _all_scores(per_doc, weights, held, moved, an, avg, parts, scoring)
-    else:
-        scores = _few_scores(per_doc, weights, few, moved, an, avg, parts, scoring)
-        held = few
-    if scoring.passage:
-        top = _best(scores, held, scoring.rerank)     # an exchange scores iff it holds a term
-        pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
-        avg = parts.size / (parts.lines or 1) * 2     # a line pair's mean length
-        for d, p in passages(top, an, matcher, pidf, avg, corpus is not None).items():
-            scores[d] += scoring.passage * p
-    return scores, weights, held
-
-
-#: Top-k recall stops early (MaxScore; docs/design.md §6.2): the same ranking, bit for bit.
-EARLY_STOP = True
-#: A term's part of a score is below ``weight × (K1 + 1)`` over exchanges and over windows
-#: (a window's idf is at most the exchange's: more windows hold a term than exchanges);
-#: bounds and the partial scores they are held against are compared with this slack, so
-#: that floating-point rounding can only keep an exchange, never leave one out.
-_SLACK = 1e-9
-
-
-def _norm_of(an: list, parts: "_Parts", moved: dict, avg: float):
-    """An exchange's length normalization, as the scores use it."""
-    if not moved:
-        return parts.norms().__getitem__
-    return lambda d: bm25.norm(an[d].length + moved.get(d, 0), avg)
-
-
-def _few(per_doc: dict, weights: dict, held: set, k: int, window: float, norm) -> set | None:
-    """MaxScore (docs/design.md §6.2): the terms taken from the highest bound down
-    (essential) until the others' bounds together fall below the k-th best score the
-    essential ones alone give an exchange holding them (``_SLACK`` aside); then only the
-    exchanges holding an essential term, or next to one (its window), can be among the
-    k best: those, among ``held``. None when no term can be left out."""
-    if len(held) <= k or len(per_doc) < 2:
-        return None
-    bound = {t: w * bm25.K_PLUS_1 * (1.0 + window) for t, w in weights.items()}
-    order = sorted(per_doc, key=bound.__getitem__, reverse=True)
-    partial: dict = {}
-    for i, t in enumerate(order[:-1]):
-        w = weights[t]
-        for d, c in per_doc[t].items():
-            partial[d] = partial.get(d, 0.0) + w * (c * bm25.K_PLUS_1 / (c + norm(d)))
-        rest = sum([bound[u] for u in order[i + 1:]])
-        if len(partial) >= k and rest * (1 + _SLACK) < nlargest(k, partial.values())[-1] * (1 - _SLACK):
-            near = set(partial)
-            near.update([d - 1 for d in partial], [d + 1 for d in partial])
-            return near & held
-    return None
-
-
-def _all_scores(per_doc, weights, held, moved, an, avg, parts, scoring) -> list:
-    """Every exchange's score before passages (0.0 for those holding no term)."""
-    n = len(an)
     norm = None
-    base = [0.0] * n
+    base, weights = [0.0] * n, {}
     for t, tf in per_doc.items():
+        weights[t] = bm25.idf(n, len(tf))
         if moved:       # lengths this query changed: its own norms
             norm = norm or {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in held}
             bm25.add(base, bm25.part(weights[t], norm, tf, n))
@@ -237,64 +175,13 @@ def _all_scores(per_doc, weights, held, moved, an, avg, parts, scoring) -> list:
         else:
             for d in held:
                 scores[d] += scoring.window * wins[d]
-    return scores
-
-
-def _few_scores(per_doc, weights, few, moved, an, avg, parts, scoring) -> list:
-    """``_all_scores`` of the exchanges ``few`` (0.0 for the others): the same
-    operations in the same order for each (a term's parts added term by term, a part of
-    0.0 being none), its parts read where the corpus keeps them, else made for these
-    exchanges only."""
-    n = len(an)
-    base = [0.0] * n
-    if moved:
-        norm = {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in few}
-    for t, tf in per_doc.items():
-        part = None if moved else parts.kept_part("base", tf)
-        if part is not None:
-            _add_at(base, part, few)
-            continue
-        w, get, norms = weights[t], tf.get, norm if moved else parts.norms()
-        for d in few:
-            if (c := get(d)) is not None:
-                base[d] += w * (c * bm25.K_PLUS_1 / (c + norms[d]))
-    scores = base
-    if scoring.window:
-        wins = dict.fromkeys(few, 0.0)
-        for tf in per_doc.values():
-            part = parts.kept_part("window", tf)
-            if part is not None:
-                _add_at(wins, part, few)
-            else:
-                _window_at(tf, few, wins, parts)
-        for d in few:
-            scores[d] += scoring.window * wins[d]
-    return scores
-
-
-def _add_at(into, part, few: set) -> None:
-    """Add a kept part (a list, or a dict of the exchanges it holds) at ``few``."""
-    get = part.__getitem__ if type(part) is list else part.get
-    for d in few:
-        if (v := get(d)) is not None:
-            into[d] += v
-
-
-def _window_at(tf: dict, few: set, wins: dict, parts: "_Parts") -> None:
-    """Add a term's window part (``_Parts.window``) at the exchanges ``few``: its idf
-    over the windows holding it (found in C), each window's count summed."""
-    n = len(parts.sizes)
-    near = set(tf)
-    near.update(map(_PREVIOUS, tf), map(_NEXT, tf))
-    near.discard(-1)
-    near.discard(n)
-    w, norms, get = bm25.idf(n, len(near)), parts.window_norms(), tf.get
-    for d in few:
-        if c := get(d - 1, 0) + get(d, 0) + get(d + 1, 0):
-            wins[d] += w * (c * bm25.K_PLUS_1 / (c + norms[d]))
-
-
-_PREVIOUS, _NEXT = (-1).__add__, (1).__add__
+    if scoring.passage:
+        top = _best(scores, held, scoring.rerank)     # an exchange scores iff it holds a term
+        pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
+        avg = parts.size / (parts.lines or 1) * 2     # a line pair's mean length
+        for d, p in passages(top, an, matcher, pidf, avg, corpus is not None).items():
+            scores[d] += scoring.passage * p
+    return scores, weights, held
 
 
 class _Parts:
@@ -312,10 +199,6 @@ class _Parts:
 
     def _kept(self, kind: str, tf, make):
         return make() if self.corpus is None else self.corpus.kept(kind, tf, make)
-
-    def kept_part(self, kind: str, tf: dict):
-        """The corpus's kept ``kind`` part of ``tf`` (``base``, ``window``), or None."""
-        return None if self.corpus is None else self.corpus.kept_only(kind, tf)
 
     def norms(self) -> list:
         """Each exchange's length normalization, their mean length the average."""
