@@ -114,13 +114,20 @@ class Cache:
         self.entries: OrderedDict = OrderedDict()
         self.units = 0
         self.max_bytes = max_bytes
+        # the last indexed lookup that found every key ((keys, analyses)), while no entry
+        # was added, dropped or moved since (``analyses``: a turn between steps looks up
+        # the same keys again); ``reused``: whether the latest lookup was that one again
+        self.last: tuple | None = None
+        self.reused = False
 
     @property
     def bound(self) -> int:
         return self.max_bytes
 
     def held_bytes(self) -> int:
-        return self.units
+        """Its entries' bytes, and the last lookup's two lists (their slots)."""
+        last = self.last
+        return self.units + (getsizeof(last[0]) + getsizeof(last[1]) if last else 0)
 
     def shrink(self, to_bytes: int) -> None:
         """Evict the least recently used until ``held_bytes() <= to_bytes``."""
@@ -133,12 +140,14 @@ class Cache:
         old = self.entries.pop(key, None)
         if old is not None:
             self.uncount(old)
+        self.last = None
         self.entries[key] = fresh
         self.units += fresh.weight
         if fresh.index is not None:
             fresh.index.cached = True
 
     def uncount(self, gone: Analysis) -> None:
+        self.last = None
         self.units -= gone.weight
         if gone.index is not None:
             gone.index.cached = False
@@ -159,6 +168,7 @@ class Cache:
                 a.index.cached = False
         self.entries.clear()
         self.units = 0
+        self.last = None
 
 
 CACHE = STATE.part("analyses", Cache)
@@ -170,15 +180,22 @@ def _usable(got, stems) -> bool:
 
 def analyses(docs: Sequence, keys: Sequence | None, stems=None, former=None) -> list:
     """Each document's analysis (indexed with ``stems``): from the cache (a steady turn:
-    one lookup each), else under its ``former(i)`` key (when others were found), else
-    made and kept under its key."""
+    one lookup each; between steps none: the last lookup's list, while the cache has
+    not changed since), else under its ``former(i)`` key (when others were found), else
+    made and kept under its key. The caller never changes the list."""
     if keys is None:
         return [analyze(docs[i], stems) for i in range(len(docs))]
+    last, CACHE.reused = CACHE.last, False
+    if stems is not None and last is not None and last[0] == keys:
+        CACHE.reused = True     # the same analyses, already last in the cache's order
+        return last[1]
     entries = CACHE.entries
     out = list(map(entries.get, keys))       # in C: a steady turn finds them all
     if None not in out and (stems is None or all(map(_INDEX, out))):
         deque(map(entries.move_to_end, keys), 0)
+        CACHE.last = (list(keys), out) if stems is not None else None
         return out
+    CACHE.last = None
     missing = [i for i, got in enumerate(out) if not _usable(got, stems)]
     if len(missing) < len(out):
         skip = set(missing)

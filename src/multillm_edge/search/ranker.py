@@ -12,7 +12,7 @@ from typing import NamedTuple, Sequence
 from . import bm25
 from .analysis import Term, query_terms
 from .corpus import CORPORA, Corpus
-from .docs import analyses
+from .docs import CACHE, analyses
 from .excerpt import quote
 from .match import Matcher
 from .passages import passages
@@ -79,7 +79,7 @@ def rank(query, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
     if not q.terms or not docs or limit < 1:
         return []
     an = analyses(docs, keys, q.stems if indexed else None, former)
-    corpus = (CORPORA.of(an) if keys is not None else Corpus(an)) if indexed else None
+    corpus = (CORPORA.of(an, CACHE.reused) if keys is not None else Corpus(an)) if indexed else None
     matcher = Matcher(_kept(q.terms, an, indexed), q.stems)
     tfs = _tfs(matcher, an, corpus)
     scores, weights, held = _scores(matcher, tfs, an, scoring, corpus)
