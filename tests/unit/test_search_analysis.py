@@ -202,3 +202,4 @@ def test_the_bytes_of_word_counts_are_their_objects_sizes(counted):
     from sys import getsizeof
     from multillm_edge.search import docs as search_docs
     assert search_docs.counts_bytes(counted) == getsizeof(counted) + sum(map(getsizeof, counted))
+    assert search_docs.words_bytes(list(counted) * 2) == 2 * sum(map(getsizeof, counted))
