@@ -371,3 +371,31 @@ def test_the_term_cap_counts_a_term_by_a_probe_that_does_not_depend_on_set_order
         analysis.Term("w", f"word{i}", frozenset({f"word{i}"})) for i in range(8)]
     texts = ["they get it, get on and get going"] * 20
     assert ranker._rarest(terms, texts, 8) == terms[1:]
+
+
+def test_a_ranking_between_steps_reuses_the_last_lookup_and_gives_it_up_with_the_cache():
+    """Issue 45: the same keys asked again, nothing kept, dropped or moved since, get the
+    last lookup's analyses and corpus back (no lookup per exchange); any change of the
+    cache forgets it; its two lists count in held_bytes, and shrinking gives them up."""
+    from multillm_edge.search.corpus import CORPORA
+    docs = [doc(f"The whale {i} sang by the port.", "A lantern glows.") for i in range(30)]
+    keys = [("last", i) for i in range(30)]
+    CACHE.clear()
+    CORPORA.clear()
+    first = rank("whale port", docs, 5, keys=keys, indexed=True, excerpts=False)   # made
+    second = rank("whale lantern", docs, 5, keys=keys, indexed=True, excerpts=False)  # looked up
+    assert CACHE.last is not None and not CACHE.reused
+    corpus = CORPORA.kept[-1]
+    assert rank("whale port", docs, 5, keys=keys, indexed=True, excerpts=False) == first
+    assert CACHE.reused and CORPORA.kept[-1] is corpus
+    assert CACHE.held_bytes() > CACHE.units
+    CACHE.shrink(CACHE.units)
+    assert CACHE.last is None and CACHE.held_bytes() == CACHE.units
+    assert rank("whale lantern", docs, 5, keys=keys, indexed=True, excerpts=False) == second
+    assert not CACHE.reused and CACHE.last is not None
+    rank("whale", docs[:3], 5, keys=[("other", i) for i in range(3)], indexed=True)   # kept: forgotten
+    assert CACHE.last is None or CACHE.last[0] != keys
+    assert rank("whale port", docs, 5, keys=keys, indexed=True, excerpts=False) == first
+    assert not CACHE.reused
+    CACHE.clear()
+    CORPORA.clear()

@@ -135,7 +135,10 @@ class Cache:
         return self.units + (getsizeof(last[0]) + getsizeof(last[1]) if last else 0)
 
     def shrink(self, to_bytes: int) -> None:
-        """Evict the least recently used until ``held_bytes() <= to_bytes``."""
+        """Evict the least recently used until ``held_bytes() <= to_bytes`` (the last
+        lookup's lists first)."""
+        if self.last is not None and self.held_bytes() > to_bytes:
+            self.last = None
         while self.units > to_bytes and self.entries:
             self.uncount(self.entries.popitem(last=False)[1])
 
