@@ -175,3 +175,31 @@ def test_forms_of_words_registered_to_wait_are_every_word_with_the_stem(words, a
         assert len(s.forms(asked)) == len(eager)
     finally:
         STATE.reset()
+
+
+def test_the_irregular_forms_of_a_stem_are_those_of_the_whole_table():
+    """``variants`` stems only the verbs that may have a stem (issue 45): for every stem
+    of the table's verbs and forms, and others, the forms the whole table stemmed gives."""
+    from multillm_edge.search import irregular
+    from multillm_edge.search.stems import STATE, variants
+    st = Stems()
+    whole: dict = {}
+    for form, base in irregular.FORMS.items():
+        whole.setdefault(st(base), []).append(form)
+    asked = set(whole) | {st(f) for f in irregular.FORMS} | {"", "a", "wh", "whale", "найт", "ш"}
+    STATE.reset()
+    st = Stems()
+    for stem in sorted(asked):
+        assert variants(stem, st) == whole.get(stem, []), stem
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(st.sampled_from(list("abz09_é€ж港") + ["\U0001f600"]), max_size=12),
+                       st.integers(1, 300), max_size=40))
+def test_the_bytes_of_word_counts_are_their_objects_sizes(counted):
+    """``docs.counts_bytes`` adds up ASCII words from their joined length (issue 45):
+    the same as ``getsizeof`` of the dict and of each word."""
+    from sys import getsizeof
+    from multillm_edge.search import docs as search_docs
+    assert search_docs.counts_bytes(counted) == getsizeof(counted) + sum(map(getsizeof, counted))
+    assert search_docs.words_bytes(list(counted) * 2) == 2 * sum(map(getsizeof, counted))

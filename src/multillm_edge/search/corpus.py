@@ -319,9 +319,13 @@ class Corpora:
         while kept and self.held_bytes() > to_bytes:
             kept.pop(0)
 
-    def of(self, an: list) -> Corpus:
+    def of(self, an: list, again: bool = False) -> Corpus:
         """The corpus of the analyses ``an``: the kept one sharing most of its start
-        with them, cut where they part and extended by the rest; else a new one."""
+        with them, cut where they part and extended by the rest; else a new one.
+        ``again``: ``an`` are the very analyses the last ranking found (docs.analyses,
+        nothing changed since), so its corpus, the last used, when still kept."""
+        if again and self.kept:
+            return self.kept[-1]
         words = list(map(_WORDS, an))
         best, common = None, 0
         for c in reversed(self.kept):

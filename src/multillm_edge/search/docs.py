@@ -6,7 +6,7 @@ index as they are made."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import chain
+from itertools import chain, filterfalse
 from operator import itemgetter
 from sys import getsizeof
 from typing import NamedTuple, Sequence
@@ -48,8 +48,24 @@ class Index:
 
 def counts_bytes(counted: dict) -> int:
     """The bytes a dict of word counts holds: the dict and its words' strings (counts
-    past 256 aside: rare, and a word's string is ~50 bytes more than its count)."""
-    return getsizeof(counted) + sum(map(getsizeof, counted))
+    past 256 aside: rare, and a word's string is ~50 bytes more than its count). An
+    ASCII word's string is an empty one's size and a byte a character: those are added
+    up from their joined length, the others sized one by one (``getsizeof`` per word
+    was a new isolate's largest analysis step in Pyodide: issue 45)."""
+    return getsizeof(counted) + words_bytes(counted)
+
+
+def words_bytes(words) -> int:
+    """``sum(map(getsizeof, words))`` (a list or dict of str), in fewer C calls."""
+    joined = "".join(words)
+    if joined.isascii():
+        return _EMPTY_STR * len(words) + len(joined)
+    others = list(filterfalse(str.isascii, words))
+    return (_EMPTY_STR * (len(words) - len(others)) + len(joined) - sum(map(len, others))
+            + sum(map(getsizeof, others)))
+
+
+_EMPTY_STR = getsizeof("")
 
 
 #: An Index object (its slots) and its empty edges dict.
@@ -103,16 +119,26 @@ class Cache:
         self.entries: OrderedDict = OrderedDict()
         self.units = 0
         self.max_bytes = max_bytes
+        # the last indexed lookup that found every key ((keys, analyses)), while no entry
+        # was added, dropped or moved since (``analyses``: a turn between steps looks up
+        # the same keys again); ``reused``: whether the latest lookup was that one again
+        self.last: tuple | None = None
+        self.reused = False
 
     @property
     def bound(self) -> int:
         return self.max_bytes
 
     def held_bytes(self) -> int:
-        return self.units
+        """Its entries' bytes, and the last lookup's two lists (their slots)."""
+        last = self.last
+        return self.units + (getsizeof(last[0]) + getsizeof(last[1]) if last else 0)
 
     def shrink(self, to_bytes: int) -> None:
-        """Evict the least recently used until ``held_bytes() <= to_bytes``."""
+        """Evict the least recently used until ``held_bytes() <= to_bytes`` (the last
+        lookup's lists first)."""
+        if self.last is not None and self.held_bytes() > to_bytes:
+            self.last = None
         while self.units > to_bytes and self.entries:
             self.uncount(self.entries.popitem(last=False)[1])
 
@@ -122,12 +148,14 @@ class Cache:
         old = self.entries.pop(key, None)
         if old is not None:
             self.uncount(old)
+        self.last = None
         self.entries[key] = fresh
         self.units += fresh.weight
         if fresh.index is not None:
             fresh.index.cached = True
 
     def uncount(self, gone: Analysis) -> None:
+        self.last = None
         self.units -= gone.weight
         if gone.index is not None:
             gone.index.cached = False
@@ -148,6 +176,7 @@ class Cache:
                 a.index.cached = False
         self.entries.clear()
         self.units = 0
+        self.last = None
 
 
 CACHE = STATE.part("analyses", Cache)
@@ -159,15 +188,22 @@ def _usable(got, stems) -> bool:
 
 def analyses(docs: Sequence, keys: Sequence | None, stems=None, former=None) -> list:
     """Each document's analysis (indexed with ``stems``): from the cache (a steady turn:
-    one lookup each), else under its ``former(i)`` key (when others were found), else
-    made and kept under its key."""
+    one lookup each; between steps none: the last lookup's list, while the cache has
+    not changed since), else under its ``former(i)`` key (when others were found), else
+    made and kept under its key. The caller never changes the list."""
     if keys is None:
         return [analyze(docs[i], stems) for i in range(len(docs))]
+    last, CACHE.reused = CACHE.last, False
+    if stems is not None and last is not None and last[0] == keys:
+        CACHE.reused = True     # the same analyses, already last in the cache's order
+        return last[1]
     entries = CACHE.entries
     out = list(map(entries.get, keys))       # in C: a steady turn finds them all
     if None not in out and (stems is None or all(map(_INDEX, out))):
         deque(map(entries.move_to_end, keys), 0)
+        CACHE.last = (list(keys), out) if stems is not None else None
         return out
+    CACHE.last = None
     missing = [i for i, got in enumerate(out) if not _usable(got, stems)]
     if len(missing) < len(out):
         skip = set(missing)
@@ -203,7 +239,7 @@ def line_words(a: Analysis) -> tuple:
         lines = index.lines = tuple(map(counts, line_bags(a.text)))
         # each line's dict (an empty one too) and its words' strings, and the tuple
         CACHE.grow(index, getsizeof(lines) + sum(map(getsizeof, lines))
-                   + sum(map(getsizeof, chain.from_iterable(lines))))
+                   + words_bytes(list(chain.from_iterable(lines))))
     return index.lines
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple, Sequence
 from . import bm25
 from .analysis import Term, query_terms
 from .corpus import CORPORA, Corpus
-from .docs import analyses
+from .docs import CACHE, analyses
 from .excerpt import quote
 from .match import Matcher
 from .passages import passages
@@ -79,10 +79,10 @@ def rank(query, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
     if not q.terms or not docs or limit < 1:
         return []
     an = analyses(docs, keys, q.stems if indexed else None, former)
-    corpus = (CORPORA.of(an) if keys is not None else Corpus(an)) if indexed else None
+    corpus = (CORPORA.of(an, CACHE.reused) if keys is not None else Corpus(an)) if indexed else None
     matcher = Matcher(_kept(q.terms, an, indexed), q.stems)
     tfs = _tfs(matcher, an, corpus)
-    scores, weights, held = _scores(matcher, tfs, an, scoring, corpus)
+    scores, weights, held = _scores(matcher, tfs, an, scoring, corpus, limit)
     if keys is not None and indexed:
         CORPORA.trim()
     total = sum(weights.values())
@@ -145,11 +145,13 @@ def _best(scores: list, held, k: int) -> list:
     return sorted(sorted(held, reverse=True), key=scores.__getitem__, reverse=True)[:k]
 
 
-def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None) -> tuple:
-    """(each exchange's score, each found term's idf over exchanges, the exchanges
-    holding a term). Only those are looked at: the others score 0 (docs/design.md §6.2).
-    A term's part that depends on its counts and the corpus alone is the corpus's
-    (``_Parts``), kept while the corpus is."""
+def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None,
+            limit: int) -> tuple:
+    """(each exchange's score, each found term's idf over exchanges, the exchanges the
+    ``limit`` best are among: those holding a term — the others score 0 (docs/design.md
+    §6.2) — or, when passages are scored for at least ``limit``, those). A term's part
+    that depends on its counts and the corpus alone is the corpus's (``_Parts``), kept
+    while the corpus is."""
     n, terms = len(an), matcher.terms
     parts = _Parts(an, corpus)
     asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
@@ -181,7 +183,15 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
         avg = parts.size / (parts.lines or 1) * 2     # a line pair's mean length
         for d, p in passages(top, an, matcher, pidf, avg, corpus is not None).items():
             scores[d] += scoring.passage * p
+        if FROM_TOP and scoring.passage > 0 and limit <= scoring.rerank:
+            return scores, weights, top
     return scores, weights, held
+
+
+#: The ``limit`` best found among the exchanges whose passages were scored, when they
+#: are at least ``limit`` (docs/design.md §6.2): a passage only adds to a score, so each
+#: of them still ranks before every other exchange — the same hits as sorting them all.
+FROM_TOP = True
 
 
 class _Parts:
