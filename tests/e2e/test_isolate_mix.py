@@ -24,10 +24,6 @@ def test_paged_waiting_and_streamed_turns_never_lose_the_isolate(tmp_path):
     assert end["memory"]["wasm_peak_bytes"] <= 128 * MiB
 
 
-@pytest.mark.skip(reason="issue 43 open: with admission merged, 3 requests of 7.6 MiB after six "
-                         "paged sessions still lose the isolate (the wasm heap grew from 86.2 MiB until it asked for 149.1 MiB, 3 x 503 "
-                         "isolate_memory_exceeded): the budget counts Python-held bytes, and the "
-                         "heap the caches gave back is not where the large bodies land")
 def test_large_requests_at_once_are_admitted_or_shed(tmp_path):
     out = run_mix(tmp_path / "mix", sessions=6, streams=6, large=3, delay=2.0,
                   report=lambda name, doc: print(name, doc))

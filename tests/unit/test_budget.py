@@ -111,6 +111,36 @@ def test_a_ticket_grows_lowers_and_releases_once():
     run(go())
 
 
+def test_a_growing_ticket_goes_before_the_requests_waiting_for_it():
+    """An admitted request that grows (its parse needs more) is not queued behind a
+    waiter that can only be served once it is done: it takes free room at once, and
+    when there is none it is the next served (issue 43: the first of three 7.6 MiB
+    requests waited behind the second until its deadline, and both were shed)."""
+    async def go():
+        sem = Weighted(100)
+        loop = asyncio.get_running_loop()
+        assert await sem.acquire(53, 1)
+        t = Ticket(sem, 53, loop.time() + 5)
+        second = asyncio.ensure_future(sem.acquire(53, 5))     # fits once t is lowered
+        await asyncio.sleep(0)
+        assert sem.waiting() == 1
+        assert await asyncio.wait_for(t.grow(4), 0.5) and sem.cur == 57     # at once
+        assert await Ticket(sem, 0, loop.time() + 0.01).grow(50) is False   # no room: timed out
+        grow = asyncio.ensure_future(t.grow(50))        # no room: first in the queue
+        await asyncio.sleep(0)
+        assert sem.waiting() == 2 and sem._waiters[0][0] == 50
+        third = asyncio.ensure_future(sem.acquire(1, 5))
+        await asyncio.sleep(0)
+        t.lower_to(0)           # t gave back 57 (its grow, 50, is still wanted): served first
+        await asyncio.sleep(0.01)
+        assert grow.done() and grow.result() and not second.done() and not third.done()
+        assert sem.cur == 50 and t.held == 50
+        t.release()
+        assert await asyncio.wait_for(second, 1) and await asyncio.wait_for(third, 1)
+        assert sem.cur == 54
+    run(go())
+
+
 class Sized:
     """A cache stand-in: ``held`` bytes, shrinking as asked."""
 

@@ -99,10 +99,10 @@ class Budget(Weighted):
         super().release(n)
         self.fit(self._head())
 
-    async def acquire(self, n: int, timeout: float) -> bool:
+    async def acquire(self, n: int, timeout: float, first: bool = False) -> bool:
         """``Weighted.acquire``, the caches shrunk first to leave the room."""
         self.fit(n + self._head())
-        got = await super().acquire(n, timeout)
+        got = await super().acquire(n, timeout, first)
         self.fit(self._head())
         return got
 
