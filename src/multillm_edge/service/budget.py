@@ -46,8 +46,10 @@ BRACKET_BYTES = 100
 #: What a judged batch request holds per byte of its body (the body, its lines, one
 #: line parsed at a time)
 BATCH_FACTOR = 3
-#: What a request waiting on its provider holds per byte of the upstream body (the bytes
-#: and a response of the same order, annotated)
+#: What a request waiting on its provider holds per byte of the upstream body when its
+#: answer will be read whole and annotated (a turn that paged or compacted): the bytes
+#: (the runtime's until written) and an answer of the same order. An answer relayed as
+#: it comes holds STREAM_BYTES, within REQUEST_BYTES: such a request holds the bytes alone.
 UPSTREAM_FACTOR = 2
 #: What a relayed stream holds until it ends (one chunk at a time)
 STREAM_BYTES = 64 * 1024
@@ -168,10 +170,10 @@ async def parsed(req: Incoming, size: int, brackets: int) -> None:
         raise EdgeBusy(RETRY_AFTER_SECONDS)
 
 
-def waiting_on_upstream(req: Incoming, size: int) -> None:
-    """Before the fetch: the request holds its upstream body from now on (and its
-    answer), not its parse and plans (docs/design.md §7.2)."""
-    req.ticket.lower_to(REQUEST_BYTES + UPSTREAM_FACTOR * size)
+def waiting_on_upstream(req: Incoming, size: int, read_whole: bool = True) -> None:
+    """Before the fetch: the request holds its upstream body from now on (and, when
+    ``read_whole``, an answer of its order), not its parse and plans (docs/design.md §7.2)."""
+    req.ticket.lower_to(REQUEST_BYTES + (UPSTREAM_FACTOR if read_whole else 1) * size)
 
 
 def hand_to_relay(req: Incoming):
