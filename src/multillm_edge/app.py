@@ -165,7 +165,8 @@ async def handle(req: Incoming, platform: Platform) -> Outgoing:
         out = cors.preflight(req, platform, route)
         if out is None:
             # the bytes it will hold, or 503 edge_busy before anything is read (§7.2)
-            req.ticket = await budget.BUDGET.admit(budget.wanted(req, matched.body_factor))
+            req.ticket = await budget.BUDGET.admit(budget.wanted(req, matched.body_factor),
+                                                   large=budget.large(req, matched.body_factor))
             out = await matched.handler(req, platform)
         else:
             matched = PREFLIGHT

@@ -195,6 +195,53 @@ def test_a_request_the_budget_holds_only_alone_waits_for_it_and_caches_empty():
     run(go())
 
 
+def test_the_reserve_is_never_lent_to_caches_and_is_let_go_for_a_large_body():
+    """Contiguous room for large bodies (docs/design.md §7.2): one block the isolate's
+    first request takes, out of what requests and caches count on; a large body lets it
+    go (its bytes land in the hole) and it is taken again once no large body needs it."""
+    cache = Sized(0, 200)
+    budget = Budget(100, lambda: [("cache", cache)], reserve=30)
+
+    async def go():
+        t = await budget.admit(10)
+        assert len(budget._block) == 30 and budget.size == 70 and budget.full == 100
+        assert cache.max_bytes == 60                    # 100 - 30 kept - 10 reserved
+        with pytest.raises(EdgeBusy):
+            await budget.admit(65, timeout=0.01)        # not large: the reserve is not its room
+        assert budget._block is not None and budget.size == 70
+        big = await budget.admit(85, large=True)        # large: the reserve is let go
+        assert budget._block is None and budget.size == 100 and big.held == 85
+        assert cache.max_bytes == 5                     # 100 - 10 - 85
+        t.release()
+        budget.return_reserve(t)                        # not a borrower: nothing changes
+        assert budget._block is None
+        big.lower_to(20)                                # waiting on its provider, its blocks gone
+        budget.return_reserve(big)
+        assert len(budget._block) == 30 and budget.size == 70 and cache.max_bytes == 50
+        other = await budget.admit(5, large=True)       # it can be lent again
+        assert budget._block is None
+        budget.return_reserve(other)
+        other.release()
+        budget.return_reserve(other)                    # twice: once given back
+        assert budget._block is not None and budget.size == 70
+        big.release()
+        assert budget.cur == 0
+    run(go())
+
+
+def test_a_large_body_turned_away_gives_the_reserve_back():
+    budget = Budget(100, lambda: [], reserve=30)
+
+    async def go():
+        t = await budget.admit(60)
+        assert budget._block is not None
+        with pytest.raises(EdgeBusy):
+            await budget.admit(90, timeout=0.01, large=True)   # 40 free even without it
+        assert budget._block is not None and budget.size == 70 and not budget._borrowers
+        t.release()
+    run(go())
+
+
 def test_memo_counts_its_bytes_and_shrinks_oldest_first():
     memo = Memo(100, 10_000)
     for i in range(20):

@@ -12,6 +12,13 @@ import json
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Protocol
 
 
+#: The wasm heap an isolate's Python may grow to (docs/design.md §7.2). Workers kill an
+#: isolate whose JS heap and wasm memory pass 128 MiB; Pyodide's heap grows in steps of
+#: 1.2 × (Emscripten's ``_emscripten_resize_heap``) — through the runner … 86.2, 103.5,
+#: 124.2 MiB — and never shrinks. 103.5 MiB is the largest step that leaves the JS side
+#: its 16 MiB allowance (128 - 16 = 112): a heap that needs a byte more grows to 124.2.
+HEAP_CEILING_BYTES = 103 * (1 << 20) + (1 << 19)
+
 class Database(Protocol):
     """D1 in production, sqlite3 in tests: numbered ``?N`` statements (storage/store.py)."""
     async def first(self, sql: str, params: list) -> Optional[dict]: ...

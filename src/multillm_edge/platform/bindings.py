@@ -17,7 +17,7 @@ from workers import Request, Response
 from ..base.errors import EdgeError, StorageError
 from ..base.http import Handoff, Incoming, Outgoing
 from ..base.jsonbytes import compact_text
-from ..base.platform import var_text
+from ..base.platform import HEAP_CEILING_BYTES, var_text
 
 #: How much of a body `buffer_body` lets `settled` see: a decision from the head only.
 SETTLE_BYTES = 64 * 1024
@@ -267,8 +267,35 @@ class _Relay:
             done()
 
 
+#: What ``cap_heap`` did in this isolate: None until the first request, then its report
+HEAP_CAP: dict | None = None
+
+
+def cap_heap(ceiling: int = HEAP_CEILING_BYTES) -> dict:
+    """Tell Pyodide's allocator (dlmalloc) never to take the wasm heap past ``ceiling``
+    bytes (docs/design.md §7.2): past it ``malloc`` fails and Python raises MemoryError,
+    which the app answers 503 ``edge_busy`` (the caches emptied), instead of the heap
+    growing into the isolate's limit and the isolate dying with every request in flight.
+    The allocator is reached through ``pyodide_js._module`` (the Emscripten module):
+    verified under the runner's Pyodide 0.28.3; a runtime that does not expose it is
+    left as it is (``{"capped": False}``), and the budget's accounting alone applies."""
+    try:
+        import pyodide_js
+        module = pyodide_js._module
+        top, footprint = int(module._sbrk(0)), int(module._malloc_footprint())
+        limit = footprint + max(0, ceiling - top)
+        module._malloc_set_footprint_limit(limit)
+        return {"capped": True, "ceiling_bytes": ceiling, "heap_bytes": int(module.HEAPU8.length),
+                "footprint_limit_bytes": int(module._malloc_footprint_limit())}
+    except Exception as exc:  # noqa: BLE001 — not exposed here: nothing is changed
+        return {"capped": False, "reason": type(exc).__name__}
+
+
 class WorkersPlatform:
     def __init__(self, env, request: Request, ctx=None):
+        global HEAP_CAP
+        if HEAP_CAP is None:        # once per isolate, before its first request runs
+            HEAP_CAP = cap_heap()
         self._env = env
         self.request = request
         self._ctx = ctx         # the invocation's ExecutionContext (waitUntil)
