@@ -1,9 +1,10 @@
 """A smaller busy minute through the runner with its 128 MiB isolate limit on
 (docs/design.md §7.2, §9; bench/bench_isolate_memory.py runs the issue's full mix):
 sessions page a long chat once, their next turns wait together on a slow provider, streams
-run together, and 7.6 MiB requests arrive together. The isolate is never lost; every paged
-turn and stream answers 200; each large request answers 200, or 503 edge_busy with
-Retry-After (admission by memory, issue 43 part 3)."""
+run together, and 7.6 MiB requests arrive together. The isolate is never lost and its wasm
+heap stays within 112 MiB (the JS side's 16 MiB left); every paged turn and stream
+answers 200; each large request answers 200, or 503 edge_busy with Retry-After, and at
+least half answer 200 (admission by memory, issue 43 part 3)."""
 
 import pytest
 
@@ -21,7 +22,7 @@ def test_paged_waiting_and_streamed_turns_never_lose_the_isolate(tmp_path):
     assert out["paged"]["statuses"] == {"200": 6}
     assert out["waiting"]["statuses"] == {"200": 6}
     assert out["streams"]["statuses"] == {"200": 6}
-    assert end["memory"]["wasm_peak_bytes"] <= 128 * MiB
+    assert end["memory"]["wasm_peak_bytes"] <= 112 * MiB
 
 
 def test_large_requests_at_once_are_admitted_or_shed(tmp_path):
@@ -35,4 +36,5 @@ def test_large_requests_at_once_are_admitted_or_shed(tmp_path):
     large = out["large"]["statuses"]
     assert set(large) <= {"200", "503 edge_busy retry-after"}, large
     assert large.get("200", 0) * 2 >= sum(large.values()), large
-    assert end["memory"]["wasm_peak_bytes"] <= 128 * MiB
+    assert not end["lost_lines"]
+    assert end["memory"]["wasm_peak_bytes"] <= 112 * MiB
