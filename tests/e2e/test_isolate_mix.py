@@ -38,3 +38,8 @@ def test_large_requests_at_once_are_admitted_or_shed(tmp_path):
     assert large.get("200", 0) * 2 >= sum(large.values()), large
     assert not end["lost_lines"]
     assert end["memory"]["wasm_peak_bytes"] <= 112 * MiB
+    # the allocator was capped at the heap's ceiling (docs/design.md §7.2): its break
+    # (the footprint's base plus the limit) at 103.5 MiB
+    heap = end["heap"]
+    assert 0 < heap["footprint_limit_bytes"] < heap["heap_bytes"]
+    assert heap["footprint_bytes"] <= heap["footprint_limit_bytes"]
