@@ -377,7 +377,7 @@ json.dumps(out)
 `;
 
 // The allocator's view of the Worker's wasm heap (dlmalloc's mallinfo): in use, free,
-// the free top, its footprint and the limit set on it.
+// the free top, the heap's break, its footprint and the limit set on it.
 function mallinfo(module) {
   const sp = module._stackSave();
   const p = module._stackAlloc(40);
@@ -385,7 +385,7 @@ function mallinfo(module) {
   const view = new DataView(module.HEAPU8.buffer, p, 40);
   const field = (i) => view.getUint32(4 * i, true);
   const out = { heap_bytes: module.HEAPU8.length, in_use_bytes: field(7), free_bytes: field(8),
-    top_free_bytes: field(9), footprint_bytes: module._malloc_footprint(),
+    top_free_bytes: field(9), break_bytes: module._sbrk(0), footprint_bytes: module._malloc_footprint(),
     footprint_limit_bytes: module._malloc_footprint_limit() };
   module._stackRestore(sp);
   return out;
