@@ -269,6 +269,9 @@ class _Relay:
 
 #: What ``cap_heap`` did in this isolate: None until the first request, then its report
 HEAP_CAP: dict | None = None
+#: Below this much room between the heap's break and the ceiling, no cap is set: a
+#: runtime whose baseline is not the runner's must not be left unable to allocate at all
+MIN_HEAP_ROOM_BYTES = 32 * (1 << 20)
 
 
 def cap_heap(ceiling: int = HEAP_CEILING_BYTES) -> dict:
@@ -278,13 +281,15 @@ def cap_heap(ceiling: int = HEAP_CEILING_BYTES) -> dict:
     growing into the isolate's limit and the isolate dying with every request in flight.
     The allocator is reached through ``pyodide_js._module`` (the Emscripten module):
     verified under the runner's Pyodide 0.28.3; a runtime that does not expose it is
-    left as it is (``{"capped": False}``), and the budget's accounting alone applies."""
+    left as it is (``{"capped": False}``), and the budget's accounting alone applies; so
+    is one whose heap already sits within MIN_HEAP_ROOM_BYTES of the ceiling."""
     try:
         import pyodide_js
         module = pyodide_js._module
         top, footprint = int(module._sbrk(0)), int(module._malloc_footprint())
-        limit = footprint + max(0, ceiling - top)
-        module._malloc_set_footprint_limit(limit)
+        if ceiling - top < MIN_HEAP_ROOM_BYTES:
+            return {"capped": False, "reason": "no_room", "heap_bytes": int(module.HEAPU8.length)}
+        module._malloc_set_footprint_limit(footprint + ceiling - top)
         return {"capped": True, "ceiling_bytes": ceiling, "heap_bytes": int(module.HEAPU8.length),
                 "footprint_limit_bytes": int(module._malloc_footprint_limit())}
     except Exception as exc:  # noqa: BLE001 — not exposed here: nothing is changed
