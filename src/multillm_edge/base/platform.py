@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Protocol
 #: its 16 MiB allowance (128 - 16 = 112): a heap that needs a byte more grows to 124.2.
 HEAP_CEILING_BYTES = 103 * (1 << 20) + (1 << 19)
 
+
 class Database(Protocol):
     """D1 in production, sqlite3 in tests: numbered ``?N`` statements (storage/store.py)."""
     async def first(self, sql: str, params: list) -> Optional[dict]: ...

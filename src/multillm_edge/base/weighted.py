@@ -5,9 +5,9 @@ request acquires ``n`` units (bytes) and waits, first come first served, until t
 free; a large request at the head of the queue is never overtaken by smaller ones, so
 it is not starved. A ticket that grows (a request already admitted, reading or
 parsing its body) goes before every waiter: it waits for nobody who waits for it to
-finish (docs/design.md §7.2). A waiter whose time runs out, or that is cancelled (its client went
-away), leaves the queue and gives its place back: when it was at the head, the waiters
-behind it that now fit are woken. ``Ticket`` is what one request holds.
+finish (docs/design.md §7.2). A waiter whose time runs out, or that is cancelled (its
+client went away), leaves the queue and gives its place back: when it was at the head,
+the waiters behind it that now fit are woken. ``Ticket`` is what one request holds.
 """
 
 from __future__ import annotations
