@@ -165,6 +165,7 @@ def test_a_memory_error_answers_503_and_the_caches_go_first(edge):
     r = edge.request("POST", "/v1/chat/completions", HEADERS, body(31))
     assert r.status == 503 and r.json()["error"]["code"] == "edge_busy" and r.header("retry-after")
     assert len(LAST_TURNS) == 0 and all(c.held_bytes() < 4096 for c in STATE.caches().values())
+    assert getattr(edge, "exhausted", 0) == 1       # the platform told (it may lift a heap cap)
 
 
 def recalling_turns():

@@ -356,3 +356,21 @@ def test_the_duplicate_check_reads_the_narrow_view_and_keeps_nothing():
     assert validation.has_duplicate_keys(padded('"\\u00e9":1,"é":2'.encode()))     # exact path
     assert not validation.has_duplicate_keys(padded('"é":1,"e":2,"x":{"é":3}'.encode()))
     assert not validation.has_duplicate_keys(padded('"Ã©":1,"é":2'.encode()))
+
+
+def test_a_body_whose_text_finds_no_room_is_parsed_through_its_narrow_view(monkeypatch):
+    """Under the heap's ceiling (docs/design.md §7.2) the exact path's text of 4 bytes a
+    character may find no block: a body under NARROW_MIN_BYTES then takes the narrow
+    parse, the same value; one the narrow parse cannot take keeps the MemoryError."""
+    raw = '{"a":["é🌙 x",{"ü":"夜"}],"b":1}'.encode()
+    assert len(raw) < validation.NARROW_MIN_BYTES
+
+    class Tight(bytes):
+        def decode(self, encoding="utf-8", errors="strict"):
+            if encoding == "utf-8":
+                raise MemoryError
+            return bytes(self).decode(encoding, errors)
+
+    assert validation.parse_json_counted(Tight(raw)) == (json.loads(raw.decode()), 6)
+    with pytest.raises(MemoryError):        # an escape the view cannot read exactly
+        validation.parse_json_counted(Tight('{"a":"\\u00e9 é"}'.encode()))

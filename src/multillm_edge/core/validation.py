@@ -116,6 +116,13 @@ def parse_json_counted(raw: bytes, pairs_hook=None) -> tuple:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise _invalid_json("Request body is not valid UTF-8.") from None
+    except MemoryError:
+        # no block for the text a body this size decodes to (4 bytes a character): its
+        # narrow view needs one byte a byte (docs/design.md §7.2); else the error stands
+        body = _parse_narrow(raw) if pairs_hook is None else _NOT_NARROW
+        if body is _NOT_NARROW:
+            raise
+        return body, len(brackets)
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
                           object_pairs_hook=pairs_hook), len(brackets)

@@ -272,6 +272,24 @@ HEAP_CAP: dict | None = None
 #: Below this much room between the heap's break and the ceiling, no cap is set: a
 #: runtime whose baseline is not the runner's must not be left unable to allocate at all
 MIN_HEAP_ROOM_BYTES = 32 * (1 << 20)
+#: MemoryErrors this close together, the caches emptied after each, mean the capped heap
+#: is too fragmented to serve: the cap is lifted (an isolate refusing every request is
+#: worse than one that may grow into the limit and be replaced by a fresh one)
+EXHAUSTED_TIMES, EXHAUSTED_SECONDS = 3, 10.0
+_exhausted: list = []
+
+
+def lift_heap_cap() -> None:
+    """The allocator's limit removed (``cap_heap`` undone); nothing where it was not set."""
+    global HEAP_CAP
+    if not (HEAP_CAP or {}).get("capped"):
+        return
+    try:
+        import pyodide_js
+        pyodide_js._module._malloc_set_footprint_limit(-1)   # dlmalloc: -1 is no limit
+        HEAP_CAP = {**HEAP_CAP, "capped": False, "reason": "lifted"}
+    except Exception:  # noqa: BLE001 — it was set through the same module: nothing to undo
+        pass
 
 
 def cap_heap(ceiling: int = HEAP_CEILING_BYTES) -> dict:
@@ -329,6 +347,15 @@ class WorkersPlatform:
 
     def log(self, record: dict) -> None:
         print(compact_text(record, ascii=True))
+
+    def memory_exhausted(self) -> None:
+        """A MemoryError was answered: the third within EXHAUSTED_SECONDS lifts the cap."""
+        now = time.monotonic()
+        _exhausted[:] = [t for t in _exhausted if now - t < EXHAUSTED_SECONDS] + [now]
+        if len(_exhausted) >= EXHAUSTED_TIMES and (HEAP_CAP or {}).get("capped"):
+            lift_heap_cap()
+            self.log({"level": "warning", "message": "The heap stayed exhausted under its cap: cap lifted.",
+                      "heap_cap": "lifted"})
 
     async def read_body(self, limit: int, grow=None) -> bytes:
         """The request body, refusing (413) anything over `limit` bytes without buffering
