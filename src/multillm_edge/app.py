@@ -173,7 +173,8 @@ async def handle(req: Incoming, platform: Platform) -> Outgoing:
     except MemoryError:
         # the caches go first; the request is answered, never killed (§7.2, §8)
         budget.BUDGET.clear_caches()
-        platform.memory_exhausted()
+        if budget.stuck(req, matched.body_factor):     # nothing else holds the room
+            platform.memory_exhausted()
         err = EdgeBusy(budget.RETRY_AFTER_SECONDS)
         req.notes["error"] = err.code
         out = error_response(err, matched.envelope)

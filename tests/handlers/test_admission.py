@@ -168,6 +168,21 @@ def test_a_memory_error_answers_503_and_the_caches_go_first(edge):
     assert getattr(edge, "exhausted", 0) == 1       # the platform told (it may lift a heap cap)
 
 
+def test_a_memory_error_with_room_held_elsewhere_is_not_the_heap_stuck(edge):
+    """Others hold room they will give back: the platform is not told (a cap is kept)."""
+    def upstream(sent):
+        raise MemoryError
+
+    edge.upstream = upstream
+    taken = held_elsewhere(budget.STUCK_BYTES)
+    try:
+        r = edge.request("POST", "/v1/chat/completions", HEADERS, body(31))
+    finally:
+        BUDGET.release(taken)
+    assert r.status == 503 and r.json()["error"]["code"] == "edge_busy"
+    assert getattr(edge, "exhausted", 0) == 0
+
+
 def recalling_turns():
     chat = rp.chat_body(60, model="fake:rp-8k", capabilities=[
         formats.TOOL_NAME, formats.RECALL_CAPABILITY, formats.PROMPT_CACHE_CAPABILITY])

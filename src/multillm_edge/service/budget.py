@@ -202,6 +202,19 @@ def large(req: Incoming, body_factor: float) -> bool:
     return bool(body_factor) and declared is not None and declared >= LARGE_BODY_BYTES
 
 
+#: What other requests may hold while a small one's MemoryError still means the heap
+#: cannot serve (nothing they release would make the room)
+STUCK_BYTES = 8 * MIB
+
+
+def stuck(req: Incoming, body_factor: float) -> bool:
+    """After a MemoryError, the caches emptied: whether the heap failed a request that is
+    not large while the others hold almost nothing — a heap too fragmented to serve, not
+    work that will release its room (docs/design.md §7.2)."""
+    return (not large(req, body_factor)
+            and BUDGET.cur - req.ticket.held < STUCK_BYTES)
+
+
 def wanted(req: Incoming, body_factor: float) -> int:
     """What ``req`` reserves before it is read: its headers' share, and its declared
     body × ``body_factor`` (what its route holds per body byte; 0: never read)."""
