@@ -346,17 +346,50 @@ else:
 text
 `;
 
-// tracemalloc over the Worker's Python (bench: what requests in flight hold).
+// tracemalloc over the Worker's Python (bench: what requests in flight hold); "clear"
+// empties the Worker's caches first, "probe" finds the largest block the Worker could
+// allocate without growing the heap (its largest contiguous free room, under the
+// footprint limit bindings.cap_heap sets; docs/design.md §7.2).
 const HEAP_PY = `
-import gc, json, tracemalloc
+import gc, json, sys, tracemalloc
+import pyodide_js
 if action == "start" and not tracemalloc.is_tracing():
     tracemalloc.start()
+if action == "clear":
+    sys.modules["multillm_edge.service.budget"].BUDGET.clear_caches()
 gc.collect()
 traced, peak = tracemalloc.get_traced_memory() if tracemalloc.is_tracing() else (0, 0)
 if action == "stop":
     tracemalloc.stop()
-json.dumps({"traced": traced, "peak": peak})
+out = {"traced": traced, "peak": peak}
+if action == "probe" and free > 0:
+    lo, hi = 0, free
+    while hi - lo > 65536:
+        mid = (lo + hi) // 2
+        try:
+            b = bytearray(mid)
+            del b
+            lo = mid
+        except MemoryError:
+            hi = mid
+    out["largest_free_bytes"] = lo
+json.dumps(out)
 `;
+
+// The allocator's view of the Worker's wasm heap (dlmalloc's mallinfo): in use, free,
+// the free top, the heap's break, its footprint and the limit set on it.
+function mallinfo(module) {
+  const sp = module._stackSave();
+  const p = module._stackAlloc(40);
+  module._mallinfo(p);
+  const view = new DataView(module.HEAPU8.buffer, p, 40);
+  const field = (i) => view.getUint32(4 * i, true);
+  const out = { heap_bytes: module.HEAPU8.length, in_use_bytes: field(7), free_bytes: field(8),
+    top_free_bytes: field(9), break_bytes: module._sbrk(0), footprint_bytes: module._malloc_footprint(),
+    footprint_limit_bytes: module._malloc_footprint_limit() };
+  module._stackRestore(sp);
+  return out;
+}
 
 const MODULES_PY = `
 import json, os, site, sys
@@ -403,7 +436,11 @@ async function testControl(req, res, url) {
   }
   if (route === "POST /__runner/heap") {
     const { action = "read" } = await readJson(req);
-    return sendJson(res, 200, JSON.parse(pyodide.runPython(HEAP_PY, { globals: pyodide.toPy({ action }) })));
+    const limit = mallinfo(pyodide._module).footprint_limit_bytes;   // -1: none
+    const limited = limit > 0 && limit < 2 ** 32 - 1;
+    const free = action === "probe" && limited ? mallinfo(pyodide._module).free_bytes : 0;
+    const py = JSON.parse(pyodide.runPython(HEAP_PY, { globals: pyodide.toPy({ action, free }) }));
+    return sendJson(res, 200, { ...py, ...mallinfo(pyodide._module) });
   }
   if (route === "GET /__runner/modules") {
     // Where each loaded module came from, and what site-packages holds (bundle tests).

@@ -165,13 +165,16 @@ async def handle(req: Incoming, platform: Platform) -> Outgoing:
         out = cors.preflight(req, platform, route)
         if out is None:
             # the bytes it will hold, or 503 edge_busy before anything is read (§7.2)
-            req.ticket = await budget.BUDGET.admit(budget.wanted(req, matched.body_factor))
+            req.ticket = await budget.BUDGET.admit(budget.wanted(req, matched.body_factor),
+                                                   large=budget.large(req, matched.body_factor))
             out = await matched.handler(req, platform)
         else:
             matched = PREFLIGHT
     except MemoryError:
         # the caches go first; the request is answered, never killed (§7.2, §8)
         budget.BUDGET.clear_caches()
+        if budget.stuck(req, matched.body_factor):     # nothing else holds the room
+            platform.memory_exhausted()
         err = EdgeBusy(budget.RETRY_AFTER_SECONDS)
         req.notes["error"] = err.code
         out = error_response(err, matched.envelope)

@@ -89,8 +89,12 @@ def test_a_waiting_request_is_admitted_when_room_is_released(edge):
     assert r.status == 200 and len(edge.sent) == 1
 
 
-def test_the_reservation_is_lowered_to_the_upstream_body_before_the_fetch(edge):
-    raw = body(60)
+@pytest.mark.parametrize("paged", [True, False])
+def test_the_reservation_is_lowered_to_the_upstream_body_before_the_fetch(edge, paged):
+    """A turn whose answer is read whole to be annotated (it paged) keeps room for an
+    answer of its upstream body's order; one whose answer is relayed as it comes holds
+    its upstream body alone (the relay's chunks are within REQUEST_BYTES)."""
+    raw = body(60) if paged else body(3)
     seen = []
 
     def upstream(sent):
@@ -100,7 +104,9 @@ def test_the_reservation_is_lowered_to_the_upstream_body_before_the_fetch(edge):
     edge.upstream = upstream
     r = edge.request("POST", "/v1/chat/completions", {**HEADERS, "Content-Length": str(len(raw))}, raw)
     assert r.status == 200
-    assert seen == [budget.REQUEST_BYTES + budget.UPSTREAM_FACTOR * len(edge.sent[0].body)]
+    assert (r.header("x-multillm-context-pages") not in (None, "0")) is paged
+    factor = budget.UPSTREAM_FACTOR if paged else 1
+    assert seen == [budget.REQUEST_BYTES + factor * len(edge.sent[0].body)]
     assert seen[0] < budget.REQUEST_BYTES + budget.BODY_FACTOR * len(raw)
 
 
@@ -159,6 +165,22 @@ def test_a_memory_error_answers_503_and_the_caches_go_first(edge):
     r = edge.request("POST", "/v1/chat/completions", HEADERS, body(31))
     assert r.status == 503 and r.json()["error"]["code"] == "edge_busy" and r.header("retry-after")
     assert len(LAST_TURNS) == 0 and all(c.held_bytes() < 4096 for c in STATE.caches().values())
+    assert getattr(edge, "exhausted", 0) == 1       # the platform told (it may lift a heap cap)
+
+
+def test_a_memory_error_with_room_held_elsewhere_is_not_the_heap_stuck(edge):
+    """Others hold room they will give back: the platform is not told (a cap is kept)."""
+    def upstream(sent):
+        raise MemoryError
+
+    edge.upstream = upstream
+    taken = held_elsewhere(budget.STUCK_BYTES)
+    try:
+        r = edge.request("POST", "/v1/chat/completions", HEADERS, body(31))
+    finally:
+        BUDGET.release(taken)
+    assert r.status == 503 and r.json()["error"]["code"] == "edge_busy"
+    assert getattr(edge, "exhausted", 0) == 0
 
 
 def recalling_turns():

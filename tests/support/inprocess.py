@@ -182,6 +182,9 @@ class InProcessPlatform:
     def log(self, record: dict) -> None:
         self._edge.logs.append(json.loads(json.dumps(record)))
 
+    def memory_exhausted(self) -> None:
+        self._edge.exhausted = getattr(self._edge, "exhausted", 0) + 1   # CPython's heap has no cap
+
     async def read_body(self, limit: int, grow=None) -> bytes:
         """As the Worker's: the body arrives in BODY_CHUNK pieces, ``grow`` awaited
         before each is kept."""

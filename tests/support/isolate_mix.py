@@ -181,7 +181,8 @@ def run_mix(state_dir: Path, sessions: int = 16, streams: int = 16, large: int =
                 phase("large", [(players[sessions + i].headers(), large_body(i), False)
                                 for i in range(large)], held)
             out["end"] = {"memory": edge.memory(),
-                          "lost_lines": [r for r in edge.logs() if r.get("runner") == "isolate_memory_exceeded"]}
+                          "lost_lines": [r for r in edge.logs() if r.get("runner") == "isolate_memory_exceeded"],
+                          "heap": edge.client.post("/__runner/heap", json={"action": "read"}).json()}
     finally:
         provider.server.close()
     return out

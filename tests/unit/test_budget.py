@@ -111,6 +111,36 @@ def test_a_ticket_grows_lowers_and_releases_once():
     run(go())
 
 
+def test_a_growing_ticket_goes_before_the_requests_waiting_for_it():
+    """An admitted request that grows (its parse needs more) is not queued behind a
+    waiter that can only be served once it is done: it takes free room at once, and
+    when there is none it is the next served (issue 43: the first of three 7.6 MiB
+    requests waited behind the second until its deadline, and both were shed)."""
+    async def go():
+        sem = Weighted(100)
+        loop = asyncio.get_running_loop()
+        assert await sem.acquire(53, 1)
+        t = Ticket(sem, 53, loop.time() + 5)
+        second = asyncio.ensure_future(sem.acquire(53, 5))     # fits once t is lowered
+        await asyncio.sleep(0)
+        assert sem.waiting() == 1
+        assert await asyncio.wait_for(t.grow(4), 0.5) and sem.cur == 57     # at once
+        assert await Ticket(sem, 0, loop.time() + 0.01).grow(50) is False   # no room: timed out
+        grow = asyncio.ensure_future(t.grow(50))        # no room: first in the queue
+        await asyncio.sleep(0)
+        assert sem.waiting() == 2 and sem._waiters[0][0] == 50
+        third = asyncio.ensure_future(sem.acquire(1, 5))
+        await asyncio.sleep(0)
+        t.lower_to(0)           # t gave back 57 (its grow, 50, is still wanted): served first
+        await asyncio.sleep(0.01)
+        assert grow.done() and grow.result() and not second.done() and not third.done()
+        assert sem.cur == 50 and t.held == 50
+        t.release()
+        assert await asyncio.wait_for(second, 1) and await asyncio.wait_for(third, 1)
+        assert sem.cur == 54
+    run(go())
+
+
 class Sized:
     """A cache stand-in: ``held`` bytes, shrinking as asked."""
 
@@ -162,6 +192,53 @@ def test_a_request_the_budget_holds_only_alone_waits_for_it_and_caches_empty():
         assert not memo
         t.release()
         assert memo.max_bytes == 1000
+    run(go())
+
+
+def test_the_reserve_is_never_lent_to_caches_and_is_let_go_for_a_large_body():
+    """Contiguous room for large bodies (docs/design.md §7.2): one block the isolate's
+    first request takes, out of what requests and caches count on; a large body lets it
+    go (its bytes land in the hole) and it is taken again once no large body needs it."""
+    cache = Sized(0, 200)
+    budget = Budget(100, lambda: [("cache", cache)], reserve=30)
+
+    async def go():
+        t = await budget.admit(10)
+        assert len(budget._block) == 30 and budget.size == 70 and budget.full == 100
+        assert cache.max_bytes == 60                    # 100 - 30 kept - 10 reserved
+        with pytest.raises(EdgeBusy):
+            await budget.admit(65, timeout=0.01)        # not large: the reserve is not its room
+        assert budget._block is not None and budget.size == 70
+        big = await budget.admit(85, large=True)        # large: the reserve is let go
+        assert budget._block is None and budget.size == 100 and big.held == 85
+        assert cache.max_bytes == 5                     # 100 - 10 - 85
+        t.release()
+        budget.return_reserve(t)                        # not a borrower: nothing changes
+        assert budget._block is None
+        big.lower_to(20)                                # waiting on its provider, its blocks gone
+        budget.return_reserve(big)
+        assert len(budget._block) == 30 and budget.size == 70 and cache.max_bytes == 50
+        other = await budget.admit(5, large=True)       # it can be lent again
+        assert budget._block is None
+        budget.return_reserve(other)
+        other.release()
+        budget.return_reserve(other)                    # twice: once given back
+        assert budget._block is not None and budget.size == 70
+        big.release()
+        assert budget.cur == 0
+    run(go())
+
+
+def test_a_large_body_turned_away_gives_the_reserve_back():
+    budget = Budget(100, lambda: [], reserve=30)
+
+    async def go():
+        t = await budget.admit(60)
+        assert budget._block is not None
+        with pytest.raises(EdgeBusy):
+            await budget.admit(90, timeout=0.01, large=True)   # 40 free even without it
+        assert budget._block is not None and budget.size == 70 and not budget._borrowers
+        t.release()
     run(go())
 
 

@@ -284,3 +284,93 @@ def test_plain_items_take_the_short_path_and_anything_else_the_full_check(fmt, k
         for needs in ({"role": "tool", "content": "17"}, {"role": "function", "content": "x"}):
             status, _, param = code_of(check_body, fmt, {key: ok + [needs]})
             assert status == 400 and param.startswith(f"{key}[2]"), (needs, param)
+
+
+# --- the narrow parse (docs/design.md §7.2) ---------------------------------------------
+def padded(core: bytes) -> bytes:
+    """``core`` (a JSON object's members) in a body past NARROW_MIN_BYTES, so the
+    narrow parse is tried: a chat's many short strings, each with an emoji."""
+    line = '"é🌙 The lantern flickers."'.encode()
+    pad = b",".join([line] * (validation.NARROW_MIN_BYTES // len(line) + 1))
+    return b'{"pad":[' + pad + b'],' + core + b"}"
+
+
+def exact(raw: bytes):
+    """What the exact path answers: (value, brackets) or the error's (status, code, message)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return 400, "invalid_json", "Request body is not valid UTF-8."
+    try:
+        return json.loads(text, parse_constant=validation._reject_constant,
+                          parse_float=validation._finite_float), validation.bracket_count(raw)
+    except ValueError:
+        return 400, "invalid_json", "Request body is not valid JSON."
+
+
+def answered(raw: bytes):
+    try:
+        return validation.parse_json_counted(raw)
+    except EdgeError as e:
+        return e.status, e.code, e.message
+
+
+@pytest.mark.parametrize("core", [
+    '"k":"a\\u0041\\n\\t\\"\\\\b","é🌙":["夜の森","\\u0000",1.5,true,null,{"ü":{"x":"🌙"}}]'.encode(),
+    '"dup":"x","dup":"é"'.encode(),
+    b'"bad":"\xff","ok":1',                     # invalid UTF-8 in a kept string
+    b'"a":"\xff","a":"ok"',                     # ... in a value a repeated key drops
+    b'"k":"ok"\xc3\xa9',                        # non-ASCII outside a string
+    b'"s":"\xed\xa0\x80"',                      # an encoded surrogate (not UTF-8)
+    '"e":"\\u00e9","raw":"é"'.encode(),          # a non-ASCII escape: the exact path
+    '"\\u00e9":1,"é":2'.encode(),                # the same key twice, one escaped
+    '"lone":"\\ud83c","pair":"\\ud83c\\udf19"'.encode(),
+    b'"n":NaN',
+    b'"n":1e999',
+    '"x":"\\\\u00e9 is text"'.encode(),          # an escaped backslash: a false alarm
+])
+def test_the_narrow_parse_answers_exactly_as_the_exact_path(core):
+    raw = padded(core)
+    assert len(raw) >= validation.NARROW_MIN_BYTES
+    assert answered(raw) == exact(raw)
+
+
+def test_the_narrow_parse_is_taken_and_holds_no_wide_text():
+    """A body with an emoji decodes to 4 bytes a character; its narrow parse holds the
+    parse and the body's Latin-1 view, never that text (tracemalloc's peak)."""
+    import tracemalloc
+    raw = padded(b'"k":"v"')
+    assert validation._narrow_view(raw) is not None
+    tracemalloc.start()
+    try:
+        body, _ = validation.parse_json_counted(raw)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert body == json.loads(raw.decode())
+    assert peak < held + 2 * len(raw), (held, peak)      # the exact path: held + ~4 × len(raw)
+
+
+def test_the_duplicate_check_reads_the_narrow_view_and_keeps_nothing():
+    assert validation.has_duplicate_keys(padded('"é":1,"é":2'.encode()))
+    assert validation.has_duplicate_keys(padded('"\\u00e9":1,"é":2'.encode()))     # exact path
+    assert not validation.has_duplicate_keys(padded('"é":1,"e":2,"x":{"é":3}'.encode()))
+    assert not validation.has_duplicate_keys(padded('"Ã©":1,"é":2'.encode()))
+
+
+def test_a_body_whose_text_finds_no_room_is_parsed_through_its_narrow_view(monkeypatch):
+    """Under the heap's ceiling (docs/design.md §7.2) the exact path's text of 4 bytes a
+    character may find no block: a body under NARROW_MIN_BYTES then takes the narrow
+    parse, the same value; one the narrow parse cannot take keeps the MemoryError."""
+    raw = '{"a":["é🌙 x",{"ü":"夜"}],"b":1}'.encode()
+    assert len(raw) < validation.NARROW_MIN_BYTES
+
+    class Tight(bytes):
+        def decode(self, encoding="utf-8", errors="strict"):
+            if encoding == "utf-8":
+                raise MemoryError
+            return bytes(self).decode(encoding, errors)
+
+    assert validation.parse_json_counted(Tight(raw)) == (json.loads(raw.decode()), 6)
+    with pytest.raises(MemoryError):        # an escape the view cannot read exactly
+        validation.parse_json_counted(Tight('{"a":"\\u00e9 é"}'.encode()))

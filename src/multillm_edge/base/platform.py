@@ -12,6 +12,14 @@ import json
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Protocol
 
 
+#: The wasm heap an isolate's Python may grow to (docs/design.md §7.2). Workers kill an
+#: isolate whose JS heap and wasm memory pass 128 MiB; Pyodide's heap grows in steps of
+#: 1.2 × (Emscripten's ``_emscripten_resize_heap``) — through the runner … 86.2, 103.5,
+#: 124.2 MiB — and never shrinks. 103.5 MiB is the largest step that leaves the JS side
+#: its 16 MiB allowance (128 - 16 = 112): a heap that needs a byte more grows to 124.2.
+HEAP_CEILING_BYTES = 103 * (1 << 20) + (1 << 19)
+
+
 class Database(Protocol):
     """D1 in production, sqlite3 in tests: numbered ``?N`` statements (storage/store.py)."""
     async def first(self, sql: str, params: list) -> Optional[dict]: ...
@@ -58,6 +66,10 @@ class Platform(Protocol):
     def page_bodies(self) -> Optional[Bucket]: ...
     def now(self) -> int: ...
     def log(self, record: dict) -> None: ...
+    # a MemoryError was answered for a request that is not large, the caches emptied and
+    # nothing else holding room: the runtime may lift what bounds the heap when that
+    # keeps happening (docs/design.md §7.2)
+    def memory_exhausted(self) -> None: ...
     async def read_body(self, limit: int,
                         grow: Optional[Callable[[int], Awaitable[None]]] = None) -> bytes: ...
     async def buffer_body(self, limit: int, settled: Optional[Callable[[bytes], bool]] = None,

@@ -3,9 +3,11 @@
 ``Weighted`` is Go's ``golang.org/x/sync/semaphore.Weighted`` for one asyncio loop: a
 request acquires ``n`` units (bytes) and waits, first come first served, until they are
 free; a large request at the head of the queue is never overtaken by smaller ones, so
-it is not starved. A waiter whose time runs out, or that is cancelled (its client went
-away), leaves the queue and gives its place back: when it was at the head, the waiters
-behind it that now fit are woken. ``Ticket`` is what one request holds.
+it is not starved. A ticket that grows (a request already admitted, reading or
+parsing its body) goes before every waiter: it waits for nobody who waits for it to
+finish (docs/design.md §7.2). A waiter whose time runs out, or that is cancelled (its
+client went away), leaves the queue and gives its place back: when it was at the head,
+the waiters behind it that now fit are woken. ``Ticket`` is what one request holds.
 """
 
 from __future__ import annotations
@@ -25,23 +27,28 @@ class Weighted:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    def try_acquire(self, n: int) -> bool:
-        """Take ``n`` units now if they are free and nobody waits before."""
-        if self.size - self.cur >= n and not self._waiters:
+    def try_acquire(self, n: int, first: bool = False) -> bool:
+        """Take ``n`` units now if they are free and nobody waits before (``first``:
+        whoever waits)."""
+        if self.size - self.cur >= n and (first or not self._waiters):
             self.cur += n
             return True
         return False
 
-    async def acquire(self, n: int, timeout: float) -> bool:
+    async def acquire(self, n: int, timeout: float, first: bool = False) -> bool:
         """Take ``n`` units, waiting at most ``timeout`` seconds: True once taken, False
-        when the time ran out (or ``n`` can never fit). Cancelled while waiting, its
-        place is given back and the cancellation goes on."""
-        if self.try_acquire(n):
+        when the time ran out (or ``n`` can never fit). ``first``: ahead of every waiter
+        (a ticket growing). Cancelled while waiting, its place is given back and the
+        cancellation goes on."""
+        if self.try_acquire(n, first):
             return True
         if n > self.size or timeout <= 0:
             return False
         waiter = [n, asyncio.get_running_loop().create_future()]
-        self._waiters.append(waiter)
+        if first:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
         try:
             await asyncio.wait((waiter[1],), timeout=timeout)
         except BaseException:
@@ -96,11 +103,12 @@ class Ticket:
         self.handed = False     # its release handed to a relay that ends later
 
     async def grow(self, n: int) -> bool:
-        """Hold ``n`` more units, waiting until the ticket's deadline."""
+        """Hold ``n`` more units, waiting until the ticket's deadline, ahead of every
+        request not yet admitted (those wait for this one to finish)."""
         if self.sem is None or n <= 0:
             return True
         timeout = self.deadline - asyncio.get_running_loop().time()
-        if not await self.sem.acquire(n, timeout):
+        if not await self.sem.acquire(n, timeout, first=True):
             return False
         self.held += n
         return True

@@ -189,7 +189,11 @@ def _verified(last: LastTurn, j: int) -> int:
 def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     """Keep this turn for the session's next one (or forget the last: nothing to reuse)."""
     prep = prior.prep
-    if prep is None or prep.items is None or len(prep.groups) < 2:
+    # a turn the cache would refuse (an entry holds its raw body and its groups' bytes
+    # at least) is not counted at all: for a large body, that walk of its items would
+    # be its peak (docs/design.md §7.2)
+    if (prep is None or prep.items is None or len(prep.groups) < 2
+            or len(raw) + prep.sum_inner > memory.max_bytes * last_turns.MAX_SHARE):
         memory.forget(key)
         return
     try:

@@ -17,7 +17,7 @@ from workers import Request, Response
 from ..base.errors import EdgeError, StorageError
 from ..base.http import Handoff, Incoming, Outgoing
 from ..base.jsonbytes import compact_text
-from ..base.platform import var_text
+from ..base.platform import HEAP_CEILING_BYTES, var_text
 
 #: How much of a body `buffer_body` lets `settled` see: a decision from the head only.
 SETTLE_BYTES = 64 * 1024
@@ -267,8 +267,58 @@ class _Relay:
             done()
 
 
+#: What ``cap_heap`` did in this isolate: None until the first request, then its report
+HEAP_CAP: dict | None = None
+#: Below this much room between the heap's break and the ceiling, no cap is set: a
+#: runtime whose baseline is not the runner's must not be left unable to allocate at all
+MIN_HEAP_ROOM_BYTES = 32 * (1 << 20)
+#: MemoryErrors this close together, the caches emptied after each, mean the capped heap
+#: is too fragmented to serve: the cap is lifted (an isolate refusing every request is
+#: worse than one that may grow into the limit and be replaced by a fresh one)
+EXHAUSTED_TIMES, EXHAUSTED_SECONDS = 3, 10.0
+_exhausted: list = []
+
+
+def lift_heap_cap() -> None:
+    """The allocator's limit removed (``cap_heap`` undone); nothing where it was not set."""
+    global HEAP_CAP
+    if not (HEAP_CAP or {}).get("capped"):
+        return
+    try:
+        import pyodide_js
+        pyodide_js._module._malloc_set_footprint_limit(-1)   # dlmalloc: -1 is no limit
+        HEAP_CAP = {**HEAP_CAP, "capped": False, "reason": "lifted"}
+    except Exception:  # noqa: BLE001 — it was set through the same module: nothing to undo
+        pass
+
+
+def cap_heap(ceiling: int = HEAP_CEILING_BYTES) -> dict:
+    """Tell Pyodide's allocator (dlmalloc) never to take the wasm heap past ``ceiling``
+    bytes (docs/design.md §7.2): past it ``malloc`` fails and Python raises MemoryError,
+    which the app answers 503 ``edge_busy`` (the caches emptied), instead of the heap
+    growing into the isolate's limit and the isolate dying with every request in flight.
+    The allocator is reached through ``pyodide_js._module`` (the Emscripten module):
+    verified under the runner's Pyodide 0.28.3; a runtime that does not expose it is
+    left as it is (``{"capped": False}``), and the budget's accounting alone applies; so
+    is one whose heap already sits within MIN_HEAP_ROOM_BYTES of the ceiling."""
+    try:
+        import pyodide_js
+        module = pyodide_js._module
+        top, footprint = int(module._sbrk(0)), int(module._malloc_footprint())
+        if ceiling - top < MIN_HEAP_ROOM_BYTES:
+            return {"capped": False, "reason": "no_room", "heap_bytes": int(module.HEAPU8.length)}
+        module._malloc_set_footprint_limit(footprint + ceiling - top)
+        return {"capped": True, "ceiling_bytes": ceiling, "heap_bytes": int(module.HEAPU8.length),
+                "footprint_limit_bytes": int(module._malloc_footprint_limit())}
+    except Exception as exc:  # noqa: BLE001 — not exposed here: nothing is changed
+        return {"capped": False, "reason": type(exc).__name__}
+
+
 class WorkersPlatform:
     def __init__(self, env, request: Request, ctx=None):
+        global HEAP_CAP
+        if HEAP_CAP is None:        # once per isolate, before its first request runs
+            HEAP_CAP = cap_heap()
         self._env = env
         self.request = request
         self._ctx = ctx         # the invocation's ExecutionContext (waitUntil)
@@ -297,6 +347,15 @@ class WorkersPlatform:
 
     def log(self, record: dict) -> None:
         print(compact_text(record, ascii=True))
+
+    def memory_exhausted(self) -> None:
+        """A MemoryError was answered: the third within EXHAUSTED_SECONDS lifts the cap."""
+        now = time.monotonic()
+        _exhausted[:] = [t for t in _exhausted if now - t < EXHAUSTED_SECONDS] + [now]
+        if len(_exhausted) >= EXHAUSTED_TIMES and (HEAP_CAP or {}).get("capped"):
+            lift_heap_cap()
+            self.log({"level": "warning", "message": "The heap stayed exhausted under its cap: cap lifted.",
+                      "heap_cap": "lifted"})
 
     async def read_body(self, limit: int, grow=None) -> bytes:
         """The request body, refusing (413) anything over `limit` bytes without buffering

@@ -46,8 +46,10 @@ BRACKET_BYTES = 100
 #: What a judged batch request holds per byte of its body (the body, its lines, one
 #: line parsed at a time)
 BATCH_FACTOR = 3
-#: What a request waiting on its provider holds per byte of the upstream body (the bytes
-#: and a response of the same order, annotated)
+#: What a request waiting on its provider holds per byte of the upstream body when its
+#: answer will be read whole and annotated (a turn that paged or compacted): the bytes
+#: (the runtime's until written) and an answer of the same order. An answer relayed as
+#: it comes holds STREAM_BYTES, within REQUEST_BYTES: such a request holds the bytes alone.
 UPSTREAM_FACTOR = 2
 #: What a relayed stream holds until it ends (one chunk at a time)
 STREAM_BYTES = 64 * 1024
@@ -56,6 +58,19 @@ WAIT_SECONDS = 5.0
 RETRY_AFTER_SECONDS = 2
 #: A relay that never ends (its response never read) gives its bytes back after this
 RELAY_SECONDS = 900
+
+#: Contiguous room kept for large bodies: a body's bytes and its Latin-1 view are one
+#: block each (up to MAX_REQUEST_BYTES, 8 MiB), and the heap the caches and requests
+#: give back is in pieces (measured through the runner after 16 sessions' paged,
+#: waiting and streamed turns, the caches then emptied: 70.3 MiB free, none of it in a
+#: piece larger than the heap's free top, 18.7 MiB). One block of RESERVE_BYTES is
+#: taken while no large body is read or parsed — room the caches are never lent — and
+#: let go for the first that is: its blocks land in the hole it leaves (dlmalloc serves
+#: a large block from the best-fitting free chunk before the heap's top). It is taken
+#: again once no large body holds it.
+RESERVE_BYTES = 16 * MIB
+#: A body at least this long (its Content-Length) borrows the reserve
+LARGE_BODY_BYTES = 1 * MIB
 
 #: The caches by value, least valuable first: the first to give way (docs/design.md
 #: §7.2). A cache not named here is counted among the least valuable.
@@ -74,10 +89,44 @@ def caches() -> list:
 class Budget(Weighted):
     """The isolate's bytes for requests (``cur`` reserved) and caches (the rest)."""
 
-    def __init__(self, size: int = BUDGET_BYTES, find=caches):
+    def __init__(self, size: int = BUDGET_BYTES, find=caches, reserve: int = RESERVE_BYTES):
         super().__init__(size)
         self._find = find
         self._own: dict = {}        # id(cache) -> its own max_bytes, before any lowering
+        self.full = size            # ``size`` is less the reserve while it is kept
+        self.reserve = reserve
+        self._block = None          # the reserve, while kept
+        self._borrowers: set = set()     # the large bodies' tickets that let it go
+
+    def keep_reserve(self) -> bool:
+        """Take the reserve (out of ``size``: neither caches nor requests count on it)
+        when no large body needs it and the room is free; a heap that cannot give one
+        block that large (MemoryError) keeps none for now."""
+        if (self._block is not None or self._borrowers or not self.reserve
+                or self.size - self.cur < self.reserve or self._waiters):
+            return False
+        try:
+            block = bytearray(self.reserve)
+        except MemoryError:
+            return False
+        self._block, self.size = block, self.full - self.reserve
+        self.fit()
+        return True
+
+    def lend_reserve(self, borrower) -> None:
+        """``borrower`` (a large body's ticket, or a placeholder while it waits) needs
+        contiguous room: the reserve is let go, and its bytes are the budget's again."""
+        self._borrowers.add(borrower)
+        if self._block is not None:
+            self._block, self.size = None, self.full
+            self._notify()
+
+    def return_reserve(self, borrower) -> None:
+        """``borrower`` is done with its large blocks: the reserve is taken again once
+        nobody needs it."""
+        if borrower in self._borrowers:
+            self._borrowers.discard(borrower)
+            self.keep_reserve()
 
     def held(self) -> int:
         """What the caches hold now."""
@@ -99,25 +148,38 @@ class Budget(Weighted):
         super().release(n)
         self.fit(self._head())
 
-    async def acquire(self, n: int, timeout: float) -> bool:
+    async def acquire(self, n: int, timeout: float, first: bool = False) -> bool:
         """``Weighted.acquire``, the caches shrunk first to leave the room."""
         self.fit(n + self._head())
-        got = await super().acquire(n, timeout)
+        got = await super().acquire(n, timeout, first)
         self.fit(self._head())
         return got
 
     def _head(self) -> int:
         return self._waiters[0][0] if self._waiters else 0
 
-    async def admit(self, n: int, timeout: float | None = None) -> Ticket:
+    async def admit(self, n: int, timeout: float | None = None, large: bool = False) -> Ticket:
         """A ticket for ``n`` bytes, the caches shrunk to make the room; waits at most
-        ``timeout`` (WAIT_SECONDS) for other requests to release, else EdgeBusy (503)."""
+        ``timeout`` (WAIT_SECONDS) for other requests to release, else EdgeBusy (503).
+        ``large``: its body borrows the reserve (``return_reserve(ticket)`` gives it back)."""
         loop = asyncio.get_running_loop()
         timeout = WAIT_SECONDS if timeout is None else timeout
-        n = max(1, min(n, self.size))   # a body the budget can hold only alone waits for it
-        if not await self.acquire(n, timeout):
+        self.keep_reserve()     # the isolate's first request takes it (§7.2)
+        n = max(1, min(n, self.full))   # a body the budget can hold only alone waits for it
+        waiting = object()
+        if large:
+            self.lend_reserve(waiting)
+        try:
+            got = await self.acquire(n, timeout)
+        finally:
+            self._borrowers.discard(waiting)
+        if not got:
+            self.keep_reserve()
             raise EdgeBusy(RETRY_AFTER_SECONDS)
-        return Ticket(self, n, loop.time() + timeout)
+        ticket = Ticket(self, n, loop.time() + timeout)
+        if large:
+            self._borrowers.add(ticket)
+        return ticket
 
     def clear_caches(self) -> None:
         """Every cache emptied (after a MemoryError): what they held is free again."""
@@ -132,6 +194,25 @@ BUDGET = Budget()
 def declared_length(req: Incoming) -> int | None:
     value = req.header("content-length")
     return int(value) if value is not None and value.isdigit() else None
+
+
+def large(req: Incoming, body_factor: float) -> bool:
+    """Whether ``req`` declares a body large enough to borrow the reserve."""
+    declared = declared_length(req)
+    return bool(body_factor) and declared is not None and declared >= LARGE_BODY_BYTES
+
+
+#: What other requests may hold while a small one's MemoryError still means the heap
+#: cannot serve (nothing they release would make the room)
+STUCK_BYTES = 8 * MIB
+
+
+def stuck(req: Incoming, body_factor: float) -> bool:
+    """After a MemoryError, the caches emptied: whether the heap failed a request that is
+    not large while the others hold almost nothing — a heap too fragmented to serve, not
+    work that will release its room (docs/design.md §7.2)."""
+    return (not large(req, body_factor)
+            and BUDGET.cur - req.ticket.held < STUCK_BYTES)
 
 
 def wanted(req: Incoming, body_factor: float) -> int:
@@ -168,10 +249,11 @@ async def parsed(req: Incoming, size: int, brackets: int) -> None:
         raise EdgeBusy(RETRY_AFTER_SECONDS)
 
 
-def waiting_on_upstream(req: Incoming, size: int) -> None:
-    """Before the fetch: the request holds its upstream body from now on (and its
-    answer), not its parse and plans (docs/design.md §7.2)."""
-    req.ticket.lower_to(REQUEST_BYTES + UPSTREAM_FACTOR * size)
+def waiting_on_upstream(req: Incoming, size: int, read_whole: bool = True) -> None:
+    """Before the fetch: the request holds its upstream body from now on (and, when
+    ``read_whole``, an answer of its order), not its parse and plans (docs/design.md §7.2)."""
+    req.ticket.lower_to(REQUEST_BYTES + (UPSTREAM_FACTOR if read_whole else 1) * size)
+    BUDGET.return_reserve(req.ticket)       # its body and parse are let go (or kept for a fallback)
 
 
 def hand_to_relay(req: Incoming):
@@ -202,3 +284,4 @@ def finished(req: Incoming) -> None:
         ticket.lower_to(STREAM_BYTES)
     else:
         ticket.release()
+    BUDGET.return_reserve(ticket)

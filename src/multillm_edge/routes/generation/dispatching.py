@@ -153,7 +153,8 @@ async def dispatch(scope: Scope, cands: list, held: Held, turn: Turn):
             held.release()
         # From here the request holds `payload.size` bytes, in the runtime once fetch takes them.
         size = payload.size
-        waiting_on_upstream(req, size)     # its reservation lowered to that (§7.2)
+        # its reservation lowered to that, and the answer if it is read whole (§7.2)
+        waiting_on_upstream(req, size, bool(c.sent.pages or c.sent.dropped))
         answer = await attempt(scope, c, index, headers, payload, turn)
         del payload
         if answer is None:
