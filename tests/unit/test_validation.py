@@ -374,3 +374,28 @@ def test_a_body_whose_text_finds_no_room_is_parsed_through_its_narrow_view(monke
     assert validation.parse_json_counted(Tight(raw)) == (json.loads(raw.decode()), 6)
     with pytest.raises(MemoryError):        # an escape the view cannot read exactly
         validation.parse_json_counted(Tight('{"a":"\\u00e9 é"}'.encode()))
+
+
+_json_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), _json_text,
+              st.floats(allow_nan=False, allow_infinity=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(_json_text, inner, max_size=4)),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values, st.booleans())
+def test_the_narrow_view_parses_any_json_to_the_exact_value(value, escaped):
+    """Property (docs/design.md §7.2): any JSON, raw UTF-8 or with its non-ASCII escaped,
+    parsed through the narrow view is the exact path's value, or left to the exact path."""
+    raw = json.dumps({"v": value, "m": "é🌙"}, ensure_ascii=escaped).encode()
+    got = validation._parse_narrow(raw)
+    if escaped:                             # "é" as \u00e9: the view cannot read it
+        assert got is validation._NOT_NARROW
+        return
+    if got is validation._NOT_NARROW:       # only a false alarm: a text holding "\\u"
+        assert validation._WIDE_ESCAPE.search(raw)
+        return
+    assert got == json.loads(raw.decode("utf-8")) and repr(got) == repr(json.loads(raw.decode("utf-8")))
