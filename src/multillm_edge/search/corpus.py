@@ -33,7 +33,7 @@ from .state import STATE
 #: Corpora kept at most, the least recently used dropped first.
 CORPORA_KEPT = 8
 #: The corpora's bytes together (``Corpora.max_bytes``; the isolate's budget may lower it).
-MAX_BYTES = 24 << 20
+MAX_BYTES = 16 << 20
 #: What a corpus keeps of its rankings (``Corpus.kept``), in entries, then emptied.
 MEMO_ENTRIES = 1 << 15
 #: Exchanges appended at once to a corpus holding none posted one by one (its first
