@@ -16,7 +16,7 @@ from .state import SLOT, STATE
 
 #: The cache's bound in bytes: each analysis counted by what it holds (its text, each
 #: dict of word counts with its words' strings, line lengths, edges: docs/design.md §6.2).
-CACHE_BYTES = 12 << 20
+CACHE_BYTES = 14 << 20
 #: What every entry holds besides its text and index: the Analysis tuple, the key (a
 #: tuple, a SHA-256's hex string) and its OrderedDict node and slot.
 ENTRY_BYTES = getsizeof((0,) * 5) + getsizeof((0, 0)) + getsizeof("0" * 64) + 2 * SLOT + getsizeof(1 << 20)

@@ -26,7 +26,7 @@ IRREGULAR_MARK = "\x00"     # never in a word: "go\x00went" waits where go's wor
 #: Distinct words a vocabulary keeps, and the bytes it holds (then a new one starts;
 #: each counted as its words are added: docs/design.md §6.2). One per configuration.
 STEM_CACHE_WORDS = 1 << 16
-VOCABULARY_BYTES = 4 << 20
+VOCABULARY_BYTES = 3 << 20
 #: A longer word is its own stem and no vocabulary keeps it (a word of this many
 #: characters is no word Snowball knows; its bytes are the text's own).
 MAX_WORD_CHARS = 64
