@@ -229,21 +229,16 @@ def _widen(value):
                 pairs = [(_wide(k), v) for k, v in node.items()]
                 node.clear()
                 node.update(pairs)
-            for k, v in node.items():
-                t = type(v)
-                if t is str:
-                    if not v.isascii():
-                        node[k] = _wide(v)
-                elif t is dict or t is list:
-                    todo.append(v)
+            entries = node.items()
         else:
-            for i, v in enumerate(node):
-                t = type(v)
-                if t is str:
-                    if not v.isascii():
-                        node[i] = _wide(v)
-                elif t is dict or t is list:
-                    todo.append(v)
+            entries = enumerate(node)
+        for k, v in entries:            # a value replaced in place: no size changes
+            t = type(v)
+            if t is str:
+                if not v.isascii():
+                    node[k] = _wide(v)
+            elif t is dict or t is list:
+                todo.append(v)
     return value
 
 
