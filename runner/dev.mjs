@@ -361,7 +361,9 @@ gc.collect()
 traced, peak = tracemalloc.get_traced_memory() if tracemalloc.is_tracing() else (0, 0)
 if action == "stop":
     tracemalloc.stop()
-out = {"traced": traced, "peak": peak}
+budget = sys.modules["multillm_edge.service.budget"].BUDGET
+out = {"traced": traced, "peak": peak, "reserve_held": budget._block is not None,
+       "reserved_bytes": budget.cur, "caches_bytes": budget.held()}
 if action == "probe" and free > 0:
     lo, hi = 0, free
     while hi - lo > 65536:

@@ -176,7 +176,7 @@ async def handle(req: Incoming, platform: Platform) -> Outgoing:
         if budget.stuck(req, matched.body_factor):     # nothing else holds the room
             platform.memory_exhausted()
         err = EdgeBusy(budget.RETRY_AFTER_SECONDS)
-        req.notes["error"] = err.code
+        req.notes.update(error=err.code, memory_error=True)
         out = error_response(err, matched.envelope)
     except EdgeError as err:
         req.notes["error"] = err.code

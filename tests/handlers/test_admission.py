@@ -253,3 +253,33 @@ def test_a_chunked_batch_upload_reserves_as_it_is_buffered(edge):
     assert len(raw) * budget.BATCH_FACTOR > budget.REQUEST_BYTES
     assert r.status == 503 and r.json()["error"]["code"] == "edge_busy" and edge.sent == []
     assert edge.request("POST", "/v1/files", headers, raw).status == 200 and len(edge.sent) == 1
+
+
+@pytest.mark.parametrize("case", ["ok", "invalid json", "upstream down"])
+def test_a_large_body_lets_the_reserve_go_when_its_blocks_are_made_and_it_is_held_again(edge, case):
+    """A body of LARGE_BODY_BYTES or more (its Content-Length) is admitted counting on the
+    reserve, and its block is let go only after the last chunk, before they are joined
+    (docs/design.md §7.2); once the request is done, the block is held again and counted
+    out of what requests and caches may use. A small body never touches it."""
+    small = body(3)
+    r = edge.request("POST", "/v1/chat/completions", {**HEADERS, "Content-Length": str(len(small))}, small)
+    assert r.status == 200 and getattr(edge, "rooms", 0) == 0
+    assert BUDGET._block is not None and BUDGET.size == BUDGET.full - BUDGET.reserve
+    edge.set_model("fake:rp-wide", 4_000_000, 1000)
+    raw = (json.dumps(rp.chat_body(900, model="fake:rp-wide", size=700)).encode() if case != "invalid json"
+           else b"[" * 10 + b" " * budget.LARGE_BODY_BYTES)
+    assert len(raw) >= budget.LARGE_BODY_BYTES
+    seen = []
+
+    def upstream(sent):
+        seen.append((BUDGET._block is None, BUDGET.size))
+        return OSError("down") if case == "upstream down" else Answer(body=b'{"id":"x","choices":[]}')
+
+    edge.upstream = upstream
+    r = edge.request("POST", "/v1/chat/completions", {**HEADERS, "Content-Length": str(len(raw))}, raw)
+    assert r.status == {"ok": 200, "invalid json": 400, "upstream down": 502}[case], r.body
+    assert edge.rooms == 1
+    if case != "invalid json":
+        assert seen == [(True, BUDGET.full)]        # while its bytes were its own: no block
+    assert len(BUDGET._block) == BUDGET.reserve and BUDGET.size == BUDGET.full - BUDGET.reserve
+    assert BUDGET._using is None and not BUDGET._borrowers

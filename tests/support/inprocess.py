@@ -185,15 +185,18 @@ class InProcessPlatform:
     def memory_exhausted(self) -> None:
         self._edge.exhausted = getattr(self._edge, "exhausted", 0) + 1   # CPython's heap has no cap
 
-    async def read_body(self, limit: int, grow=None) -> bytes:
+    async def read_body(self, limit: int, grow=None, room=None) -> bytes:
         """As the Worker's: the body arrives in BODY_CHUNK pieces, ``grow`` awaited
-        before each is kept."""
+        before each is kept, ``room`` after the last."""
         declared = dict(self._headers).get("content-length")
         if (declared and declared.isdigit() and int(declared) > limit) or len(self._body) > limit:
             raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
         if grow is not None:
             for start in range(0, len(self._body), BODY_CHUNK):
                 await grow(min(BODY_CHUNK, len(self._body) - start))
+        if room is not None:
+            self._edge.rooms = getattr(self._edge, "rooms", 0) + 1
+            await room()
         return self._body
 
     async def buffer_body(self, limit: int, settled=None, grow=None):

@@ -47,8 +47,8 @@ class Gate:
 class WaitingPlatform(InProcessPlatform):
     gate: Gate
 
-    async def read_body(self, limit: int, grow=None) -> bytes:
-        return bytes(bytearray(await super().read_body(limit, grow)))   # the Worker's own copy
+    async def read_body(self, limit: int, grow=None, room=None) -> bytes:
+        return bytes(bytearray(await super().read_body(limit, grow, room)))   # the Worker's own copy
 
     async def fetch(self, url, method, headers, body=None, timeout=None):
         take = getattr(body, "take", None)

@@ -197,8 +197,9 @@ def test_a_request_the_budget_holds_only_alone_waits_for_it_and_caches_empty():
 
 def test_the_reserve_is_never_lent_to_caches_and_is_let_go_for_a_large_body():
     """Contiguous room for large bodies (docs/design.md §7.2): one block the isolate's
-    first request takes, out of what requests and caches count on; a large body lets it
-    go (its bytes land in the hole) and it is taken again once no large body needs it."""
+    first request takes, out of what requests and caches count on; a large body is
+    admitted counting on it, lets the block go only when its own blocks are made
+    (``room_for``), and it is taken again once the body is handed over — after a yield."""
     cache = Sized(0, 200)
     budget = Budget(100, lambda: [("cache", cache)], reserve=30)
 
@@ -209,23 +210,59 @@ def test_the_reserve_is_never_lent_to_caches_and_is_let_go_for_a_large_body():
         with pytest.raises(EdgeBusy):
             await budget.admit(65, timeout=0.01)        # not large: the reserve is not its room
         assert budget._block is not None and budget.size == 70
-        big = await budget.admit(85, large=True)        # large: the reserve is let go
-        assert budget._block is None and budget.size == 100 and big.held == 85
-        assert cache.max_bytes == 5                     # 100 - 10 - 85
+        big = await budget.admit(85, large=True)        # large: admitted counting on the reserve
+        assert budget.size == 100 and big.held == 85 and cache.max_bytes == 5   # 100 - 10 - 85
+        assert len(budget._block) == 30                 # the block is held while it reads
+        await budget.room_for(big)                      # its blocks are about to be made
+        assert budget._block is None
         t.release()
         budget.return_reserve(t)                        # not a borrower: nothing changes
+        await asyncio.sleep(0)
         assert budget._block is None
         big.lower_to(20)                                # waiting on its provider, its blocks gone
         budget.return_reserve(big)
+        assert budget._block is None                    # not yet: fetch takes its bytes first
+        await asyncio.sleep(0)
         assert len(budget._block) == 30 and budget.size == 70 and cache.max_bytes == 50
         other = await budget.admit(5, large=True)       # it can be lent again
-        assert budget._block is None
-        budget.return_reserve(other)
+        assert budget.size == 100 and budget._block is not None
+        budget.return_reserve(other)                    # never read: counted out again
         other.release()
         budget.return_reserve(other)                    # twice: once given back
+        await asyncio.sleep(0)
         assert budget._block is not None and budget.size == 70
         big.release()
         assert budget.cur == 0
+    run(go())
+
+
+def test_one_large_body_at_a_time_fills_the_hole_the_next_waits_for_it_or_is_turned_away():
+    """Two large bodies read at once: the second's blocks wait until the first's are the
+    runtime's and the block is held again, so each lands in the hole; one whose deadline
+    passes first is turned away (503 edge_busy) and nothing of the hole changes."""
+    budget = Budget(100, lambda: [], reserve=30)
+
+    async def go():
+        first = await budget.admit(20, large=True)
+        second = await budget.admit(20, large=True)
+        await budget.room_for(first)
+        assert budget._block is None and budget._using is first
+        waiting = asyncio.ensure_future(budget.room_for(second))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()                       # the hole is the first's
+        budget.return_reserve(first)                    # its bytes handed to fetch
+        await asyncio.wait_for(waiting, 1)
+        assert budget._using is second and budget._block is None   # taken again, let go for it
+        late = await budget.admit(20, timeout=1, large=True)
+        late.deadline = asyncio.get_running_loop().time() + 0.02
+        with pytest.raises(EdgeBusy):
+            await budget.room_for(late)
+        assert budget._using is second and not budget._room_waiters
+        for t in (second, late):
+            budget.return_reserve(t)
+            t.release()
+        await asyncio.sleep(0)
+        assert len(budget._block) == 30 and budget.size == 70 and budget._using is None
     run(go())
 
 

@@ -5,6 +5,7 @@ import json
 import sys
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from multillm_edge.core import validation
 from multillm_edge.formats import messages
@@ -62,6 +63,26 @@ def test_an_escaped_quote_cannot_hide_brackets_from_the_check():
     # `"\\"` is a complete string (an escaped backslash): the brackets after it are real.
     raw = b'["\\\\",' + nested(300) + b"]"
     assert too_deep(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"\\", b'"', b"[", b"]", b"{", b"}", b"a", b",", b":", b"\\\\"]),
+                max_size=60),
+       st.integers(1, 9))
+def test_brackets_read_in_slices_are_the_brackets_read_whole(parts, size):
+    """A large body's brackets are read a slice at a time (docs/design.md §7.2): no
+    slice ends inside an escape, so any bytes, JSON or not, give the same brackets."""
+    raw = b"".join(parts)
+    whole = validation._brackets(raw)
+    saved = validation.SLICE_BYTES
+    validation.SLICE_BYTES = size
+    try:
+        sliced = validation._brackets(raw)
+        pieces = list(validation._slices(raw))
+    finally:
+        validation.SLICE_BYTES = saved
+    assert sliced == whole
+    assert b"".join(pieces) == raw and all(not p.endswith(b"\\") for p in pieces[:-1])
 
 
 def test_a_real_parse_of_the_depth_limit_stays_within_the_recursion_limit():

@@ -50,14 +50,37 @@ def _brackets(raw: bytes) -> bytes:
     Quotes then alternate open/close, so removing two adjacent ones either drops an empty
     string or fuses two strings: no bracket changes sides, and most quotes go in one
     C pass (strings rarely hold brackets) before the split."""
-    if b'\\"' in raw:
-        if b'\\\\"' in raw:          # a quote after 2+ backslashes: pair them all first
-            raw = raw.replace(b"\\\\", b"__")
-        raw = raw.replace(b'\\"', b"__")
-    outside = raw.translate(None, _ONLY_QUOTES_AND_BRACKETS).replace(b'""', b"")
+    outside = b"".join(map(_quotes_and_brackets, _slices(raw))).replace(b'""', b"")
     if b'"' in outside:
         outside = b"".join(outside.split(b'"')[::2])
     return outside.translate(_PARENS)
+
+
+#: ``_brackets`` reads a body this much at a time: its passes copy a slice, never the
+#: whole body (a large body's bytes are one block, and the heap has room for few more:
+#: docs/design.md §7.2)
+SLICE_BYTES = 2 << 20
+
+
+def _slices(raw: bytes):
+    """``raw`` in consecutive slices of about SLICE_BYTES (``raw`` itself when shorter),
+    each cut after a byte that is not a backslash: no escape spans two."""
+    start, n = 0, len(raw)
+    while start < n:
+        end = min(start + SLICE_BYTES, n)
+        while end < n and raw[end - 1] == 0x5C:
+            end += 1
+        yield raw[start:end]
+        start = end
+
+
+def _quotes_and_brackets(part: bytes) -> bytes:
+    """``part``'s quotes that delimit strings, and its brackets (escapes neutralized)."""
+    if b'\\"' in part:
+        if b'\\\\"' in part:          # a quote after 2+ backslashes: pair them all first
+            part = part.replace(b"\\\\", b"__")
+        part = part.replace(b'\\"', b"__")
+    return part.translate(None, _ONLY_QUOTES_AND_BRACKETS)
 
 
 def bracket_count(raw: bytes) -> int:

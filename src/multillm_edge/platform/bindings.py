@@ -357,10 +357,11 @@ class WorkersPlatform:
             self.log({"level": "warning", "message": "The heap stayed exhausted under its cap: cap lifted.",
                       "heap_cap": "lifted"})
 
-    async def read_body(self, limit: int, grow=None) -> bytes:
+    async def read_body(self, limit: int, grow=None, room=None) -> bytes:
         """The request body, refusing (413) anything over `limit` bytes without buffering
         it; `grow(n)` is awaited before each chunk of `n` bytes is kept (what the
-        request reserves as it reads, docs/design.md §7.2: it may refuse, 503)."""
+        request reserves as it reads, docs/design.md §7.2: it may refuse, 503); `room()`
+        after the last chunk, right before they are joined into one block (§7.2)."""
         declared = self.request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise EdgeError(413, "request_too_large", f"Request body exceeds {limit} bytes.")
@@ -372,7 +373,9 @@ class WorkersPlatform:
         while True:
             part = await reader.read()
             if part.done:
-                return b"".join(chunks)
+                if room is not None:
+                    await room()
+                return b"".join(chunks)     # no await since room(): the block is its
             chunk = part.value.to_bytes()
             total += len(chunk)
             if total > limit:

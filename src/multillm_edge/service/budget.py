@@ -63,11 +63,14 @@ RELAY_SECONDS = 900
 #: block each (up to MAX_REQUEST_BYTES, 8 MiB), and the heap the caches and requests
 #: give back is in pieces (measured through the runner after 16 sessions' paged,
 #: waiting and streamed turns, the caches then emptied: 70.3 MiB free, none of it in a
-#: piece larger than the heap's free top, 18.7 MiB). One block of RESERVE_BYTES is
-#: taken while no large body is read or parsed — room the caches are never lent — and
-#: let go for the first that is: its blocks land in the hole it leaves (dlmalloc serves
-#: a large block from the best-fitting free chunk before the heap's top). It is taken
-#: again once no large body holds it.
+#: piece larger than the heap's free top, 18.7 MiB). One block of RESERVE_BYTES is held
+#: while no large body is read or parsed — room the caches are never lent. A large body
+#: is admitted counting on it, and lets the block go at the one moment its blocks are
+#: made: after its last chunk is read, before they are joined; nothing else runs between,
+#: so its bytes, the brackets' pass and its view land in the hole (dlmalloc serves a large
+#: block from the best-fitting free chunk before the heap's top). One large body at a
+#: time uses the hole; the block is taken again, in the same place, once that body's
+#: bytes are the runtime's (its fetch took them) — never while they are still held.
 RESERVE_BYTES = 16 * MIB
 #: A body at least this long (its Content-Length) borrows the reserve
 LARGE_BODY_BYTES = 1 * MIB
@@ -95,38 +98,81 @@ class Budget(Weighted):
         self._own: dict = {}        # id(cache) -> its own max_bytes, before any lowering
         self.full = size            # ``size`` is less the reserve while it is kept
         self.reserve = reserve
-        self._block = None          # the reserve, while kept
-        self._borrowers: set = set()     # the large bodies' tickets that let it go
+        self._block = None          # the reserve, while held
+        self._borrowers: set = set()     # the large bodies' tickets that count on it
+        self._using = None          # the one large body whose blocks fill its hole
+        self._room_waiters: list = []    # large bodies waiting for the hole
 
     def keep_reserve(self) -> bool:
-        """Take the reserve (out of ``size``: neither caches nor requests count on it)
-        when no large body needs it and the room is free; a heap that cannot give one
-        block that large (MemoryError) keeps none for now."""
-        if (self._block is not None or self._borrowers or not self.reserve
-                or self.size - self.cur < self.reserve or self._waiters):
+        """Hold the block, and count it out of ``size`` once no large body counts on it
+        and the room is free; a heap that cannot give one block that large (MemoryError)
+        holds none for now."""
+        if not self.reserve or self._using is not None:
             return False
-        try:
-            block = bytearray(self.reserve)
-        except MemoryError:
+        counted = not self._borrowers
+        if counted and (self.size - self.cur < self.reserve or self._waiters):
             return False
-        self._block, self.size = block, self.full - self.reserve
-        self.fit()
+        if self._block is None:
+            try:
+                self._block = bytearray(self.reserve)
+            except MemoryError:
+                return False
+        if counted and self.size == self.full:
+            self.size = self.full - self.reserve
+            self.fit()
         return True
 
     def lend_reserve(self, borrower) -> None:
-        """``borrower`` (a large body's ticket, or a placeholder while it waits) needs
-        contiguous room: the reserve is let go, and its bytes are the budget's again."""
+        """``borrower`` (a large body's ticket, or a placeholder while it waits) counts on
+        the reserve's room: its bytes are the budget's again (the block itself is let go
+        in ``room_for``, when the body's blocks are made)."""
         self._borrowers.add(borrower)
-        if self._block is not None:
-            self._block, self.size = None, self.full
+        if self.size != self.full:
+            self.size = self.full
             self._notify()
 
     def return_reserve(self, borrower) -> None:
-        """``borrower`` is done with its large blocks: the reserve is taken again once
-        nobody needs it."""
-        if borrower in self._borrowers:
-            self._borrowers.discard(borrower)
-            self.keep_reserve()
+        """``borrower`` is done with its large blocks (its body handed to fetch, or never
+        read): the block is taken again once the current task yields — by then fetch has
+        taken the body's bytes and they are free (docs/design.md §7.2)."""
+        if borrower not in self._borrowers and self._using is not borrower:
+            return
+        self._borrowers.discard(borrower)
+        if self._using is borrower:
+            self._using = None
+        try:
+            asyncio.get_running_loop().call_soon(self._retake)
+        except RuntimeError:
+            self._retake()
+
+    def _retake(self) -> None:
+        self.keep_reserve()
+        if self._using is None:
+            self._wake_room()       # the hole is nobody's: a large body waiting may go on
+
+    async def room_for(self, ticket: Ticket) -> None:
+        """A large body's blocks are about to be made: wait (until its deadline, else
+        EdgeBusy) while another large body uses the hole, then let the block go. The
+        caller makes its blocks right after, with no await between."""
+        loop = asyncio.get_running_loop()
+        while self._using is not None and self._using is not ticket:
+            left = ticket.deadline - loop.time()
+            waiter = loop.create_future()
+            self._room_waiters.append(waiter)
+            try:
+                await asyncio.wait((waiter,), timeout=max(left, 0))
+            finally:
+                if waiter in self._room_waiters:
+                    self._room_waiters.remove(waiter)
+            if not waiter.done() and self._using is not None:
+                raise EdgeBusy(RETRY_AFTER_SECONDS)
+        self._using, self._block = ticket, None
+
+    def _wake_room(self) -> None:
+        waiters, self._room_waiters = self._room_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(True)
 
     def held(self) -> int:
         """What the caches hold now."""
@@ -205,6 +251,16 @@ def large(req: Incoming, body_factor: float) -> bool:
 #: What other requests may hold while a small one's MemoryError still means the heap
 #: cannot serve (nothing they release would make the room)
 STUCK_BYTES = 8 * MIB
+
+
+def room(req: Incoming, body_factor: float):
+    """For a large body, the async callable its read awaits after the last chunk and
+    before joining them: the reserve's block let go for its blocks (``Budget.room_for``);
+    None for any other."""
+    if not large(req, body_factor):
+        return None
+    ticket = req.ticket
+    return lambda: BUDGET.room_for(ticket)
 
 
 def stuck(req: Incoming, body_factor: float) -> bool:

@@ -48,7 +48,8 @@ async def generate(req: Incoming, platform: Platform) -> Outgoing:
     digest = key_digest(req)                                       # 401 before anything
     session_id = valid_session_id(req.header(SESSION_HEADER))     # 400
     raw = await platform.read_body(config.MAX_REQUEST_BYTES,       # 413; 503 edge_busy
-                                   budget.reading(req, budget.BODY_FACTOR))
+                                   budget.reading(req, budget.BODY_FACTOR),
+                                   budget.room(req, budget.BODY_FACTOR))
     # the session's last turn in this isolate: only what follows what they share is
     # parsed and checked again (docs/design.md §5.13)
     memory_key = (digest, session_id, fmt)
