@@ -237,9 +237,9 @@ def depth_bomb(depth: int, opener=b"[") -> bytes:
     return b'{"a":' * depth + b"1" + closer * depth
 
 
-def mutate_body(rng: random.Random, doc: dict) -> tuple[str, bytes]:
-    kind = rng.choice(["swap", "swap", "swap", "delete", "wrap", "depth", "number",
-                       "duplicate", "surrogate", "bytes", "model", "top"])
+def mutate_body(rng: random.Random, doc: dict, kind: str | None = None) -> tuple[str, bytes]:
+    kind = kind or rng.choice(["swap", "swap", "swap", "delete", "wrap", "depth", "number",
+                               "duplicate", "surrogate", "bytes", "model", "top"])
     all_paths = list(paths(doc))
     if kind == "swap":
         _set(doc, rng.choice(all_paths), json.loads(json.dumps(rng.choice(HOSTILE_VALUES))))
@@ -290,6 +290,31 @@ def mutate_body(rng: random.Random, doc: dict) -> tuple[str, bytes]:
     return kind, rng.choice([b"", b"null", b"[]", b"0", b'"x"', b"{}", b"[{}]", b"{" * 3,
                              b"\xef\xbb\xbf{}", b"\x00" * 16, b"true", b'{"model":null}',
                              json.dumps({"model": MODEL}).encode()])
+
+
+#: A model wide enough for a large body to be dispatched as received
+HUGE_MODEL, HUGE_WINDOW = "fake:rp-huge", 4_000_000
+#: Non-ASCII text, escaped quotes and backslash runs: a large body's slices (the bracket
+#: pass reads 2 MiB at a time) end among them
+FILLER_UNIT = 'é夜🌙 "said" \\ a\\\\b \\"x\\" The lantern flickers. '
+
+
+def large_body(rng: random.Random, fmt: str, doc: dict) -> tuple[str, bytes]:
+    """``doc`` grown past the narrow parse's threshold (2 MiB; docs/design.md §7.2) by one
+    user message of non-ASCII text and escapes, then valid or spoiled as a small body is:
+    the large path must answer exactly as the exact path would."""
+    unit = FILLER_UNIT * rng.randint(1, 7)
+    text = unit * ((rng.randint(2 << 20, 3 << 20)) // len(unit.encode()) + 1)
+    doc["input" if fmt == "responses" else "messages"].insert(0, {"role": "user", "content": text})
+    if rng.random() < 0.5:
+        doc["model"] = HUGE_MODEL
+    kind = rng.choice(["valid", "valid", "surrogate", "bytes", "number", "duplicate", "wide escape",
+                       "depth", "swap"])
+    if kind == "valid":
+        return "large:valid", _dumps(rng, doc)
+    if kind == "wide escape":        # a non-ASCII escape: the narrow view cannot read it
+        return "large:wide escape", _with_hole(rng, doc, rng.choice([b'"\\u00e9"', b'"a\\u20acb"']))
+    return "large:" + kind, mutate_body(rng, doc, kind)[1]
 
 
 def roleplay_headers(rng: random.Random) -> tuple[str, dict]:
@@ -395,7 +420,7 @@ def other_route(rng: random.Random, n: int) -> Case:
 # ---------------------------------------------------------------------------
 
 REVOKED_KEY = "rpk_" + "hostile_revoked_c0de".ljust(43, "0")
-MODELS_LISTED = ["fake:rp-small", "fake:rp-wide", "fake:tiny"]   # every seeded model, sorted
+MODELS_LISTED = ["fake:rp-huge", "fake:rp-small", "fake:rp-wide", "fake:tiny"]   # every seeded model, sorted
 MODEL_PATHS = ["/v1/models", "/v1/models", "/v1/models", "/v1/models?limit=1", "/v1/models?x=%ff&x",
                "/v1/models/", "/v1/models/fake:rp-small", "/v1/models%2F", "/V1/models", "/v1/modelsx"]
 MODEL_KEYS = [KEY, KEY, KEY, KEY, OTHER_KEY, OTHER_KEY, REVOKED_KEY, "rpk_nope", "", " ", KEY + " ", " " + KEY, KEY + "x",
@@ -706,7 +731,9 @@ def cases(seed: int, count: int):
             continue
         fmt = rng.choice(list(GENERATION))
         doc = valid_body(rng, fmt)
-        if rng.random() < 0.1:
+        if rng.random() < 0.006:
+            kind, body = large_body(rng, fmt, doc)
+        elif rng.random() < 0.1:
             kind, body = "valid", _dumps(rng, doc)
         else:
             kind, body = mutate_body(rng, doc)

@@ -45,6 +45,7 @@ def hostile_edge() -> tuple[LocalEdge, dict]:
     edge.set_model(gen.MODEL, gen.WINDOW, 1000)
     edge.set_model(gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
     edge.set_model("fake:tiny", 300, 100)
+    edge.set_model(gen.HUGE_MODEL, gen.HUGE_WINDOW, 1000)
     return edge, script
 
 

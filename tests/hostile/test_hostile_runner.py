@@ -64,6 +64,7 @@ def edge(servers, tmp_path_factory):
         rp.set_model(edge, gen.MODEL, gen.WINDOW, 1000)
         rp.set_model(edge, gen.RECALL_MODEL, gen.RECALL_WINDOW, 1000)
         rp.set_model(edge, "fake:tiny", 300, 100)
+        rp.set_model(edge, gen.HUGE_MODEL, gen.HUGE_WINDOW, 1000)
         yield edge
 
 
