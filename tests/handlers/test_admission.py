@@ -166,6 +166,8 @@ def test_a_memory_error_answers_503_and_the_caches_go_first(edge):
     assert r.status == 503 and r.json()["error"]["code"] == "edge_busy" and r.header("retry-after")
     assert len(LAST_TURNS) == 0 and all(c.held_bytes() < 4096 for c in STATE.caches().values())
     assert getattr(edge, "exhausted", 0) == 1       # the platform told (it may lift a heap cap)
+    line = edge.logs[-1]                            # the operator sees why, and nothing else
+    assert line["status"] == 503 and line["error"] == "edge_busy" and line["memory_error"] is True
 
 
 def test_a_memory_error_with_room_held_elsewhere_is_not_the_heap_stuck(edge):
