@@ -11,7 +11,7 @@ from operator import itemgetter
 from sys import getsizeof
 from typing import NamedTuple, Sequence
 
-from .analysis import counts, fold, line_bags, word_bag
+from .analysis import counts, fold_utf8, line_bags, word_bag
 from .state import SLOT, STATE
 
 #: The cache's bound in bytes: each analysis counted by what it holds (its text, each
@@ -94,9 +94,10 @@ _INDEX = itemgetter(4)        # an Analysis's index (an Index is true)
 
 def analyze(texts: Sequence, stems=None) -> Analysis:
     """The analysis of a document's ``(role, text)`` list; indexed with ``stems``."""
-    text = fold("\n".join([t for _, t in texts]))   # = the folds joined: "\n" is stable
+    # = the folds joined: "\n" is stable
+    text, raw, others = fold_utf8("\n".join([t for _, t in texts]))
     return _analysis(Analysis, (text, len(text), text.count("\n") + 1, _question(text),
-                                _index(text, stems) if stems is not None else None))
+                                _index(text, stems, raw, others) if stems is not None else None))
 
 
 def _question(text: str) -> str:
@@ -104,9 +105,10 @@ def _question(text: str) -> str:
     return text[text.rfind("\n") + 1:] if text.endswith("?") else ""
 
 
-def _index(text: str, stems) -> Index:
-    """The words of ``text`` counted in C, each registered in the vocabulary."""
-    words = counts(word_bag(text))
+def _index(text: str, stems, raw: bytes | None = None, others: bytes | None = None) -> Index:
+    """The words of ``text`` counted in C, each registered in the vocabulary (``raw``,
+    ``others``: its UTF-8 bytes and their non-ASCII ones, when its fold made them)."""
+    words = counts(word_bag(text, raw, others))
     stems.known(words)
     return Index(words, stems.vocabulary.mark)
 
