@@ -159,21 +159,23 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     held = set().union(*per_doc.values())
     avg = (parts.size + sum(moved.values())) / n or 1.0
     norm = None
-    base, weights = [0.0] * n, {}
+    base, weights = None, {}        # the terms' parts added in their order, from 0.0
     for t, tf in per_doc.items():
         weights[t] = bm25.idf(n, len(tf))
         if moved:       # lengths this query changed: its own norms
             norm = norm or {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in held}
-            bm25.add(base, bm25.part(weights[t], norm, tf, n))
+            base = bm25.added(base, bm25.part(weights[t], norm, tf, n), n)
         else:
-            bm25.add(base, parts.base(tf, weights[t]))
-    scores = list(base)
+            base = bm25.added(base, parts.base(tf, weights[t]), n)
+    scores = base if base is not None else [0.0] * n
     if scoring.window:
-        wins = [0.0] * n
+        wins = None
         for tf in per_doc.values():
-            bm25.add(wins, parts.window(tf))
-        if len(held) == n:      # every exchange: in C
-            scores = list(map(_plus, scores, map(_times, repeat(scoring.window), wins)))
+            wins = bm25.added(wins, parts.window(tf), n)
+        wins = wins if wins is not None else [0.0] * n
+        if len(held) == n:      # every exchange: in C (x × 1.0 is x: not multiplied)
+            scores = list(map(_plus, scores, wins if scoring.window == 1.0
+                              else map(_times, repeat(scoring.window), wins)))
         else:
             for d in held:
                 scores[d] += scoring.window * wins[d]
