@@ -142,7 +142,16 @@ def _tfs(matcher: Matcher, an: list, corpus: Corpus | None) -> dict:
 def _best(scores: list, held, k: int) -> list:
     """The ``k`` best documents scoring above 0 (``held``: those holding a term, the
     only ones that do), best first, newest first on ties."""
-    return sorted(sorted(held, reverse=True), key=scores.__getitem__, reverse=True)[:k]
+    newest = held[::-1] if type(held) is range else sorted(held, reverse=True)
+    return sorted(newest, key=scores.__getitem__, reverse=True)[:k]
+
+
+def _holding(tfs, n: int):
+    """The documents holding a term of ``tfs`` ({document: count} each): all ``n`` as a
+    range when one term is in every document (no set made), else a set."""
+    if any([len(tf) == n for tf in tfs]):
+        return range(n)
+    return set().union(*tfs)
 
 
 def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None,
@@ -156,7 +165,7 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     parts = _Parts(an, corpus)
     asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
     per_doc, moved = _expanded(terms, tfs, asked)
-    held = set().union(*per_doc.values())
+    held = _holding(per_doc.values(), n)
     avg = (parts.size + sum(moved.values())) / n or 1.0
     norm = None
     base, weights = None, {}        # the terms' parts added in their order, from 0.0
@@ -259,7 +268,7 @@ class _Parts:
 def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) -> dict:
     """{exchange: (code points, {term: count}) of the question it answers}: the last
     line of the exchange before it, when that asks ("?") and holds a query term."""
-    last, held = len(an) - 1, set().union(*tfs.values())
+    last, held = len(an) - 1, _holding(tfs.values(), len(an))
     out = {}
     for d in parts.asking:
         if d < last and d in held:
