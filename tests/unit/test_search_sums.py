@@ -100,3 +100,52 @@ def test_a_ranking_scores_every_exchange_as_it_did(chat, q, scoring, indexed):
         got[how] = [_bits(s) for s in seen]
     STATE.reset()
     assert got["now"] == got["from zeros"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(chat=chats, queries=st.lists(query, min_size=1, max_size=5), scoring=scorings,
+       touched=st.sampled_from([1, 2, 8, 1000]))
+def test_the_kept_sums_of_common_words_score_every_exchange_as_without_them(chat, queries, scoring, touched):
+    """Queries asked in turn of one kept corpus (the later ones get the sums of their
+    common words' list parts back): every exchange's score, bit for bit, as summed anew."""
+    docs = [[("user", u), ("assistant", r)] for u, r in chat]
+    keys = [(f"sums {u!r} {r!r} {i}", 0) for i, (u, r) in enumerate(chat)]
+    real = ranker._scores
+    got = {}
+    for kept in (True, False):
+        seen = []
+
+        def spy(*a, **k):
+            out = real(*a, **k)
+            seen.append(_bits(out[0]))
+            return out
+        STATE.reset()
+        was = ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED
+        ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED = spy, kept, 1 / touched
+        try:
+            for q in queries + queries[:2]:
+                ranker.rank(q, docs, 6, keys=keys, indexed=True, scoring=scoring, excerpts=False)
+        finally:
+            ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED = was
+        got[kept] = seen
+    STATE.reset()
+    assert got[True] == got[False]
+
+
+def test_the_sums_are_kept_and_found_again_for_the_same_common_words():
+    docs = [[("user", f"the whales sing at port {i}"), ("assistant", f"whales, songs and port {i}")]
+            for i in range(40)]
+    keys = [("kept sums", i) for i in range(40)]
+    STATE.reset()
+    made = []
+    real = ranker._sum
+    ranker._sum = lambda parts, n: made.append(len(parts)) or real(parts, n)
+    try:
+        first = ranker.rank("whales sing at port 7", docs, 6, keys=keys, indexed=True, excerpts=False)
+        calls = len(made)
+        second = ranker.rank("whales sing at port 9", docs, 6, keys=keys, indexed=True, excerpts=False)
+    finally:
+        ranker._sum = real
+    assert first[0].doc == 7 and second[0].doc == 9
+    assert calls == 2 and len(made) == 2     # the list parts' sums made once, for both queries
+    STATE.reset()
