@@ -49,3 +49,33 @@ def test_the_chain_times_turns_resumed_from_resumed_turns():
             assert prior.reused and last.verified > 0 and last.ends is not None, k
         fits.append(bench_turn.resumed_turn(raw, budget, {}, memory).fit.k)
     assert any(fits[k] == fits[k - 1] for k in range(chain.FROM, len(fits)))
+
+
+def test_the_first_recall_bench_wraps_steps_a_new_isolates_recall_takes():
+    """bench/bench_first_recall.py times recall's steps by wrapping them by name: each
+    is still there, and a new isolate's recalling turn goes through the index's ones."""
+    import json
+    import bench_first_recall as first
+    from multillm_edge.search import STATE
+    for owner, name, _ in first.STEPS:
+        assert callable(getattr(owner, name)), name
+    seen = set()
+    wrapped = {}
+    for owner, name, label in first.STEPS:
+        f = getattr(owner, name)
+        wrapped[(owner, name)] = f
+        setattr(owner, name, lambda *a, _f=f, _l=label, **k: seen.add(_l) or _f(*a, **k))
+    try:
+        n = 50
+        body = bench_turn.roleplay_body(n)
+        body["messages"][-1]["content"] = "*frowns* Port 5 again? What did the whales sing there?"
+        body["capabilities"] = ["multillm_context_retrieve", "multillm_context_recall"]
+        raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        STATE.reset()
+        bench_turn.one_turn(raw, max(32000, 100 * n) - 1280, {"active_bytes": 1, "limit_bytes": 1048576,
+                                                             "active_pages": 1}, True)
+    finally:
+        for (owner, name), f in wrapped.items():
+            setattr(owner, name, f)
+        STATE.reset()
+    assert seen == {label for _, _, label in first.STEPS}

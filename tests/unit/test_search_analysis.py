@@ -203,3 +203,34 @@ def test_the_bytes_of_word_counts_are_their_objects_sizes(counted):
     from multillm_edge.search import docs as search_docs
     assert search_docs.counts_bytes(counted) == getsizeof(counted) + sum(map(getsizeof, counted))
     assert search_docs.words_bytes(list(counted) * 2) == 2 * sum(map(getsizeof, counted))
+
+
+# ASCII of either case, non-ASCII characters that are plain (stable, casefolding to
+# themselves) and some that are not (uppercase, ß, İ, ς, ſ, Kelvin, ligatures, a
+# combining mark, a lone surrogate), so a text takes either way of folding.
+fold_text = st.lists(st.sampled_from(list(
+    "aZ 9\n.:'_—–“”…¡«©²™½éàÉÀ港口の歌чЧёЁßẞİıΣσςſ\u212aＫﬁ\u0301\u00a0\u3000\ud800ǅ١") + ["Qué", "ÀB", "3.5"]),
+    max_size=60).map("".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=fold_text)
+def test_fold_by_lowered_bytes_is_nfkc_casefold(text):
+    """Issue 45: a text whose non-ASCII characters are plain folds as its UTF-8 bytes
+    lowered; either way the fold is NFKC + casefold, and the bytes it hands the word
+    cutter are the fold's own."""
+    import unicodedata
+    folded, raw, others = analysis.fold_utf8(text)
+    assert folded == unicodedata.normalize("NFKC", text).casefold() == analysis.fold(text)
+    if raw is not None:
+        assert raw == folded.encode("utf-8", "surrogatepass")
+        assert others == raw.translate(None, bytes(range(128)))
+    assert analysis.word_bag(folded, raw, others) == analysis.word_bag(folded)
+
+
+def test_fold_takes_the_bytes_way_only_for_plain_characters():
+    assert analysis.fold_utf8("Port — ¡QUÉ! 港口")[1] is None          # É casefolds to é
+    folded, raw, _ = analysis.fold_utf8("Port — ¡Qué! 港口の歌")
+    assert folded == "port — ¡qué! 港口の歌" and raw == folded.encode()
+    assert analysis.fold_utf8("Straße")[1] is None and analysis.fold("Straße") == "strasse"
+    assert analysis.fold_utf8("ASCII Only") == ("ascii only", None, None)

@@ -399,3 +399,38 @@ def test_a_ranking_between_steps_reuses_the_last_lookup_and_gives_it_up_with_the
     assert not CACHE.reused
     CACHE.clear()
     CORPORA.clear()
+
+
+def test_many_new_indexes_register_their_words_together_or_one_by_one(monkeypatch):
+    """Issue 45: a new isolate's first recall registers the words of the exchanges it
+    indexes at once (one set of them) when the vocabulary holds them, else index by
+    index; either way every index is marked with the vocabulary holding its words, and
+    the ranking is the one made registering each as it comes."""
+    from multillm_edge.search import docs as docs_module
+    chat = [doc(f"The whales sang at port {i}, ёлка {i}.", f"Whale songs, number {i}; dying gulls.")
+            for i in range(40)]
+    keys = [("together", i) for i in range(len(chat))]
+    query = "whales singing at the port, dying"
+
+    calls = []
+    known = stems.Stems.known
+    monkeypatch.setattr(stems.Stems, "known", lambda self, words: calls.append(len(words)) or known(self, words))
+
+    def ranked(together: int, words: int = stems.STEM_CACHE_WORDS):
+        STATE.reset()
+        calls.clear()
+        monkeypatch.setattr(docs_module, "TOGETHER", together)
+        monkeypatch.setattr(stems, "STEM_CACHE_WORDS", words)
+        got = rank(query, chat, 5, keys=keys, indexed=True, excerpts=False)
+        vocabulary = stems._VOCABULARIES[(True, True)]
+        marked = [a.index.vocabulary is vocabulary.mark for a in CACHE.entries.values()]
+        held = all(w in vocabulary.stem_of for a in CACHE.entries.values() for w in a.index.words)
+        return got, all(marked), held
+
+    one_by_one, marked, held = ranked(10 ** 9)
+    assert one_by_one and marked and held
+    assert len(calls) == 40
+    assert ranked(16) == (one_by_one, True, True) and len(calls) == 1   # 40 new indexes: together
+    got, _, _ = ranked(16, words=64)     # more words than the vocabulary holds: one by one,
+    assert got == one_by_one            # a vocabulary replaced on the way, the same hits
+    STATE.reset()

@@ -61,6 +61,23 @@ def _simple_mapping(c: str):
 def fold(text: str) -> str:
     """``unicodedata.normalize("NFKC", text).casefold()`` (tested), cheaper: simple
     characters replaced in C, anything else normalized run by run."""
+    return fold_utf8(text)[0]
+
+
+def fold_utf8(text: str) -> tuple:
+    """(``fold(text)``, its UTF-8 bytes, their non-ASCII bytes) — the bytes None where
+    not made. ASCII text is NFKC's already and casefolds as it lowers; so does a text
+    whose non-ASCII characters are all NFKC-stable, never compose and casefold to
+    themselves (``_plain``): its UTF-8 bytes lowered, in C
+    (issue 45: ``is_normalized`` and ``casefold`` per character were a new isolate's
+    first recall's largest C step in Pyodide)."""
+    if text.isascii():
+        return text.lower(), None, None
+    raw = text.encode("utf-8", "surrogatepass")
+    others = raw.translate(None, _ASCII_BYTES)
+    if _plain(others):
+        raw = raw.lower()
+        return raw.decode("utf-8", "surrogatepass"), raw, others
     if not unicodedata.is_normalized("NFKC", text):
         chars = set(_UNSTABLE_CHAR_RE.findall(text))
         maps = [(c, _simple_mapping(c)) for c in chars]
@@ -69,7 +86,25 @@ def fold(text: str) -> str:
                 text = text.replace(c, r)
         else:
             text = _UNSTABLE_RE.sub(_nfkc_run, text)
-    return text.casefold()
+    return text.casefold(), None, None
+
+
+def _plain(others: bytes) -> bool:
+    """Whether the characters of these non-ASCII UTF-8 bytes are all NFKC-stable, never
+    compose with a neighbour (``_UNSTABLE_RE``'s complement, or simple characters NFKC
+    maps to themselves), and casefold to themselves (kept per byte string, in the
+    cuts' memo under a key no UTF-8 holds, 0xff before them: a chat's texts hold the
+    same few, text after text)."""
+    if len(others) > CUT_KEY_BYTES:
+        return False
+    key = b"\xff" + others
+    got = _CUT_BYTES.get(key)
+    if got is None:
+        chars = "".join(set(others.decode("utf-8", "surrogatepass")))
+        got = chars.casefold() == chars and all(      # a simple character NFKC keeps: ¡ « ©
+            _simple_mapping(c) == c for c in "".join(_UNSTABLE_CHAR_RE.findall(chars)))
+        _CUT_BYTES.keep(key, got)
+    return got
 
 
 def words(folded: str) -> list:
@@ -128,11 +163,12 @@ def _cuts(others: frozenset):
     return got
 
 
-def word_bag(folded: str) -> list:
+def word_bag(folded: str, raw: bytes | None = None, others: bytes | None = None) -> list:
     """``words(folded)`` in another order, several times cheaper: non-word characters
     made spaces (ASCII by a bytes translation, the few others a text holds replaced),
-    then a split; ``words`` itself where a number like ``3.5`` is."""
-    spaced = _spaced(folded, _ASCII_SPACE)
+    then a split; ``words`` itself where a number like ``3.5`` is. ``raw``, ``others``:
+    its UTF-8 bytes and their non-ASCII ones, when ``fold_utf8`` made them."""
+    spaced = _spaced(folded, _ASCII_SPACE, raw, others)
     return WORD_RE.findall(folded) if spaced is None else spaced.split()
 
 
@@ -151,16 +187,19 @@ def line_bags(folded: str) -> list:
     return [line.split() for line in spaced.split("\n")]
 
 
-def _spaced(folded: str, table: bytes) -> str | None:
+def _spaced(folded: str, table: bytes, raw: bytes | None = None, others: bytes | None = None) -> str | None:
     """``folded`` with every non-word character a space (``table``: the ASCII ones), or
-    None where that does not cut it as WORD_RE does."""
-    raw = folded.encode("utf-8", "surrogatepass")
+    None where that does not cut it as WORD_RE does (``raw``, ``others``: as
+    ``word_bag``'s)."""
+    if raw is None:
+        raw, others = folded.encode("utf-8", "surrogatepass"), None
     if b"0.0" in raw.translate(_NUMBER_SHAPE):      # a digit, [.,:], a digit
         return None
     spaced = raw.translate(table).decode("utf-8", "surrogatepass")
     if len(raw) == len(folded):       # ASCII
         return spaced
-    others = raw.translate(None, _ASCII_BYTES)
+    if others is None:
+        others = raw.translate(None, _ASCII_BYTES)
     cuts = _CUT_BYTES.get(others, _CUT_BYTES)     # the same few bytes, text after text
     if cuts is _CUT_BYTES:
         cuts = _cuts(frozenset(others.decode("utf-8", "surrogatepass")))

@@ -48,13 +48,17 @@ def dense(df: int, n: int) -> bool:
     return 3 * df > n
 
 
-def add(scores: list, got) -> None:
-    """Add a term's ``part`` to ``scores``, in place."""
+def added(scores: list | None, got, n: int) -> list:
+    """``scores`` with a term's ``part`` added (a list part in C, making a new list);
+    None: nothing added yet, so from 0.0 — a list part then copied, not added: 0.0 + x
+    is x for every part (never -0.0: an idf and a count are positive, a zero is 0.0)."""
     if type(got) is list:
-        scores[:] = map(_plus, scores, got)
-        return
+        return list(got) if scores is None else list(map(_plus, scores, got))
+    if scores is None:
+        scores = [0.0] * n
     for d, v in got.items():
         scores[d] += v
+    return scores
 
 
 def score(tf: dict, length: int, weights: dict, avg: float) -> float:

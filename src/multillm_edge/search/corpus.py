@@ -88,7 +88,7 @@ def numbers_bytes(numbers: list) -> int:
 
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
-    __slots__ = ("words", "ids", "counted", "words_bytes", "sized", "sizes", "lines_of", "asking", "size", "lines",
+    __slots__ = ("words", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
                  "postings", "posted", "lazy", "filled", "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
@@ -97,6 +97,7 @@ class Corpus:
         self.counted = 0            # their entries
         self.words_bytes = 0        # the bytes of the first ``sized`` ones and their numbers
         self.sized = 0              # (``word_counts_bytes``: counted when first asked)
+        self.sized_counted = self.sized_size = 0    # their entries and code points
         self.sizes: list = []       # code points of each
         self.lines_of: list = []    # lines of each
         self.asking: list = []      # those whose last line asks ("?"), ascending
@@ -117,6 +118,8 @@ class Corpus:
         n = len(self.words)
         if self.sized < n:
             self.words_bytes += self._exchanges_bytes(self.sized, n)
+            self.sized_counted += sum(map(len, self.words[self.sized:]))
+            self.sized_size += sum(self.sizes[self.sized:])
             self.sized = n
         return self._own_bytes() + self.words_bytes
 
@@ -128,9 +131,10 @@ class Corpus:
         k = len(self.words) - self.sized
         if not k:
             return self._own_bytes() + self.words_bytes
-        entries = sum(map(len, self.words[self.sized:]))
-        return (self._own_bytes() + self.words_bytes + 268 * k + 128 * entries
-                + 4 * sum(self.sizes[self.sized:]))
+        # the unsized ones' entries and code points: what is not the sized ones' (no
+        # pass over them: a corpus never sized is read every ranking)
+        return (self._own_bytes() + self.words_bytes + 268 * k + 128 * (self.counted - self.sized_counted)
+                + 4 * (self.size - self.sized_size))
 
     def _own_bytes(self) -> int:
         return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + POSTING_BYTES * len(self.postings)
@@ -207,6 +211,8 @@ class Corpus:
         self.counted -= sum(map(len, words[keep:]))
         if keep < self.sized:
             self.words_bytes -= self._exchanges_bytes(keep, self.sized)
+            self.sized_counted -= sum(map(len, words[keep:self.sized]))
+            self.sized_size -= sum(self.sizes[keep:self.sized])
             self.sized = keep
         del words[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]

@@ -11,7 +11,7 @@ from operator import itemgetter
 from sys import getsizeof
 from typing import NamedTuple, Sequence
 
-from .analysis import counts, fold, line_bags, word_bag
+from .analysis import counts, fold_utf8, line_bags, word_bag
 from .state import SLOT, STATE
 
 #: The cache's bound in bytes: each analysis counted by what it holds (its text, each
@@ -92,11 +92,13 @@ _analysis = tuple.__new__     # _analysis(Analysis, (...)): a NamedTuple with no
 _INDEX = itemgetter(4)        # an Analysis's index (an Index is true)
 
 
-def analyze(texts: Sequence, stems=None) -> Analysis:
-    """The analysis of a document's ``(role, text)`` list; indexed with ``stems``."""
-    text = fold("\n".join([t for _, t in texts]))   # = the folds joined: "\n" is stable
+def analyze(texts: Sequence, stems=None, later: bool = False) -> Analysis:
+    """The analysis of a document's ``(role, text)`` list; indexed with ``stems``
+    (``later``: its words registered by the caller, ``register``)."""
+    # = the folds joined: "\n" is stable
+    text, raw, others = fold_utf8("\n".join([t for _, t in texts]))
     return _analysis(Analysis, (text, len(text), text.count("\n") + 1, _question(text),
-                                _index(text, stems) if stems is not None else None))
+                                _index(text, stems, raw, others, later) if stems is not None else None))
 
 
 def _question(text: str) -> str:
@@ -104,11 +106,37 @@ def _question(text: str) -> str:
     return text[text.rfind("\n") + 1:] if text.endswith("?") else ""
 
 
-def _index(text: str, stems) -> Index:
-    """The words of ``text`` counted in C, each registered in the vocabulary."""
-    words = counts(word_bag(text))
+def _index(text: str, stems, raw: bytes | None = None, others: bytes | None = None,
+           later: bool = False) -> Index:
+    """The words of ``text`` counted in C, each registered in the vocabulary (``raw``,
+    ``others``: its UTF-8 bytes and their non-ASCII ones, when its fold made them;
+    ``later``: not yet, ``register`` does)."""
+    words = counts(word_bag(text, raw, others))
+    if later:
+        return Index(words, None)
     stems.known(words)
     return Index(words, stems.vocabulary.mark)
+
+
+#: Indexes made at once past which their words are registered together (``register``).
+TOGETHER = 16
+
+
+def register(indexes: list, stems) -> None:
+    """Register the words of ``indexes`` (made with ``later``): all their distinct words
+    in one call when the vocabulary holds them without being replaced (a new isolate's
+    first recall: one set of them, not a check and a difference per exchange), else
+    index by index, as ``_index`` does."""
+    distinct = set().union(*[ix.words for ix in indexes])
+    if stems.holds(len(distinct)):
+        stems.known(dict.fromkeys(distinct))
+        mark = stems.vocabulary.mark
+        for ix in indexes:
+            ix.vocabulary = mark
+        return
+    for ix in indexes:
+        stems.known(ix.words)
+        ix.vocabulary = stems.vocabulary.mark
 
 
 class Cache:
@@ -210,12 +238,18 @@ def analyses(docs: Sequence, keys: Sequence | None, stems=None, former=None) -> 
         deque(map(entries.move_to_end, [k for i, k in enumerate(keys) if i not in skip]), 0)
         if former is not None:
             missing = [i for i in missing if not _moved(former(i), keys[i], out, i, stems)]
+    later = stems is not None and len(missing) > TOGETHER
+    made = []
     for i in missing:
         got = entries.get(keys[i])       # an exchange said twice: made once
         if not _usable(got, stems):
-            got = got._replace(index=_index(got.text, stems)) if got is not None else analyze(docs[i], stems)
+            got = (got._replace(index=_index(got.text, stems, later=later)) if got is not None
+                   else analyze(docs[i], stems, later))
             CACHE.keep(keys[i], got)
+            made.append(got.index)
         out[i] = got
+    if later and made:
+        register(made, stems)
     if missing:
         CACHE.evict()
     return out

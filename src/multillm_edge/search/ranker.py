@@ -142,7 +142,16 @@ def _tfs(matcher: Matcher, an: list, corpus: Corpus | None) -> dict:
 def _best(scores: list, held, k: int) -> list:
     """The ``k`` best documents scoring above 0 (``held``: those holding a term, the
     only ones that do), best first, newest first on ties."""
-    return sorted(sorted(held, reverse=True), key=scores.__getitem__, reverse=True)[:k]
+    newest = held[::-1] if type(held) is range else sorted(held, reverse=True)
+    return sorted(newest, key=scores.__getitem__, reverse=True)[:k]
+
+
+def _holding(tfs, n: int):
+    """The documents holding a term of ``tfs`` ({document: count} each): all ``n`` as a
+    range when one term is in every document (no set made), else a set."""
+    if any([len(tf) == n for tf in tfs]):
+        return range(n)
+    return set().union(*tfs)
 
 
 def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Corpus | None,
@@ -156,27 +165,28 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     parts = _Parts(an, corpus)
     asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
     per_doc, moved = _expanded(terms, tfs, asked)
-    held = set().union(*per_doc.values())
+    held = _holding(per_doc.values(), n)
     avg = (parts.size + sum(moved.values())) / n or 1.0
-    norm = None
-    base, weights = [0.0] * n, {}
-    for t, tf in per_doc.items():
-        weights[t] = bm25.idf(n, len(tf))
-        if moved:       # lengths this query changed: its own norms
-            norm = norm or {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in held}
-            bm25.add(base, bm25.part(weights[t], norm, tf, n))
-        else:
-            bm25.add(base, parts.base(tf, weights[t]))
-    scores = list(base)
-    if scoring.window:
-        wins = [0.0] * n
-        for tf in per_doc.values():
-            bm25.add(wins, parts.window(tf))
-        if len(held) == n:      # every exchange: in C
-            scores = list(map(_plus, scores, map(_times, repeat(scoring.window), wins)))
-        else:
-            for d in held:
-                scores[d] += scoring.window * wins[d]
+    weights = {t: bm25.idf(n, len(tf)) for t, tf in per_doc.items()}
+    if moved:       # lengths this query changed: its own norms
+        norm = {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in held}
+        bases = [bm25.part(weights[t], norm, tf, n) for t, tf in per_doc.items()]
+    else:
+        bases = [parts.base(tf, weights[t]) for t, tf in per_doc.items()]
+    wins = [parts.window(tf) for tf in per_doc.values()] if scoring.window else []
+    scores = None
+    if wins and len(held) == n and not moved and corpus is not None and KEPT_SUMS:
+        scores = _kept_sums(list(per_doc.values()), bases, wins, n, scoring.window, corpus)
+    if scores is None:
+        scores = _sum(bases, n)      # the terms' parts added in their order, from 0.0
+        if wins:
+            wins = _sum(wins, n)
+            if len(held) == n:      # every exchange: in C (x × 1.0 is x: not multiplied)
+                scores = list(map(_plus, scores, wins if scoring.window == 1.0
+                                  else map(_times, repeat(scoring.window), wins)))
+            else:
+                for d in held:
+                    scores[d] += scoring.window * wins[d]
     if scoring.passage:
         top = _best(scores, held, scoring.rerank)     # an exchange scores iff it holds a term
         pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
@@ -186,6 +196,53 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
         if FROM_TOP and scoring.passage > 0 and limit <= scoring.rerank:
             return scores, weights, top
     return scores, weights, held
+
+
+def _sum(parts: list, n: int) -> list:
+    """Each document's sum of ``parts`` (``bm25.part``s) in their order, from 0.0."""
+    out = None
+    for p in parts:
+        out = bm25.added(out, p, n)
+    return out if out is not None else [0.0] * n
+
+
+#: The sums of the list parts kept by the corpus (``_kept_sums``), when at most one
+#: document in ``TOUCHED`` holds a sparse part.
+KEPT_SUMS = True
+TOUCHED = 8
+
+
+def _kept_sums(tfs: list, bases: list, wins: list, n: int, window: float, corpus: Corpus):
+    """``base + window × wins`` of every document (each the sum of its parts in their
+    order, from 0.0), or None: the sum of the terms' list parts (those most documents
+    hold) kept by the corpus while it is — a later query asking the same common words
+    between other ones gets it back — and the few documents a dict part holds summed
+    one by one, every part in order. The same floats: a document no dict part holds
+    adds nothing but the list parts, in the same order (a dict part skips it; 0.0 + x
+    is x). Only when every term's counts are the corpus's own (their ids are then
+    kept as long as the sums are: one memo)."""
+    touched: set = set()
+    for p in bases + wins:
+        if type(p) is not list:
+            touched.update(p)
+    if TOUCHED * len(touched) > n or not all([corpus.memo.get(id(tf)) is tf for tf in tfs]):
+        return None
+    key = ("list sums", tuple([id(tf) for tf, p in zip(tfs, bases) if type(p) is list]),
+           tuple([id(tf) for tf, p in zip(tfs, wins) if type(p) is list]), window)
+
+    def make() -> list:
+        b = _sum([p for p in bases if type(p) is list], n)
+        w = _sum([p for p in wins if type(p) is list], n)
+        return list(map(_plus, b, w if window == 1.0 else map(_times, repeat(window), w)))
+    out = list(corpus.kept(key, None, make))
+    for d in touched:
+        b = w = 0.0
+        for p in bases:
+            b += p[d] if type(p) is list else p.get(d, 0.0)
+        for p in wins:
+            w += p[d] if type(p) is list else p.get(d, 0.0)
+        out[d] = b + (w if window == 1.0 else window * w)
+    return out
 
 
 #: The ``limit`` best found among the exchanges whose passages were scored, when they
@@ -257,7 +314,7 @@ class _Parts:
 def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) -> dict:
     """{exchange: (code points, {term: count}) of the question it answers}: the last
     line of the exchange before it, when that asks ("?") and holds a query term."""
-    last, held = len(an) - 1, set().union(*tfs.values())
+    last, held = len(an) - 1, _holding(tfs.values(), len(an))
     out = {}
     for d in parts.asking:
         if d < last and d in held:

@@ -185,6 +185,11 @@ class Stems:
         """Answer ``forms`` from ``forms`` (stem -> words) from now on (None: unpin)."""
         self._pinned = forms
 
+    def holds(self, words: int) -> bool:
+        """Whether this many new words fit the vocabulary (``known`` keeps it)."""
+        return (len(self._cache) + words <= STEM_CACHE_WORDS
+                and self.vocabulary.held + 2 * SLOT * words <= VOCABULARY_BYTES)
+
     def known(self, words: dict) -> None:
         """Register every key of ``words``: a new word is stemmed now, or waits."""
         cache = self._cache

@@ -1,0 +1,151 @@
+"""A ranking's sums, made with fewer list passes, are the very floats they were (issue
+45, docs/design.md §6.2): a term's part added from 0.0 in the terms' order, the first
+list part copied (0.0 + x is x: no part is -0.0), the window's parts not multiplied by
+a weight of 1.0 (x × 1.0 is x)."""
+
+from __future__ import annotations
+
+import math
+import types
+from itertools import repeat
+from operator import add, mul
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from multillm_edge.search import STATE, bm25, ranker
+from multillm_edge.search.ranker import Scoring
+
+from test_search_top import WORDS, chats
+
+
+def _from_zeros(scores, got, n):
+    """What the ranking did before: every part added to a list of 0.0."""
+    scores = [0.0] * n if scores is None else scores
+    if type(got) is list:
+        scores[:] = map(add, scores, got)
+    else:
+        for d, v in got.items():
+            scores[d] += v
+    return scores
+
+
+def _bits(xs: list) -> list:
+    return [(x, math.copysign(1.0, x)) for x in xs]
+
+
+counts = st.integers(1, 40)
+norms = st.floats(0.3, 8.0)
+weights = st.floats(0.0001, 9.0)
+
+
+@st.composite
+def term_parts(draw):
+    """Parts as bm25.part makes them: dense (a list, 0.0 where none) or sparse (a dict)."""
+    n = draw(st.integers(1, 30))
+    out = []
+    for _ in range(draw(st.integers(0, 6))):
+        w = draw(weights)
+        held = draw(st.sets(st.integers(0, n - 1), min_size=1))
+        tf = {d: draw(counts) for d in sorted(held)}
+        norm = [draw(norms) for _ in range(n)]
+        out.append(bm25.part(w, norm, tf, n))
+    return n, out
+
+
+@settings(max_examples=500, deadline=None)
+@given(case=term_parts(), window=st.floats(-1e300, 1e300, allow_nan=False))
+def test_parts_added_from_the_first_are_the_sums_from_zero(case, window):
+    n, parts = case
+    got = want = None
+    for p in parts:
+        got = bm25.added(got, p, n)
+        want = _from_zeros(want, p, n)
+    got = got if got is not None else [0.0] * n
+    want = want if want is not None else [0.0] * n
+    assert _bits(got) == _bits(want)
+    assert _bits(list(map(mul, repeat(1.0), got))) == _bits(got)
+    assert window * 1.0 == window
+
+
+query = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+scorings = st.sampled_from([Scoring(), Scoring(rerank=12), Scoring(window=0.5), Scoring(window=2.0),
+                            Scoring(asked=False), Scoring(passage=0.0)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(chat=chats, q=query, scoring=scorings, indexed=st.booleans())
+def test_a_ranking_scores_every_exchange_as_it_did(chat, q, scoring, indexed):
+    """Every exchange's score, bit for bit, against the sums made from 0.0."""
+    docs = [[("user", u), ("assistant", r)] for u, r in chat]
+    seen = []
+    real = ranker._scores
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        seen.append(list(out[0]))
+        return out
+    got = {}
+    for how in ("now", "from zeros"):
+        STATE.reset()
+        seen.clear()
+        was_scores, was_bm25 = ranker._scores, ranker.bm25
+        ranker._scores = spy
+        if how == "from zeros":
+            ranker.bm25 = types.SimpleNamespace(**{**vars(bm25), "added": _from_zeros})
+        try:
+            ranker.rank(q, docs, 6, indexed=indexed, scoring=scoring, excerpts=False)
+        finally:
+            ranker._scores, ranker.bm25 = was_scores, was_bm25
+        got[how] = [_bits(s) for s in seen]
+    STATE.reset()
+    assert got["now"] == got["from zeros"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(chat=chats, queries=st.lists(query, min_size=1, max_size=5), scoring=scorings,
+       touched=st.sampled_from([1, 2, 8, 1000]))
+def test_the_kept_sums_of_common_words_score_every_exchange_as_without_them(chat, queries, scoring, touched):
+    """Queries asked in turn of one kept corpus (the later ones get the sums of their
+    common words' list parts back): every exchange's score, bit for bit, as summed anew."""
+    docs = [[("user", u), ("assistant", r)] for u, r in chat]
+    keys = [(f"sums {u!r} {r!r} {i}", 0) for i, (u, r) in enumerate(chat)]
+    real = ranker._scores
+    got = {}
+    for kept in (True, False):
+        seen = []
+
+        def spy(*a, **k):
+            out = real(*a, **k)
+            seen.append(_bits(out[0]))
+            return out
+        STATE.reset()
+        was = ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED
+        ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED = spy, kept, 1 / touched
+        try:
+            for q in queries + queries[:2]:
+                ranker.rank(q, docs, 6, keys=keys, indexed=True, scoring=scoring, excerpts=False)
+        finally:
+            ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED = was
+        got[kept] = seen
+    STATE.reset()
+    assert got[True] == got[False]
+
+
+def test_the_sums_are_kept_and_found_again_for_the_same_common_words():
+    docs = [[("user", f"the whales sing at port {i}"), ("assistant", f"whales, songs and port {i}")]
+            for i in range(40)]
+    keys = [("kept sums", i) for i in range(40)]
+    STATE.reset()
+    made = []
+    real = ranker._sum
+    ranker._sum = lambda parts, n: made.append(len(parts)) or real(parts, n)
+    try:
+        first = ranker.rank("whales sing at port 7", docs, 6, keys=keys, indexed=True, excerpts=False)
+        calls = len(made)
+        second = ranker.rank("whales sing at port 9", docs, 6, keys=keys, indexed=True, excerpts=False)
+    finally:
+        ranker._sum = real
+    assert first[0].doc == 7 and second[0].doc == 9
+    assert calls == 2 and len(made) == 2     # the list parts' sums made once, for both queries
+    STATE.reset()
