@@ -149,3 +149,24 @@ def test_the_sums_are_kept_and_found_again_for_the_same_common_words():
     assert first[0].doc == 7 and second[0].doc == 9
     assert calls == 2 and len(made) == 2     # the list parts' sums made once, for both queries
     STATE.reset()
+
+
+def test_a_memo_key_naming_counts_by_id_is_kept_only_with_them(monkeypatch):
+    """What a corpus keeps under a term's counts' id (``Corpus.kept``; the common words'
+    sums too) is kept only while those counts are: a memo emptied when full lets them go,
+    and a new term's counts may then take their id — a kept value would answer for them."""
+    from multillm_edge.search import corpus as corpus_mod
+    corpus = corpus_mod.Corpus()
+    monkeypatch.setattr(corpus_mod, "MEMO_ENTRIES", 10)
+    tf = {0: 1, 1: 2}
+    corpus._keep(id(tf), tf)                 # a term's counts, the corpus's own
+    made = []
+    got = corpus.kept("norms of", tf, lambda: made.append(1) or [0.5] * 8)   # 3 + 8 + 1 > 10
+    assert got == [0.5] * 8 and made == [1]
+    assert corpus.memo == {}                 # emptied: and the value not kept under tf's id
+    corpus._keep(id(tf), tf)
+    sums = corpus.kept(("list sums", (id(tf),)), None, lambda: [1.0] * 3, (tf,))
+    assert corpus.memo[(("list sums", (id(tf),)), id(None))] is sums
+    other = {0: 9}
+    assert corpus.kept(("list sums", (id(other),)), None, lambda: [2.0], (other,)) == [2.0]
+    assert (("list sums", (id(other),)), id(None)) not in corpus.memo    # not its own counts

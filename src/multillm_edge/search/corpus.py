@@ -258,22 +258,29 @@ class Corpus:
                 got[d] = got.get(d, 0) + c
         return dict(sorted(got.items()))
 
-    def kept(self, kind: str, tf: dict, make):
+    def kept(self, kind, tf: dict, make, named: tuple = ()):
         """``make()``, kept under (``kind``, ``tf``) while the corpus is, when ``tf`` is
         one of its own (``tf``) or None: what depends on a term's counts (if any) and
-        the corpus alone."""
-        if tf is not None and self.memo.get(id(tf)) is not tf:
+        the corpus alone. ``named``: the counts ``kind`` names by id, its own too."""
+        if tf is not None:
+            named += (tf,)
+        if not all([self.memo.get(id(t)) is t for t in named]):
             return make()
         key = (kind, id(tf))
         got = self.memo.get(key)
         if got is None:
-            got = self._keep(key, make())
+            got = self._keep(key, make(), named)
         return got
 
-    def _keep(self, key, value):
+    def _keep(self, key, value, named: tuple = ()):
+        """``value`` kept under ``key``. A key naming counts by id (``named``) is kept only
+        with them: once the memo is emptied they may be freed and their ids reused by
+        other counts, which the key would then name."""
         size = len(value) if type(value) in (dict, list) else 1
         if self.memo_entries + size > MEMO_ENTRIES:
             self.forget()       # its own counts with it: what a ranking holds is made anew
+            if named:
+                return value
         self.memo[key] = value
         self.memo_entries += size + 1
         return value

@@ -225,7 +225,7 @@ def _kept_sums(tfs: list, bases: list, wins: list, n: int, window: float, corpus
     for p in bases + wins:
         if type(p) is not list:
             touched.update(p)
-    if TOUCHED * len(touched) > n or not all([corpus.memo.get(id(tf)) is tf for tf in tfs]):
+    if TOUCHED * len(touched) > n:
         return None
     key = ("list sums", tuple([id(tf) for tf, p in zip(tfs, bases) if type(p) is list]),
            tuple([id(tf) for tf, p in zip(tfs, wins) if type(p) is list]), window)
@@ -234,7 +234,7 @@ def _kept_sums(tfs: list, bases: list, wins: list, n: int, window: float, corpus
         b = _sum([p for p in bases if type(p) is list], n)
         w = _sum([p for p in wins if type(p) is list], n)
         return list(map(_plus, b, w if window == 1.0 else map(_times, repeat(window), w)))
-    out = list(corpus.kept(key, None, make))
+    out = list(corpus.kept(key, None, make, tuple(tfs)))
     for d in touched:
         b = w = 0.0
         for p in bases:
