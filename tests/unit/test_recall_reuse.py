@@ -8,6 +8,7 @@ the ranking alone, every hit. And the corpora stay within their bounds."""
 from __future__ import annotations
 
 import hashlib
+import sys
 from contextlib import contextmanager
 
 from hypothesis import HealthCheck, event, given, settings
@@ -88,7 +89,17 @@ def postings_true(c) -> bool:
             if d >= c.lazy or w in c.filled:
                 expected.setdefault(w, {})[d] = n
     return c.postings == expected and all(list(p) == sorted(p) for p in c.postings.values()) and all(
-        c.posting(w) == {d: ws[w] for d, ws in enumerate(c.words) if w in ws} for w in list(c.filled)[:3])
+        c.posting(w) == {d: ws[w] for d, ws in enumerate(c.words) if w in ws} for w in list(c.filled)[:3]) \
+        and blocks_true(c)
+
+
+def blocks_true(c) -> bool:
+    """The blocks of the exchanges posted per word: exchanges 0..lazy-1 in order, each
+    block's set holding its exchanges' words, their bytes counted."""
+    ends = [0] + [b for _, b, _ in c.blocks]
+    return ([a for a, _, _ in c.blocks] == ends[:-1] and ends[-1] == c.lazy
+            and all(a < b and held.issuperset(set().union(*c.words[a:b])) for a, b, held in c.blocks)
+            and c.blocks_bytes == sum(sys.getsizeof(held) + corpus.BLOCK_BYTES for _, _, held in c.blocks))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -105,12 +116,15 @@ def test_a_plan_with_what_the_isolate_kept_is_the_plan_from_scratch(start, turns
 @contextmanager
 def posted_at_once_past(eager: int):
     """``corpus.EAGER`` set to ``eager`` (small: the exchanges a corpus is made with
-    posted per word when asked, as for a long chat)."""
-    was, corpus.EAGER = corpus.EAGER, eager
+    posted per word when asked, as for a long chat, in blocks of as many)."""
+    was = corpus.EAGER, corpus.BLOCK
+    corpus.EAGER = eager
+    if eager < was[0]:      # blocks of a few exchanges: a chat of many blocks
+        corpus.BLOCK = max(1, eager)
     try:
         yield
     finally:
-        corpus.EAGER = was
+        corpus.EAGER, corpus.BLOCK = was
 
 
 def play_plans(sessions: list, turns: list, prompt_cache: bool, budget: int) -> None:

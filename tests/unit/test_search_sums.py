@@ -107,7 +107,8 @@ def test_a_ranking_scores_every_exchange_as_it_did(chat, q, scoring, indexed):
        touched=st.sampled_from([1, 2, 8, 1000]))
 def test_the_kept_sums_of_common_words_score_every_exchange_as_without_them(chat, queries, scoring, touched):
     """Queries asked in turn of one kept corpus (the later ones get the sums of their
-    common words' list parts back): every exchange's score, bit for bit, as summed anew."""
+    common words' list parts back, and their order): every exchange's score, bit for
+    bit, and the hits (exchange, score, relevance, order, ties), as summed anew."""
     docs = [[("user", u), ("assistant", r)] for u, r in chat]
     keys = [(f"sums {u!r} {r!r} {i}", 0) for i, (u, r) in enumerate(chat)]
     real = ranker._scores
@@ -117,14 +118,15 @@ def test_the_kept_sums_of_common_words_score_every_exchange_as_without_them(chat
 
         def spy(*a, **k):
             out = real(*a, **k)
-            seen.append(_bits(out[0]))
+            seen.append((_bits(out[0]), sorted(out[2])))
             return out
         STATE.reset()
         was = ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED
         ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED = spy, kept, 1 / touched
         try:
             for q in queries + queries[:2]:
-                ranker.rank(q, docs, 6, keys=keys, indexed=True, scoring=scoring, excerpts=False)
+                seen.append(ranker.rank(q, docs, 6, keys=keys, indexed=True, scoring=scoring,
+                                        excerpts=False))
         finally:
             ranker._scores, ranker.KEPT_SUMS, ranker.TOUCHED = was
         got[kept] = seen
@@ -170,3 +172,42 @@ def test_a_memo_key_naming_counts_by_id_is_kept_only_with_them(monkeypatch):
     other = {0: 9}
     assert corpus.kept(("list sums", (id(other),)), None, lambda: [2.0], (other,)) == [2.0]
     assert (("list sums", (id(other),)), id(None)) not in corpus.memo    # not its own counts
+
+
+@settings(max_examples=300, deadline=None)
+@given(chat=chats, queries=st.lists(query, min_size=1, max_size=5), rerank=st.integers(1, 8),
+       limit=st.integers(1, 8), touched=st.sampled_from([1, 8, 1000]))
+def test_the_best_of_the_kept_sums_order_are_the_best_of_all(chat, queries, rerank, limit, touched):
+    """Every exchange holding a common word ("sea"), few reranked: the best found among
+    the kept sums' first few and the exchanges summed anew (``_best_kept``) are the
+    hits — exchange, score, relevance, order, ties — of sorting every exchange."""
+    docs = [[("user", u + " sea"), ("assistant", r)] for u, r in chat]
+    keys = [(f"order {u!r} {r!r} {i}", 0) for i, (u, r) in enumerate(chat)]
+    scoring = Scoring(rerank=rerank)
+    got = {}
+    for kept in (True, False):
+        STATE.reset()
+        was = ranker.KEPT_SUMS, ranker.TOUCHED
+        ranker.KEPT_SUMS, ranker.TOUCHED = kept, 1 / touched
+        try:
+            got[kept] = [ranker.rank(q + " sea", docs, min(limit, rerank), keys=keys, indexed=True,
+                                     scoring=scoring, excerpts=False) for q in queries + queries[:2]]
+        finally:
+            ranker.KEPT_SUMS, ranker.TOUCHED = was
+    STATE.reset()
+    assert got[True] == got[False]
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data(), n=st.integers(1, 40), k=st.integers(1, 12))
+def test_the_best_among_the_kept_order_and_the_touched_are_the_best_of_all(data, n, k):
+    """``_best_kept``'s contract, whatever the scores: ties (few distinct values), the
+    documents summed anew scoring above or below the others."""
+    values = st.sampled_from([0.5, 1.0, 1.5, 2.25, 7.0])
+    sums = data.draw(st.lists(values, min_size=n, max_size=n))
+    touched = data.draw(st.sets(st.integers(0, n - 1)))
+    scores = list(sums)
+    for d in touched:
+        scores[d] = data.draw(st.sampled_from([0.25, 1.0, 1.5, 3.0, 9.0]))
+    order = ranker._best(sums, range(n), n)
+    assert ranker._best_kept(scores, order, touched, k) == ranker._best(scores, range(n), k)

@@ -7,7 +7,10 @@ Postings are kept for every word as exchanges are appended (O(the new exchanges'
 words)) and cut back on an edit (O(the dropped exchanges' words)). The exchanges a
 corpus is made with at once (a session's first recalling turn in this isolate) are
 posted per word when it is first asked, in C (``dict.get`` mapped over their counts):
-posting all their words at once would cost the cold turn a Python step per word.
+posting all their words at once would cost the cold turn a Python step per word, and
+the corpus of a long chat its bound. They are kept in blocks of ``BLOCK``, each with
+the set of its words (made in C), so a word is looked for only in the blocks holding
+it: a later turn's new word costs the blocks' count and its own blocks, not the chat.
 
 A session's next turn pages the same exchanges, or those and a few more: its corpus is
 found by the exchanges' word counts (the cached analyses' own dicts: compared in C,
@@ -27,6 +30,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import compress, repeat
 from operator import attrgetter, gt as _past
+from sys import getsizeof
 
 from .state import STATE
 
@@ -39,6 +43,8 @@ MEMO_ENTRIES = 1 << 15
 #: Exchanges appended at once to a corpus holding none posted one by one (its first
 #: ranking, or a long jump) past which they are posted per word when asked instead.
 EAGER = 64
+#: Exchanges per block of those posted per word when asked (``Corpus.blocks``).
+BLOCK = 64
 _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
 _NONE: dict = {}                       # the posting of a word no exchange holds (never changed)
 
@@ -53,6 +59,8 @@ POSTING_BYTES = 180
 POSTING_ENTRY_BYTES = 42
 MEMO_ENTRY_BYTES = 48
 FILLED_BYTES = 60
+#: A block's own objects: its tuple and two ints, a list slot, the set's object
+BLOCK_BYTES = 200
 
 
 def dict_bytes(n: int, entry: int) -> int:
@@ -89,7 +97,7 @@ def numbers_bytes(numbers: list) -> int:
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
     __slots__ = ("words", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
-                 "postings", "posted", "lazy", "filled", "mark", "memo", "memo_entries")
+                 "postings", "posted", "lazy", "filled", "blocks", "blocks_bytes", "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
@@ -106,6 +114,8 @@ class Corpus:
         self.posted = 0             # their entries
         self.lazy = 0               # exchanges 0..lazy-1 are posted per word when asked:
         self.filled: set = set()    # the words they are posted for
+        self.blocks: list = []      # (first, end, their words' set): 0..lazy-1 in order
+        self.blocks_bytes = 0       # the sets' table bytes (their words are the counts')
         self.mark = None    # the vocabulary every exchange is registered in, when known
         self.memo: dict = {}    # what a ranking derived from it alone (``kept``), until it changes
         self.memo_entries = 0
@@ -139,7 +149,7 @@ class Corpus:
     def _own_bytes(self) -> int:
         return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + POSTING_BYTES * len(self.postings)
                 + POSTING_ENTRY_BYTES * self.posted + FILLED_BYTES * len(self.filled)
-                + MEMO_ENTRY_BYTES * self.memo_entries)
+                + MEMO_ENTRY_BYTES * self.memo_entries + self.blocks_bytes)
 
     def _exchanges_bytes(self, a: int, b: int) -> int:
         """Exchanges ``a:b``'s word counts and numbers."""
@@ -160,6 +170,7 @@ class Corpus:
             self.postings.clear()
             self.filled.clear()
             self.posted = 0
+            self._block(words, d0)
         else:
             self._post(words, d0)
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
@@ -173,6 +184,14 @@ class Corpus:
         mark = self.mark
         if any([a.index.vocabulary is not mark for a in docs]):
             self.mark = None
+
+    def _block(self, words: list, d0: int) -> None:
+        """Keep ``words`` (exchanges ``d0``… of those posted per word) in blocks, each
+        with the set of its words (in C)."""
+        for i in range(0, len(words), BLOCK):
+            held = set().union(*words[i:i + BLOCK])
+            self.blocks.append((d0 + i, d0 + min(i + BLOCK, len(words)), held))
+            self.blocks_bytes += getsizeof(held) + BLOCK_BYTES
 
     def _post(self, words: list, d0: int) -> None:
         postings = self.postings
@@ -204,6 +223,7 @@ class Corpus:
                             del postings[w]
         if keep < self.lazy:
             self.lazy = keep
+            self._cut_blocks(keep)
         if not self.lazy:
             self.filled.clear()
         self.size -= sum(self.sizes[keep:])
@@ -217,6 +237,15 @@ class Corpus:
         del words[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
 
+    def _cut_blocks(self, keep: int) -> None:
+        """Blocks end at ``keep``: those past it dropped, the one across it shortened
+        (its set keeps words the dropped exchanges held: looked in for nothing at most)."""
+        blocks = self.blocks
+        while blocks and blocks[-1][0] >= keep:
+            self.blocks_bytes -= getsizeof(blocks.pop()[2]) + BLOCK_BYTES
+        if blocks and blocks[-1][1] > keep:
+            blocks[-1] = (blocks[-1][0], keep, blocks[-1][2])
+
     def posting(self, word: str) -> dict:
         """{exchange: count} of ``word``, exchanges ascending (never to be changed by the
         caller)."""
@@ -226,10 +255,14 @@ class Corpus:
         return _NONE if got is None else got
 
     def _fill(self, word: str, later: dict | None) -> dict | None:
-        """``word``'s posting over the exchanges posted per word, in C, and ``later``
-        (its entries after them) appended."""
-        held = list(map(dict.get, self.words[:self.lazy], repeat(word)))
-        got = dict(zip(compress(self.ids, held), filter(None, held)))
+        """``word``'s posting over the exchanges posted per word, in C, looked for in the
+        blocks holding it only, and ``later`` (its entries after them) appended."""
+        got: dict = {}
+        words, ids = self.words, self.ids
+        for a, b, held_words in self.blocks:
+            if word in held_words:
+                held = list(map(dict.get, words[a:b], repeat(word)))
+                got.update(zip(compress(ids[a:b], held), filter(None, held)))
         self.filled.add(word)
         if not got:
             return later

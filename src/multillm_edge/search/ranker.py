@@ -174,9 +174,11 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     else:
         bases = [parts.base(tf, weights[t]) for t, tf in per_doc.items()]
     wins = [parts.window(tf) for tf in per_doc.values()] if scoring.window else []
-    scores = None
+    scores = kept = None
     if wins and len(held) == n and not moved and corpus is not None and KEPT_SUMS:
-        scores = _kept_sums(list(per_doc.values()), bases, wins, n, scoring.window, corpus)
+        kept = _kept_sums(list(per_doc.values()), bases, wins, n, scoring.window, corpus)
+        if kept is not None:
+            scores, kept = kept
     if scores is None:
         scores = _sum(bases, n)      # the terms' parts added in their order, from 0.0
         if wins:
@@ -188,7 +190,8 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
                 for d in held:
                     scores[d] += scoring.window * wins[d]
     if scoring.passage:
-        top = _best(scores, held, scoring.rerank)     # an exchange scores iff it holds a term
+        # an exchange scores iff it holds a term
+        top = _best(scores, held, scoring.rerank) if kept is None else _best_kept(scores, *kept, scoring.rerank)
         pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
         avg = parts.size / (parts.lines or 1) * 2     # a line pair's mean length
         for d, p in passages(top, an, matcher, pidf, avg, corpus is not None).items():
@@ -213,14 +216,17 @@ TOUCHED = 8
 
 
 def _kept_sums(tfs: list, bases: list, wins: list, n: int, window: float, corpus: Corpus):
-    """``base + window × wins`` of every document (each the sum of its parts in their
-    order, from 0.0), or None: the sum of the terms' list parts (those most documents
-    hold) kept by the corpus while it is — a later query asking the same common words
-    between other ones gets it back — and the few documents a dict part holds summed
-    one by one, every part in order. The same floats: a document no dict part holds
-    adds nothing but the list parts, in the same order (a dict part skips it; 0.0 + x
-    is x). Only when every term's counts are the corpus's own (their ids are then
-    kept as long as the sums are: one memo)."""
+    """(``base + window × wins`` of every document (each the sum of its parts in their
+    order, from 0.0), (the kept sums' order, the documents summed anew)), or None: the
+    sum of the terms' list parts (those most documents hold) kept by the corpus while it
+    is — a later query asking the same common words between other ones gets it back —
+    and the few documents a dict part holds summed one by one, every part in order. The
+    same floats: a document no dict part holds adds nothing but the list parts, in the
+    same order (a dict part skips it; 0.0 + x is x). Only when every term's counts are
+    the corpus's own (their ids are then kept as long as the sums are: one memo). The
+    order (every document, best first, newest first on ties) is kept with the sums: the
+    best of a later query are found among its first few and the documents summed anew
+    (``_best_kept``), not by sorting every document again."""
     touched: set = set()
     for p in bases + wins:
         if type(p) is not list:
@@ -234,7 +240,8 @@ def _kept_sums(tfs: list, bases: list, wins: list, n: int, window: float, corpus
         b = _sum([p for p in bases if type(p) is list], n)
         w = _sum([p for p in wins if type(p) is list], n)
         return list(map(_plus, b, w if window == 1.0 else map(_times, repeat(window), w)))
-    out = list(corpus.kept(key, None, make, tuple(tfs)))
+    sums = corpus.kept(key, None, make, tuple(tfs))
+    out = list(sums)
     for d in touched:
         b = w = 0.0
         for p in bases:
@@ -242,7 +249,24 @@ def _kept_sums(tfs: list, bases: list, wins: list, n: int, window: float, corpus
         for p in wins:
             w += p[d] if type(p) is list else p.get(d, 0.0)
         out[d] = b + (w if window == 1.0 else window * w)
-    return out
+    order = corpus.kept(("list order",) + key[1:], None, lambda: _best(sums, range(n), n), tuple(tfs))
+    return out, (order, touched)
+
+
+def _best_kept(scores: list, order: list, touched: set, k: int) -> list:
+    """``_best(scores, range(n), k)`` when every document but the ``touched`` scores what
+    it does in ``order`` (all of them, best first, newest first on ties): any other
+    document ranks after the first ``k`` of them that are not touched, so the best are
+    among those and the touched."""
+    if not touched:
+        return order[:k]
+    some = list(touched)
+    for d in order:
+        if d not in touched:
+            some.append(d)
+            if len(some) == len(touched) + k:
+                break
+    return _best(scores, some, k)
 
 
 #: The ``limit`` best found among the exchanges whose passages were scored, when they
