@@ -11,6 +11,9 @@ The output is byte-identical to encoding the doc with the keys appended (tested)
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
+
 from ..base.errors import EdgeError
 from ..base.jsonbytes import compact_text
 from .validation import parse_json
@@ -23,15 +26,22 @@ def pages_text(pages, rows, schema: dict) -> str:
     tuples (a Page, or what a waiting request keeps of one, docs/design.md §7.2); ``rows``
     maps a page id to its row as stored (``store.ActivePage``: the real expiry), null for
     a page without one."""
-    entry = '{"page_id":"%s","sha256":"%s","expires_at":%s,"tool_schema":'
-    schema_text = compact_text(schema) + "}"     # appended, never a format string
-    get = rows.get
-    out = []
-    for p in pages:
-        page_id = p[0]
-        row = get(page_id)
-        out.append(entry % (page_id, p[1], "null" if row is None else row.expires_at) + schema_text)
-    return "[" + ",".join(out) + "]"
+    if not pages:
+        return "[]"
+    # each entry's head formatted in C, the schema between them the join's separator
+    # (never a format string); a page without a row (a steady turn's most) is null
+    tail = ',"tool_schema":' + compact_text(schema) + "}"
+    ids = list(map(_ID, pages))
+    if rows:
+        got = map(rows.get, ids)
+        expiries = ["null" if row is None else row.expires_at for row in got]
+    else:
+        expiries = repeat("null")
+    heads = map('{"page_id":"%s","sha256":"%s","expires_at":%s'.__mod__, zip(ids, map(_SHA, pages), expiries))
+    return "[" + (tail + ",").join(heads) + tail + "]"
+
+
+_ID, _SHA = itemgetter(0), itemgetter(1)
 
 
 def recall_list(moments) -> list:
