@@ -44,7 +44,7 @@ MEMO_ENTRIES = 1 << 15
 #: ranking, or a long jump) past which they are posted per word when asked instead.
 EAGER = 64
 #: Exchanges per block of those posted per word when asked (``Corpus.blocks``).
-BLOCK = 64
+BLOCK = 128
 _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
 _NONE: dict = {}                       # the posting of a word no exchange holds (never changed)
 
