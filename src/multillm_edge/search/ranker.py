@@ -176,9 +176,9 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     wins = [parts.window(tf) for tf in per_doc.values()] if scoring.window else []
     scores = kept = None
     if wins and len(held) == n and not moved and corpus is not None and KEPT_SUMS:
-        kept = _kept_sums(list(per_doc.values()), bases, wins, n, scoring.window, corpus)
-        if kept is not None:
-            scores, kept = kept
+        got = _kept_sums(list(per_doc.values()), bases, wins, n, scoring.window, corpus)
+        if got is not None:
+            scores, kept = got      # kept: (the sums' order, the documents summed anew)
     if scores is None:
         scores = _sum(bases, n)      # the terms' parts added in their order, from 0.0
         if wins:
@@ -260,11 +260,11 @@ def _best_kept(scores: list, order: list, touched: set, k: int) -> list:
     among those and the touched."""
     if not touched:
         return order[:k]
-    some = list(touched)
+    some, enough = list(touched), len(touched) + k
     for d in order:
         if d not in touched:
             some.append(d)
-            if len(some) == len(touched) + k:
+            if len(some) == enough:
                 break
     return _best(scores, some, k)
 

@@ -197,8 +197,7 @@ class Stems:
             return
         missing = _short(set(words).difference(cache))  # O(its words), not the vocabulary's
         # their slots: the words' strings are the index's, counted with its analysis
-        if (len(cache) + len(missing) > STEM_CACHE_WORDS
-                or self.vocabulary.held + 2 * SLOT * len(missing) > VOCABULARY_BYTES):
+        if not self.holds(len(missing)):
             self._use(self._renew())
             cache, missing = self._cache, _short(set(words))
         self.vocabulary.held += 2 * SLOT * len(missing)
