@@ -198,18 +198,20 @@ def _pages_bytes(pages: dict, singles, blocks: dict, joined) -> int:
 
 
 _PAGE_BODY, _PAGE_ITEMS = itemgetter(2), itemgetter(3)      # prepared.Page's fields
-_PAGED_ITEMS, _PAGED_ALONE = itemgetter(0), itemgetter(4)   # recall.Paged's
+_PAGED_ITEMS = itemgetter(0)                                # recall.Paged's
+#: A recall.Paged's own objects: its tuple, its key's tuple and offset, its items' list
+_PER_PAGED = getsizeof((0,) * 5) + getsizeof((0, 0)) + _NUMBER + _LIST
 
 
 def _walk_bytes(walk) -> int:
     """A walk to a fit (core/paging.Walk: its tuples and pageable groups' list), or the
     exchanges a fit pages, kept for recall (``(pageable, [recall.Paged])``: each one's
-    tuple, key, items' list and its bytes alone in a block with their SHA-256)."""
+    own objects and its items' list slots). A Paged's page and its bytes alone are the
+    entry's own page and group bytes (the same objects), counted there."""
     if type(walk) is tuple:
         pageable, paged = walk
-        alone = list(filter(None, map(_PAGED_ALONE, paged)))
-        return (400 + 40 * len(pageable) + 400 * len(paged) + 8 * sum(map(len, map(_PAGED_ITEMS, paged)))
-                + sum(map(getsizeof, alone)) + 113 * len(alone))
+        return (400 + 40 * len(pageable) + _PER_PAGED * len(paged)
+                + _P * sum(map(len, map(_PAGED_ITEMS, paged))))
     runs = getattr(walk, "runs", None)
     if runs is not None:    # a kept upstream prefix (core/paging._Prefix): lists of pointers
         # to items and pages the entry holds already, a group index (an int) per part,
