@@ -75,13 +75,14 @@ KEY = ("bench-digest", SESSION, "chat")
 
 
 def resumed_turn(raw: bytes, budget: int, figures: dict, memory: LastTurns,
-                 recalling: bool = False, cache: bool = True):
+                 recalling: bool = False, cache: bool = True, anchored: bool = False):
     """``one_turn`` as the Worker runs it (docs/design.md §5.13): resumed from the session's
-    last turn in ``memory`` when it can be, and kept there for the next."""
+    last turn in ``memory`` when it can be, and kept there for the next. ``anchored``:
+    its provider declares ``cache_breakpoints`` (the prompt cache's anchors, §5.7)."""
     b, prior = resume.parse_request(memory, KEY, "chat", raw)
     (p,) = paging.plan_candidates("chat", b, [budget], SIGNER.page_ids("roleplay", PRINCIPAL, SESSION, REVISION),
                                   strip=paging.EDGE_FIELDS, recalling=recalling, prompt_cache=cache,
-                                  prior=prior)
+                                  prior=prior, breakpoints=[anchored])
     p.encoded("provider-model")
     generation.annotate(b'{"id":"x"}', generation.Turn(pages=p.pages, recalled=p.recall if recalling else None),
                         "chat", figures)

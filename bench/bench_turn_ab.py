@@ -56,14 +56,16 @@ class Tree:
             setattr(self, m.split(".")[-1], importlib.import_module(f"{name}.{m}"))
         self.signer = self.pages.PageSigner(b"bench-signing-secret-of-some-length")
 
-    def turn(self, memory, raw: bytes, budget: int, recalling: bool):
+    def turn(self, memory, raw: bytes, budget: int, recalling: bool, anchored: bool = False):
         """A turn as the Worker runs it (docs/design.md §5.13): resumed when it can be,
-        kept for the next; the request boundary, the plan and the upstream bytes."""
+        kept for the next; the request boundary, the plan and the upstream bytes.
+        ``anchored``: to a provider declaring ``cache_breakpoints`` (the anchors, §5.7)."""
         key = ("digest", "rps_bench", "chat")
         body, prior = self.resume.parse_request(memory, key, "chat", raw)
         (plan,) = self.paging.plan_candidates(
             "chat", body, [budget], self.signer.page_ids("roleplay", "a" * 64, "rps_bench", 1),
-            strip=self.paging.EDGE_FIELDS, recalling=recalling, prompt_cache=True, prior=prior)
+            strip=self.paging.EDGE_FIELDS, recalling=recalling, prompt_cache=True, prior=prior,
+            breakpoints=[anchored])
         plan.encoded("provider-model")
         self.resume.keep(memory, key, raw, body, prior)
         return plan
@@ -77,14 +79,14 @@ class Tree:
         self.turn(memory, pair[1], budget, recalling)
         return CLOCK() - t0
 
-    def chain(self, bodies: list, budget: int, recalling: bool) -> float:
+    def chain(self, bodies: list, budget: int, recalling: bool, anchored: bool = False) -> float:
         """Seconds of a chain's steady turns from ``FROM`` on (bench_turn_chain.py: the
         3rd+ resumed, each body the last plus an exchange), their median."""
         memory, fits, times = self.last_turns.LastTurns(), [], []
         for k, raw in enumerate(bodies):
             gc.collect()
             t0 = CLOCK()
-            fit = self.turn(memory, raw, budget, recalling).fit.k
+            fit = self.turn(memory, raw, budget, recalling, anchored).fit.k
             dt = CLOCK() - t0
             fits.append(fit)
             if k >= FROM and fits[-1] == fits[-2]:
@@ -128,9 +130,9 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     sys.path.insert(0, into)
     trees = {"before": Tree(before, "edge_before", into), "after": Tree(after, "edge_after", into)}
     rows = ("first resumed turn", "first resumed + recall, warm", "first resumed + recall, new words",
-            "steady turn, chain", "steady + recall, new words, chain",
+            "steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain",
             "turn, new isolate", "turn + recall, new isolate")
-    chained = ("steady turn, chain", "steady + recall, new words, chain")
+    chained = ("steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain")
     med: dict = {}
     for n in SIZES:
         budget = max(32000, 100 * n) - 1024 - 256
@@ -142,10 +144,11 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
         fns = {}
         chains = {r: chain_bodies(n, r) for r in (False, True)} if n in CHAIN_SIZES else {}
 
-        def chain_of(t, recalling, r=[0]):      # every round its own new words
+        def chain_of(t, recalling, anchored=False, r=[0]):      # every round its own new words
             r[0] += 1
             asks = [json.dumps(new_words(n, 1000 * r[0] + i) if recalling else PLAIN).encode() for i in range(TURNS)]
-            return t.chain([b.replace(CHAIN_ASK, a) for b, a in zip(chains[recalling], asks)], budget, recalling)
+            return t.chain([b.replace(CHAIN_ASK, a) for b, a in zip(chains[recalling], asks)], budget, recalling,
+                           anchored)
         for name, tree in trees.items():
             plain = pairs(tree, n, budget, False, False)
             warm = pairs(tree, n, budget, True, False)
@@ -161,6 +164,7 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
                 "first resumed + recall, warm": lambda t=tree, p=warm: t.second(p, budget, True),
                 "first resumed + recall, new words": newly,
                 "steady turn, chain": lambda t=tree: chain_of(t, False),
+                "steady turn, chain, anchors": lambda t=tree: chain_of(t, False, True),
                 "steady + recall, new words, chain": lambda t=tree: chain_of(t, True),
                 "turn, new isolate": lambda t=tree: t.new_isolate(plain_raw, budget, False),
                 "turn + recall, new isolate": lambda t=tree: t.new_isolate(asked_raw, budget, True),

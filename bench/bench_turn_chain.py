@@ -54,9 +54,10 @@ def chain_bodies(n: int, recalling: bool) -> list:
     return raws
 
 
-def chain(n: int, recalling: bool, clock):
+def chain(n: int, recalling: bool, clock, anchored: bool = False):
     """A zero-argument callable running one chain (round ``r`` asking its own words):
-    the median seconds of its steady turns from ``FROM`` on."""
+    the median seconds of its steady turns from ``FROM`` on. ``anchored``: the provider
+    declares ``cache_breakpoints``, so the plan carries the prompt cache's anchors (§5.7)."""
     budget = max(32000, 100 * n) - 1024 - 256
     raws, rounds = chain_bodies(n, recalling), iter(range(1 << 20))
     figures = {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1}
@@ -70,7 +71,7 @@ def chain(n: int, recalling: bool, clock):
         for k, raw in enumerate(bodies):
             gc.collect()
             t0 = clock()
-            p = bt.resumed_turn(raw, budget, figures, memory, recalling)
+            p = bt.resumed_turn(raw, budget, figures, memory, recalling, anchored=anchored)
             dt = clock() - t0
             fits.append(p.fit.k)
             if k >= FROM and fits[-1] == fits[-2]:
@@ -116,6 +117,7 @@ def isolate_turn(n: int, recalling: bool, clock):
 ROWS = {
     "first resumed turn": lambda n, c: first_resumed(n, False, False, c),
     "steady turn, chain (3rd+ resumed)": lambda n, c: chain(n, False, c),
+    "steady turn, chain, anchors": lambda n, c: chain(n, False, c, anchored=True),
     "first resumed + recall, new words": lambda n, c: first_resumed(n, True, True, c),
     "steady + recall, new words, chain": lambda n, c: chain(n, True, c),
     "turn, new isolate": lambda n, c: isolate_turn(n, False, c),

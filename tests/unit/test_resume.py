@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from multillm_edge import formats
+from multillm_edge.formats import breakpoints
 from multillm_edge.base.errors import EdgeError
 from multillm_edge.core import compaction, last_turns, paging, prepared, resume, validation
 from multillm_edge.core.config import MAX_PAGE_BYTES
@@ -115,6 +116,7 @@ OPS = st.one_of(
     st.tuples(st.just("continue"), text, text),
     st.tuples(st.just("dup"), text, text),
     st.tuples(st.just("protect"), st.integers(0, 200), text),
+    st.tuples(st.just("anchor"), text, text),
 )
 
 
@@ -161,6 +163,9 @@ def apply(s: Session, op) -> bytes:
         if len(items) > 1 and items[-1].get("role") == "user":
             items.pop()
         items.append(reply(s.fmt, a))
+    elif kind == "anchor":      # a reply with two of the client's own breakpoints (§5.7)
+        block = {"type": "text", "text": a or "-", "cache_control": {"type": "ephemeral"}}
+        items += [{"role": "assistant", "content": [block, block]}, user(s.fmt, b)]
     elif kind == "protect" and items:     # context_protected_indices (§5.6)
         s.fields["context_protected_indices"] = [a % len(items)]
     elif kind == "dup":         # the history's key again, after every other field
@@ -229,6 +234,8 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
             kept = memory.get(key)      # its grid ends carried turn to turn: as if made anew
             if kept is not None and kept.ends is not None:
                 assert kept.ends == list(accumulate([n + 1 for n in kept.inner])), op
+            if kept is not None and kept.marks is not None:     # and its breakpoints' counts
+                assert kept.marks == list(accumulate(map(breakpoints.count, kept.group_raw))), op
     return reused
 
 
@@ -263,6 +270,32 @@ def test_a_steady_session_reuses_its_history():
             caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_recall"]}
             # (a Messages history starts with one exchange: nothing to share before the second)
             assert run_sequence(fmt, first, "compact", caps, ops, [700], options) == 6 - (fmt == "messages")
+
+
+def test_a_resumed_turn_counts_the_breakpoints_of_the_groups_it_reuses():
+    """Anthropic takes 4 breakpoints a request: the edge fills what the client leaves
+    (§5.7). Three of the client's sit in the latest replies the window keeps, which a
+    steady turn reuses: counted from the last turn's groups (``Prepared.marks``, carried on), the
+    edge adds its window anchor only, turn after turn — never a fifth breakpoint, which
+    Anthropic would refuse."""
+    memory, key, items = LastTurns(), ("digest", "rps_marks", "messages"), []
+    for i in range(30):
+        block = {"type": "text", "text": f"*Mira smiles* Port {i}. " * 12}
+        if i >= 27:
+            block["cache_control"] = {"type": "ephemeral"}
+        items += [user("messages", f"*leans* Port {i}, captain? " * 8), {"role": "assistant", "content": [block]}]
+    for turn in range(4):
+        items.append(user("messages", f"Where now, {turn}?"))
+        raw = enc({"model": "m", "max_tokens": 64, "messages": items,
+                   "capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]})
+        body, prior = resume.parse_request(memory, key, "messages", raw)
+        (plan,) = paging.plan_candidates("messages", body, [6000], IDS, strip=paging.EDGE_FIELDS,
+                                         prompt_cache=True, prior=prior)
+        assert plan.pages and prior.used == (turn > 0)
+        assert plan.encoded("m").count(b'"cache_control":') == 4, turn
+        resume.keep(memory, key, raw, body, prior)
+        assert memory.get(key).marks[-1] == 3
+        items.append(reply("messages", f"*points* Port {turn}."))
 
 
 def test_another_owner_or_format_reuses_nothing():

@@ -74,7 +74,8 @@ def of(prep: Prepared, group: int) -> Anchors:
     (``window_group``; none when that item cannot carry one or the body already holds 4
     breakpoints)."""
     mod = prep.mod
-    used = bp.count(dumps(prep.skel).encode("utf-8")) + sum(map(bp.count, prep.raw))
+    marks = prep.marks
+    used = bp.count(dumps(prep.skel).encode("utf-8")) + (marks[-1] if marks else 0)
     free = max(bp.MAX_BREAKPOINTS - used, 0)
     marker = utf8_len(dumps(bp.marker(""))) - utf8_len(dumps(_formats.marker("")))
     last = prep.items[prep.groups[group].end - 1] if group >= 0 else None

@@ -65,7 +65,8 @@ class LastTurn:
     bytes the items of its first groups hold, cumulative (what a turn resumed from it
     counts for the groups it reuses), ``walk_bytes``: each walk's bytes, ``pageable``: its
     groups a plan may page (protected or not) and its latest user turn, for the next
-    turn's groups it shares (core/prepared.py)."""
+    turn's groups it shares (core/prepared.py), ``marks``: the client's breakpoints up to
+    each group, cumulative (None until a turn's anchors needed them, core/anchors.py)."""
     raw: bytes
     head: bytes
     items: list
@@ -82,6 +83,7 @@ class LastTurn:
     sizes: list = ()
     walk_bytes: dict | None = None
     pageable: tuple | None = None   # (its pageable groups, protected or not; its latest user turn)
+    marks: list | None = None       # the client's breakpoints by group, cumulative (Prepared.marks)
 
 
 class LastTurns:
@@ -221,10 +223,10 @@ def _walk_bytes(walk) -> int:
     return 400 + 40 * (len(walk.pageable) + len(walk.fits) + len(walk.blocks) + len(walk.state))
 
 
-def carried_bytes(ends, pageable) -> int:
-    """The grid ends and pageable groups a kept turn carries for the next one (core/resume.py):
-    a list slot and an int each."""
-    n = (len(ends) if ends else 0) + (len(pageable[0]) if pageable else 0)
+def carried_bytes(ends, pageable, marks=None) -> int:
+    """The grid ends, pageable groups and breakpoint counts a kept turn carries for the
+    next one (core/resume.py): a list slot and an int each."""
+    n = (len(ends) if ends else 0) + (len(pageable[0]) if pageable else 0) + (len(marks) if marks else 0)
     return (_P + _NUMBER) * n
 
 

@@ -22,6 +22,7 @@ from typing import NamedTuple, Protocol
 
 from .. import formats as _formats
 from ..base.errors import EdgeError, invalid_field
+from ..formats import breakpoints as _bp
 
 #: Request fields the edge reads itself and providers reject.
 EDGE_FIELDS = ("capabilities", "context_protected_indices")
@@ -304,6 +305,14 @@ class Prepared:
         """Bytes of the history up to the end of each group (with its comma): where the
         prompt cache's grid lines fall (§5.7), fixed as the history grows."""
         return list(accumulate(map(_PLUS_ONE, self.inner)))       # in C
+
+    @cached_property
+    def marks(self) -> list:
+        """The client's own breakpoints (``cache_control`` keys) in the history up to the
+        end of each group, cumulative: what the anchors count first (§5.7). Made when
+        the anchors first need them, then carried on as the history grows, as ``ends``
+        (§5.13): a steady turn counts its new groups' only (in C)."""
+        return list(accumulate(map(_bp.count, self.raw)))
 
     @cached_property
     def fixed_with_tool(self) -> int:

@@ -28,6 +28,7 @@ from operator import itemgetter
 
 from .. import formats as _formats
 from ..base.jsonbytes import compact
+from ..formats import breakpoints as _bp
 from . import last_turns
 from .last_turns import LastTurn, LastTurns
 from .prepared import _PLUS_ONE, _group_bytes
@@ -78,6 +79,8 @@ class Prior:
         # the grid ends (prep.ends) carried on: the shared groups' as they were, the rest's
         # added up from there, in C (no Python step per group, §5.13)
         prep.ends = last.ends[:j] + list(accumulate(map(_PLUS_ONE, inner), initial=last.ends[j - 1]))[1:]
+        if last.marks is not None:      # the client's breakpoints, as the ends (§5.7)
+            prep.marks = last.marks[:j] + list(accumulate(map(_bp.count, raw), initial=last.marks[j - 1]))[1:]
         return last.groups[:j] + tail, last.group_raw[:j] + raw, last.inner[:j] + inner
 
     def _seed(self, prep) -> None:
@@ -211,9 +214,11 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     # its grid ends when made (a resumed turn's, or the prompt cache's walk) and its
     # pageable groups: kept, so the next turn's resumption makes neither (§5.13)
     ends, pageable = vars(prep).get("ends"), getattr(prep, "all_pageable", None)
-    cost += last_turns.carried_bytes(ends, pageable)
+    marks = vars(prep).get("marks")
+    cost += last_turns.carried_bytes(ends, pageable, marks)
     memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, ends, pages,
-                             blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes, pageable))
+                             blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes, pageable,
+                             marks))
 
 
 def _head(body: dict, key: str) -> bytes:
