@@ -111,7 +111,7 @@ def parse_request(memory: LastTurns, key, fmt: str, raw: bytes) -> tuple:
 
 
 def _resume(last: LastTurn, fmt: str, raw: bytes):
-    j = _verified(last, _shared(last, raw))
+    j = min(_shared(last, raw), last.verified)     # verified when it was kept
     if j < 1:
         return None
     cut = len(last.head) + last.ends[j - 1]
@@ -165,9 +165,10 @@ def _shared(last: LastTurn, raw: bytes) -> int:
 
 
 def _verified(last: LastTurn, j: int) -> int:
-    """The most of the first ``j`` groups the last body holds exactly as ``head`` and
+    """The most of the first ``j`` groups the kept body holds exactly as ``head`` and
     their bytes, each with its comma: what proves the shared bytes parse to the kept
-    items. Checked once per body (``last.verified`` grows), in C calls."""
+    items. Checked once per body, when it is kept (``last.verified`` grows from the
+    groups a resumed turn reused), in C calls."""
     v = last.verified
     if v < 0 or v >= j:
         return 0 if v < 0 else j
@@ -211,14 +212,15 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     sizes = last_turns.group_sizes(prep.raw, last.sizes if prior.used else (), prior.reused)
     cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last,
                                        prior.reused if prior.used else 0)
-    # its grid ends when made (a resumed turn's, or the prompt cache's walk) and its
-    # pageable groups: kept, so the next turn's resumption makes neither (§5.13)
-    ends, pageable = vars(prep).get("ends"), getattr(prep, "all_pageable", None)
+    # its grid ends (made now if no step made them: the verification below reads them)
+    # and pageable groups: kept, so the next turn's resumption makes neither (§5.13)
+    ends, pageable = prep.ends, getattr(prep, "all_pageable", None)
     marks = vars(prep).get("marks")
     cost += last_turns.carried_bytes(ends, pageable, marks)
-    memory.put(key, LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, ends, pages,
-                             blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes, pageable,
-                             marks))
+    entry = LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, ends, pages,
+                     blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes, pageable, marks)
+    _verified(entry, len(prep.groups) - 1)     # all but the last: the most a turn shares
+    memory.put(key, entry)
 
 
 def _head(body: dict, key: str) -> bytes:
