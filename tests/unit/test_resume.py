@@ -206,7 +206,7 @@ def outcome(fmt, raw, budgets, options, parse) -> tuple:
     return ("ok", enc(body), out), body, prior
 
 
-def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
+def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0, note=None):
     memory = LastTurns()
     s = Session(fmt, first, style, extra)
     for i in range(start):       # a chat already under way: long enough to page
@@ -234,8 +234,14 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0):
             kept = memory.get(key)      # its grid ends carried turn to turn: as if made anew
             if kept is not None and kept.ends is not None:
                 assert kept.ends == list(accumulate([n + 1 for n in kept.inner])), op
+            if kept is not None:    # every group's bytes: its own, or made again from its block page
+                assert list(map(kept.group_bytes, range(len(kept.groups)))) == \
+                    prepared._group_bytes(kept.items, kept.groups), op
+                if note is not None:
+                    note(f"groups held inside block pages: {kept.group_raw.count(None) > 0}")
             if kept is not None and kept.marks is not None:     # and its breakpoints' counts
-                assert kept.marks == list(accumulate(map(breakpoints.count, kept.group_raw))), op
+                made = list(map(kept.group_bytes, range(len(kept.groups))))
+                assert kept.marks == list(accumulate(map(breakpoints.count, made))), op
     return reused
 
 
@@ -256,8 +262,50 @@ def test_resumed_turns_answer_as_the_full_path(fmt, first, style, extra, ops, st
     reused = run_sequence(fmt, first, style, extra, ops, [budget, budget * 2],
                           {"paging": paging_on, "search": search, "recall": recall, "cache": cache, "ids": ids,
                            "anchors": anchors},     # a chat provider declaring cache_breakpoints
-                          start)
+                          start, event)
     event(f"turns resumed: {min(reused, 3)}{'+' if reused >= 3 else ''}")
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(fmt=st.sampled_from(["chat", "responses", "messages"]),
+       style=st.sampled_from(["compact", "compact", "ascii"]),
+       ops=st.lists(OPS, min_size=1, max_size=10), budget=st.integers(2500, 9000),
+       recall=st.booleans(), anchors=st.booleans(), ids=st.sampled_from([IDS, OTHER_IDS]))
+def test_turns_resumed_over_block_pages_answer_as_the_full_path(fmt, style, ops, budget, recall, anchors, ids):
+    """The same, on a chat long enough for block pages under the prompt cache: a kept
+    turn holds the groups inside them only there (§5.13), and every later turn —
+    appended, edited, cut, re-encoded, signed anew — answers as the full path."""
+    caps = ["multillm_context_retrieve", "multillm_context_prompt_cache"] \
+        + (["multillm_context_recall"] if recall else [])
+    run_sequence(fmt, True, style, {"capabilities": caps}, ops, [budget, budget * 2],
+                 {"paging": True, "search": False, "recall": recall, "cache": True, "ids": ids,
+                  "anchors": anchors}, 60, event)
+
+
+def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
+    """Their bytes are the block pages' (views of the pages' bodies compare the next
+    body), and the body is kept only past the verified groups: the history is held
+    once, not three times (body, groups' bytes, block pages), and each next turn still
+    reuses all it shares."""
+    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
+    memory, s = LastTurns(), Session("chat", True, "compact", caps)
+    for i in range(60):
+        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+    for turn in range(3):
+        s.items.append(user("chat", f"hello {turn}"))
+        raw = s.raw()
+        body, prior = resume.parse_request(memory, KEY, "chat", raw)
+        paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
+        assert prior.reused == (len(prior.prep.groups) - 2 if turn else 0)
+        resume.keep(memory, KEY, raw, body, prior)
+        kept = memory.get(KEY)
+        inside = [g for a, b in kept.blocks for g in range(a, b + 1)]
+        assert inside and all(kept.group_raw[g] is None for g in inside)
+        assert len(kept.raw) < len(raw) - sum(kept.inner[:kept.piece_end[-1]])     # the body past the pieces
+        assert b",".join(kept.pieces) == b",".join(r[1:-1] for r in prepared._group_bytes(
+            kept.items, kept.groups[:kept.piece_end[-1]]))
+        s.items.append(reply("chat", f"*nods* {turn}"))
 
 
 def test_a_steady_session_reuses_its_history():
@@ -296,6 +344,25 @@ def test_a_resumed_turn_counts_the_breakpoints_of_the_groups_it_reuses():
         resume.keep(memory, key, raw, body, prior)
         assert memory.get(key).marks[-1] == 3
         items.append(reply("messages", f"*points* Port {turn}."))
+
+
+def test_a_body_not_in_the_edges_encoding_is_not_kept():
+    """No group of it stands in the body as the edge encodes it: no turn could resume
+    from it, so the memory holds nothing for it (and forgets the session's last)."""
+    memory = LastTurns()
+    s = Session("chat", True, "compact", {})
+    s.items += [user("chat", "a"), reply("chat", "b"), user("chat", "c")]
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [300], IDS, prior=prior)
+    resume.keep(memory, KEY, raw, body, prior)
+    assert len(memory) == 1
+    s.style = "spaced"
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [300], IDS, prior=prior)
+    resume.keep(memory, KEY, raw, body, prior)
+    assert len(memory) == 0 and memory.held_bytes() == 0
 
 
 def test_another_owner_or_format_reuses_nothing():

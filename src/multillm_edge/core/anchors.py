@@ -83,5 +83,6 @@ def of(prep: Prepared, group: int) -> Anchors:
     if item is None:
         return Anchors(-1, None, b"", 0, marker, free)
     was, now = dumps(last).encode("utf-8"), dumps(item).encode("utf-8")
+    prep.fill((group,))
     tail = prep.raw[group][1:-1 - len(was)] + now
     return Anchors(group, item, tail, len(now) - len(was), marker, free)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import accumulate
@@ -48,6 +49,11 @@ _PER_GROUP = getsizeof((0, 0, 0, 0)) + 3 * _NUMBER + getsizeof(b"") + 3 * _P
 _PER_PAGE = getsizeof((0, 0, 0, 0)) + getsizeof("p" * 52) + getsizeof("0" * 64) + _LIST + 8 * _P
 #: An entry's own object and the lists and dicts it holds, empty
 _PER_ENTRY = 128 * _P
+#: A view of bytes held elsewhere (a block page's body): its object alone
+_VIEW = getsizeof(memoryview(b""))
+#: A piece of the kept body (``LastTurn.pieces``): its view, a slot and an int in each
+#: of its four lists
+_PER_PIECE = _VIEW + 4 * (_P + _NUMBER)
 
 
 @dataclass
@@ -66,7 +72,15 @@ class LastTurn:
     counts for the groups it reuses), ``walk_bytes``: each walk's bytes, ``pageable``: its
     groups a plan may page (protected or not) and its latest user turn, for the next
     turn's groups it shares (core/prepared.py), ``marks``: the client's breakpoints up to
-    each group, cumulative (None until a turn's anchors needed them, core/anchors.py)."""
+    each group, cumulative (None until a turn's anchors needed them, core/anchors.py).
+
+    Held once (§5.13, ``resume._slim``): the verified groups' bytes are ``pieces`` —
+    views of the block pages' bodies (a block's groups, comma-joined) and of the other
+    groups' bytes (between their brackets), in order, each ending before group
+    ``piece_end[k]``, starting at byte ``piece_at[k]`` of the body and followed by a
+    comma at ``piece_comma[k]``. ``raw`` is then the body from byte ``tail_at`` on (the
+    first group past them), and a group inside a block page holds no bytes of its own
+    (None in ``group_raw``: ``group_bytes`` makes them again)."""
     raw: bytes
     head: bytes
     items: list
@@ -84,6 +98,21 @@ class LastTurn:
     walk_bytes: dict | None = None
     pageable: tuple | None = None   # (its pageable groups, protected or not; its latest user turn)
     marks: list | None = None       # the client's breakpoints by group, cumulative (Prepared.marks)
+    tail_at: int = 0
+    pieces: list = ()
+    piece_end: list = ()
+    piece_at: list = ()
+    piece_comma: list = ()
+
+    def group_bytes(self, gi: int) -> bytes:
+        """Group ``gi``'s bytes: its own, or made again from the piece holding it."""
+        r = self.group_raw[gi]
+        if r is not None:
+            return r
+        k = bisect_right(self.piece_end, gi)
+        first, ends = self.piece_end[k - 1] if k else 0, self.ends
+        at = (ends[gi - 1] if gi else 0) - (ends[first - 1] if first else 0)
+        return b"[" + self.pieces[k][at:at + self.inner[gi]] + b"]"
 
 
 class LastTurns:
@@ -203,17 +232,19 @@ _PAGE_BODY, _PAGE_ITEMS = itemgetter(2), itemgetter(3)      # prepared.Page's fi
 _PAGED_ITEMS = itemgetter(0)                                # recall.Paged's
 #: A recall.Paged's own objects: its tuple, its key's tuple and offset, its items' list
 _PER_PAGED = getsizeof((0,) * 5) + getsizeof((0, 0)) + _NUMBER + _LIST
+_PAGED_ALONE = itemgetter(4)
 
 
 def _walk_bytes(walk) -> int:
     """A walk to a fit (core/paging.Walk: its tuples and pageable groups' list), or the
     exchanges a fit pages, kept for recall (``(pageable, [recall.Paged])``: each one's
-    own objects and its items' list slots). A Paged's page and its bytes alone are the
-    entry's own page and group bytes (the same objects), counted there."""
+    own objects and its items' list slots, its view of its block page's body). A
+    Paged's page is the entry's own page (the same object), counted there."""
     if type(walk) is tuple:
         pageable, paged = walk
         return (400 + 40 * len(pageable) + _PER_PAGED * len(paged)
-                + _P * sum(map(len, map(_PAGED_ITEMS, paged))))
+                + _P * sum(map(len, map(_PAGED_ITEMS, paged)))
+                + _VIEW * (len(paged) - list(map(_PAGED_ALONE, paged)).count(None)))
     runs = getattr(walk, "runs", None)
     if runs is not None:    # a kept upstream prefix (core/paging._Prefix): lists of pointers
         # to items and pages the entry holds already, a group index (an int) per part,
@@ -252,21 +283,30 @@ def group_sizes(group_raw: list, kept, reused: int) -> list:
 # each message held 7.3 bytes a body byte, counted 4.6 without this).
 _HIGH, _LEAD2, _LEAD3 = bytes(range(128, 256)), bytes(range(0xC2, 0xE0)), bytes(range(0xE0, 0xF0))
 _UCS4 = re.compile(rb"[\xf0-\xf4]").search
+#: a character past U+00FF: a 2-byte sequence led by 0xC4 or more, or a 3-byte one
+_UCS2 = re.compile(rb"[\xc4-\xef]").search
 
 
 def _wide(g: bytes) -> int:
-    """What group ``g``'s strings hold past ``items_bytes``'s count when it holds a
-    character past U+FFFF (4 bytes a character: ASCII +3, a 2-byte sequence +2, a
-    3-byte one +1). Narrower strings are left to ``items_bytes``'s measured calibration
-    (2 bytes a character: its ASCII under-counted, its 3-byte sequences over-counted;
-    tests/unit/test_cache_bytes.py holds CJK prose within ±25 %)."""
-    if g.isascii() or not _UCS4(g):
+    """What group ``g``'s strings hold past ``items_bytes``'s count (a byte a UTF-8
+    byte) when it holds a character past U+00FF, its widest deciding: past U+FFFF, 4
+    bytes a character (ASCII +3, a 2-byte sequence +2, a 3-byte one +1); else 2 (ASCII
+    +1, a 3-byte sequence −1). A Latin-1 group is left as counted (its strings 1 byte a
+    character: its 2-byte sequences over-counted by one). The roleplay chat of the
+    benches (an em dash, CJK and accents in each message) held 1.33 bytes a counted
+    one before the 2-byte case was counted."""
+    if g.isascii():
+        return 0
+    ucs4 = _UCS4(g)
+    if not ucs4 and not _UCS2(g):
         return 0
     n = len(g)
     # the JSON structure is ASCII too but no string's: about 4 bytes a quote
-    structure = 4 * g.count(b'"')
-    return (3 * max(0, len(g.translate(None, _HIGH)) - structure)
-            + 2 * (n - len(g.translate(None, _LEAD2))) + n - len(g.translate(None, _LEAD3)))
+    ascii_chars = max(0, len(g.translate(None, _HIGH)) - 4 * g.count(b'"'))
+    three = n - len(g.translate(None, _LEAD3))
+    if not ucs4:
+        return ascii_chars - three
+    return 3 * ascii_chars + 2 * (n - len(g.translate(None, _LEAD2))) + three
 
 
 #: The isolate's one memory of last turns.

@@ -243,6 +243,7 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
         if size <= budget:      # where the last walk returned (a stop, with a step) fits
             prep.walks[key] = walk._replace(base=base, fits=tuple(fits), pageable=pageable)
             return Fit(start, size, blocks, first)
+    prep.fill(pageable[start:])     # the walk reads the bytes of each group it pages
     for k, gi in enumerate(pageable[start:] if start else pageable, start):
         il = length if length is not None else _id_len(prep.pages([gi])[0].page_id)
         if prev is not None and gi == prev + 1:   # extends the current run: same marker
@@ -348,9 +349,9 @@ def _paged_prefix(prep: Prepared, k: int, blocks: list, least, budget: int, max_
     when a page is over the limit and there is a fit without the step to take."""
     pageable = prep.pageable
     chosen = pageable[:k]
-    raw = prep.raw
-    if max(map(len, map(raw.__getitem__, chosen))) > max_page_bytes:
-        oversize = next(len(raw[gi]) for gi in chosen if len(raw[gi]) > max_page_bytes)
+    inner = prep.inner      # a page of one group: its bytes and their brackets
+    if max(map(inner.__getitem__, chosen)) + 2 > max_page_bytes:
+        oversize = next(inner[gi] + 2 for gi in chosen if inner[gi] + 2 > max_page_bytes)
         if least is not None:       # only the step needs it: no step
             return least
         raise EdgeError(
@@ -377,8 +378,8 @@ def _paged_prefix(prep: Prepared, k: int, blocks: list, least, budget: int, max_
 
 def _superseded(prep: Prepared, inside: list) -> Callable[[set], list]:
     def pages(lengths: set) -> list:
-        raw = prep.raw
-        return prep.pages([gi for gi in inside if len(raw[gi]) in lengths])
+        inner = prep.inner
+        return prep.pages([gi for gi in inside if inner[gi] + 2 in lengths])
     return pages
 
 
@@ -522,8 +523,9 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     with its page (its own or its block's: the pages this fit's plan is made of, so
     no digest is computed twice) and its item offset there; its analysis is cached
     under (the page's SHA-256, that offset) — or, the turn a block page closes over it,
-    found under the key it had alone (its bytes: ``Paged.alone``). Made page by page,
-    each ``Paged`` with no Python frame (a steady turn makes one per paged exchange)."""
+    found under the key it had alone (its bytes: ``Paged.alone``, a view of the block
+    page's body: the group holds no bytes of its own once kept, §5.13). Made page by
+    page, each ``Paged`` with no Python frame (a steady turn makes one per paged exchange)."""
     groups, items, pageable = prep.groups, prep.items, prep.pageable
     spans, at = [], 0       # (first, last) positions in ``pageable``: blocks, singles between
     for a, b in fit.blocks:
@@ -533,16 +535,23 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     spans.extend([(i, i) for i in range(at, fit.k)])
     singles = [pageable[a] for a, b in spans if a == b]
     own = dict(zip(singles, prep.pages(singles)))
-    out, paged, exchange, raw = [], tuple.__new__, _formats.EXCHANGE, prep.raw
+    out, paged, exchange, ends, inner = [], tuple.__new__, _formats.EXCHANGE, prep.ends, prep.inner
     for a, b in spans:
         page = own[pageable[a]] if a == b else prep.block_page(pageable[a], pageable[b])
         sha, base = page.sha256, groups[pageable[a]].start
+        alone = None
+        if a != b:      # a group's bytes in the body: after its "[" and the groups before it
+            body, first = memoryview(page.body), pageable[a]
+            at = 1 - (ends[first - 1] if first else 0)
         for gi in pageable[a:b + 1]:
             g = groups[gi]
             if g.kind == exchange:
                 offset = g.start - base
+                if a != b:
+                    s = at + (ends[gi - 1] if gi else 0)
+                    alone = body[s:s + inner[gi]]
                 out.append(paged(recall.Paged, (items[g.start:g.end], recall.doc_key(sha, offset), page, offset,
-                                                raw[gi] if a != b else None)))
+                                                alone)))
     return out
 
 

@@ -111,11 +111,16 @@ class EncodedHistory:
     key: str        # the body's history field
     raw: list       # Prepared.raw, shared by every plan of the request
     parts: list
+    fill: object = None     # Prepared.fill: the bytes of groups a kept block page holds
 
     def joined(self) -> bytes:
         """The list's items, comma-joined (what goes between its brackets)."""
         raw = self.raw
-        return b",".join([raw[p][1:-1] if type(p) is int else p for p in self.parts])
+        try:
+            return b",".join([raw[p][1:-1] if type(p) is int else p for p in self.parts])
+        except TypeError:       # a group inside a kept block page, sent as it is (§5.13)
+            self.fill([p for p in self.parts if type(p) is int])
+            return b",".join([raw[p][1:-1] if type(p) is int else p for p in self.parts])
 
 
 def protected_indices(body: dict) -> frozenset:
@@ -167,6 +172,9 @@ class Prepared:
         self.page_id_for = page_id_for
         self.id_length = declared_id_length(page_id_for)
         self.search = search       # the search tool is declared too (docs/design.md §6.1)
+        # the session's kept turn whose groups this one reused: a group inside one of its
+        # block pages has no bytes of its own there (None in ``raw``) until ``fill`` (§5.13)
+        self.kept_turn = None
         self.items = _formats.history(self.base, self.mod.ITEMS_KEY)
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
@@ -255,7 +263,18 @@ class Prepared:
 
     def history(self, parts: list):
         """The upstream history made of these groups (indices) and markers (bytes)."""
-        return EncodedHistory(self.mod.ITEMS_KEY, self.raw, parts)
+        return EncodedHistory(self.mod.ITEMS_KEY, self.raw, parts, self.fill)
+
+    def fill(self, gis) -> None:
+        """Give groups ``gis`` their bytes where the kept turn holds them only inside a
+        block page (§5.13): made again from it, for what needs them (a page of their
+        own, a plan sending them as they are, a walk from the start)."""
+        raw, kept = self.raw, self.kept_turn
+        if kept is None:
+            return
+        for gi in gis:
+            if raw[gi] is None:
+                raw[gi] = kept.group_bytes(gi)
 
     def kept_history(self, skip=frozenset()):
         """The history but the groups in ``skip``; None when the body has no history list."""
@@ -269,6 +288,7 @@ class Prepared:
         made = self._pages
         todo = [gi for gi in gis if gi not in made]
         if todo:
+            self.fill(todo)
             raw, groups, items, by_sha, page_id_for = (self.raw, self.groups, self.items,
                                                        self._by_sha, self.page_id_for)
             for gi, sha in zip(todo, [_sha256(raw[gi]).hexdigest() for gi in todo]):
@@ -289,6 +309,7 @@ class Prepared:
         made = self._blocks
         p = made.get((first, last))
         if p is None:
+            self.fill(range(first, last + 1))
             raw, groups = self.raw, self.groups
             body = b"[" + b",".join([raw[gi][1:-1] for gi in range(first, last + 1)]) + b"]"
             sha = _sha256(body).hexdigest()
@@ -312,6 +333,8 @@ class Prepared:
         end of each group, cumulative: what the anchors count first (§5.7). Made when
         the anchors first need them, then carried on as the history grows, as ``ends``
         (§5.13): a steady turn counts its new groups' only (in C)."""
+        if None in self.raw:        # counted anew (once a session's anchors appear)
+            self.fill(range(len(self.raw)))
         return list(accumulate(map(_bp.count, self.raw)))
 
     @cached_property

@@ -75,13 +75,14 @@ class Moment(NamedTuple):
 class Paged(NamedTuple):
     """An exchange the plan pages: its items, ``key`` caching its analysis (its page's
     SHA-256 and its offset there), the page holding it and its item offset there;
-    ``alone``: in a block page, its bytes as a page of its own (the key of its analysis
-    before the block closed: ``(SHA-256 of them, 0)``), else None."""
+    ``alone``: in a block page, its bytes there (a view of the page's body; between
+    brackets, its bytes as a page of its own: the key of its analysis before the block
+    closed is ``(SHA-256 of them, 0)``), else None."""
     items: list
     key: tuple
     page: object        # prepared.Page
     offset: int
-    alone: bytes | None = None
+    alone: memoryview | None = None
 
 
 def room(budget: int) -> int:
@@ -140,7 +141,7 @@ def _former_key(paged: list, i: int):
     """The key exchange ``i``'s analysis had while it was paged alone (a block page
     closed over it since): None when it is paged alone."""
     alone = paged[i].alone
-    return None if alone is None else doc_key(sha256(alone).hexdigest(), 0)
+    return None if alone is None else doc_key(sha256(b"[" + alone + b"]").hexdigest(), 0)
 
 
 def _moment(p: Paged, hit, texts: list) -> Moment | None:

@@ -23,8 +23,10 @@ answer and the error. Reuse only ever saves work.
 
 from __future__ import annotations
 
-from itertools import accumulate
-from operator import itemgetter
+from bisect import bisect_right
+from itertools import accumulate, compress, repeat
+from operator import add, and_, getitem, itemgetter, not_
+from sys import getsizeof
 
 from .. import formats as _formats
 from ..base.jsonbytes import compact
@@ -74,6 +76,7 @@ class Prior:
         inner = [len(b) - 2 for b in raw]
         self._seed(prep)
         self.used = True
+        prep.kept_turn = last       # the reused groups' bytes a block page holds: made from it
         if last.pageable is not None:
             prep.carried = (*last.pageable, j)
         # the grid ends (prep.ends) carried on: the shared groups' as they were, the rest's
@@ -132,7 +135,7 @@ def _resume(last: LastTurn, fmt: str, raw: bytes):
     rest = body.get(key)
     # exact (§5.13): the last body's count, less what it held besides the shared groups
     # (the same head, its own rest), is the shared groups' own
-    brackets += last.brackets - bracket_count(last.head + last.raw[cut:])
+    brackets += last.brackets - bracket_count(last.head + _kept_from(last, cut))
     if (brackets > 2 * MAX_BRACKETS or type(rest) is not list or not rest
             or sum(k == key for k, _ in top) != 1):
         return None
@@ -141,27 +144,41 @@ def _resume(last: LastTurn, fmt: str, raw: bytes):
 
 
 def _shared(last: LastTurn, raw: bytes) -> int:
-    """The most leading groups (at most all but the last) whose bytes, each with its
-    comma, ``raw`` shares with the last body: the one of a turn appended to first,
-    then a binary search (each probe one C compare)."""
-    n, at, old = len(last.groups), len(last.head), memoryview(last.raw)
-    if last.ends is None:       # made at the first resumption (in C): the full path never pays it
-        last.ends = list(accumulate(map(_PLUS_ONE, last.inner)))
-    ends = last.ends
+    """The most leading groups (the verified ones at most, all but the last) whose
+    bytes, each with its comma, ``raw`` holds right after ``head``: the kept pieces
+    compared in C (a block page's groups or one group each), then the groups of the
+    first piece that differs, by binary search."""
+    if not raw.startswith(last.head):
+        return 0
+    pieces, at, end = last.pieces, last.piece_at, last.piece_end
+    same = list(map(and_, map(raw.startswith, pieces, at), map(raw.startswith, repeat(b","), last.piece_comma)))
+    k = same.index(False) if False in same else len(same)
+    done = end[k - 1] if k else 0
+    if k == len(pieces) or end[k] - done < 2:
+        return done
+    piece, start, ends = pieces[k], at[k], last.ends
+    base = ends[done - 1] if done else 0
 
-    def same(j: int) -> bool:
-        return raw.startswith(old[:at + ends[j - 1]])
+    def holds(g: int) -> bool:      # the piece's groups up to g, each with its comma
+        n = ends[g] - base - 1
+        return raw.startswith(piece[:n], start) and raw.startswith(b",", start + n)
 
-    if n < 2 or same(n - 1):
-        return n - 1
-    lo, hi = 0, n - 1
-    while hi - lo > 1:
+    lo, hi = done, end[k] - 1       # groups done..lo-1 held; hi is not
+    while lo < hi:
         mid = (lo + hi) // 2
-        if same(mid):
-            lo = mid
+        if holds(mid):
+            lo = mid + 1
         else:
             hi = mid
     return lo
+
+
+def _kept_from(last: LastTurn, cut: int) -> bytes:
+    """The kept body's bytes from byte ``cut`` on (``cut`` past ``head``)."""
+    if cut >= last.tail_at:
+        return last.raw[cut - last.tail_at:]
+    k = bisect_right(last.piece_at, cut) - 1
+    return (b",".join(last.pieces[k:]) + b"," + last.raw)[cut - last.piece_at[k]:]
 
 
 def _verified(last: LastTurn, j: int) -> int:
@@ -217,10 +234,68 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     ends, pageable = prep.ends, getattr(prep, "all_pageable", None)
     marks = vars(prep).get("marks")
     cost += last_turns.carried_bytes(ends, pageable, marks)
-    entry = LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, ends, pages,
+    if None in prep.raw[verified:]:     # never as a rule: the groups to verify need their bytes
+        prep.fill(range(verified, len(prep.raw)))
+    # its own list: the request's (its upstream bytes are joined from it) stays whole
+    entry = LastTurn(raw, head, prep.items, prep.groups, list(prep.raw), prep.inner, ends, pages,
                      blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes, pageable, marks)
-    _verified(entry, len(prep.groups) - 1)     # all but the last: the most a turn shares
+    if _verified(entry, len(prep.groups) - 1) < 1:     # all but the last: the most a turn shares
+        memory.forget(key)      # no group stands in the body as the edge encodes it: nothing to reuse
+        return
+    entry.cost -= _slim(entry, prep)
     memory.put(key, entry)
+
+
+#: What a group's bytes hold between their brackets
+_INNER = slice(1, -1)
+
+
+def _slim(entry: LastTurn, prep) -> int:
+    """Hold the verified groups' bytes once (§5.13): as views of the block pages' bodies
+    (a block's groups, comma-joined: the body between its brackets) and of the other
+    groups' own bytes, in order (``LastTurn.pieces``); the body itself from the first
+    group past them on; no bytes of their own for the groups inside a block page.
+    Returns the bytes the entry no longer holds."""
+    n_ok = min(entry.verified, len(entry.groups) - 1)
+    group_raw, ends, inner = entry.group_raw, entry.ends, entry.inner
+    pieces, end, spans = [], [], []
+    g = 0
+
+    def own(lo: int, hi: int) -> None:      # groups lo..hi-1, a piece each
+        if None in group_raw[lo:hi]:        # inside a last turn's block no plan made again
+            prep.fill(range(lo, hi))
+            group_raw[lo:hi] = prep.raw[lo:hi]
+        pieces.extend(map(getitem, map(memoryview, group_raw[lo:hi]), repeat(_INNER)))
+        end.extend(range(lo + 1, hi + 1))
+
+    for (a, b), page in sorted(entry.blocks.items()):
+        if a < g or b >= n_ok:      # over a block taken (a fallback's), or past the verified groups
+            continue
+        own(g, a)
+        pieces.append(memoryview(page.body)[_INNER])
+        end.append(b + 1)
+        spans.append((a, b))
+        group_raw[a:b + 1] = repeat(None, b - a + 1)
+        g = b + 1
+    own(g, n_ok)
+    at0 = len(entry.head)
+    entry.pieces, entry.piece_end = pieces, end
+    entry.piece_at = [at0] + [at0 + ends[e - 1] for e in end[:-1]]
+    entry.piece_comma = list(map(add, entry.piece_at, map(len, pieces)))
+    entry.tail_at = at0 + (ends[n_ok - 1] if n_ok else 0)
+    raw, entry.raw = entry.raw, entry.raw[entry.tail_at:]
+    # the groups inside a block hold nothing of their own, but those a single page holds
+    inside = sum(ends[b] - (ends[a - 1] if a else 0) + (b - a + 1) * (1 + _BYTES) for a, b in spans)
+    firsts = [a for a, _ in spans]
+    for gi, p in entry.pages.items():
+        k = bisect_right(firsts, gi) - 1
+        if k >= 0 and gi <= spans[k][1]:
+            inside -= len(p.body) + _BYTES
+    return getsizeof(raw) - getsizeof(entry.raw) + inside - last_turns._PER_PIECE * len(pieces)
+
+
+#: A bytes object's header
+_BYTES = getsizeof(b"")
 
 
 def _head(body: dict, key: str) -> bytes:
