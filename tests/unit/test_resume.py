@@ -303,7 +303,7 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
         inside = [g for a, b in kept.blocks for g in range(a, b + 1)]
         assert inside and all(kept.group_raw[g] is None for g in inside)
         assert len(kept.raw) < len(raw) - sum(kept.inner[:kept.piece_end[-1]])     # the body past the pieces
-        assert b",".join(kept.pieces) == b",".join(r[1:-1] for r in prepared._group_bytes(
+        assert b",".join(p[1:-1] for p in kept.pieces) == b",".join(r[1:-1] for r in prepared._group_bytes(
             kept.items, kept.groups[:kept.piece_end[-1]]))
         s.items.append(reply("chat", f"*nods* {turn}"))
 

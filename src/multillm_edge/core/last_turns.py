@@ -51,9 +51,9 @@ _PER_PAGE = getsizeof((0, 0, 0, 0)) + getsizeof("p" * 52) + getsizeof("0" * 64) 
 _PER_ENTRY = 128 * _P
 #: A view of bytes held elsewhere (a block page's body): its object alone
 _VIEW = getsizeof(memoryview(b""))
-#: A piece of the kept body (``LastTurn.pieces``): its view, a slot and an int in each
-#: of its four lists
-_PER_PIECE = _VIEW + 4 * (_P + _NUMBER)
+#: A piece of the kept body (``LastTurn.pieces``: a page's body or a group's bytes,
+#: held there): a slot and an int in each of its four lists
+_PER_PIECE = 4 * (_P + _NUMBER)
 
 
 @dataclass
@@ -74,13 +74,15 @@ class LastTurn:
     turn's groups it shares (core/prepared.py), ``marks``: the client's breakpoints up to
     each group, cumulative (None until a turn's anchors needed them, core/anchors.py).
 
-    Held once (§5.13, ``resume._slim``): the verified groups' bytes are ``pieces`` —
-    views of the block pages' bodies (a block's groups, comma-joined) and of the other
-    groups' bytes (between their brackets), in order, each ending before group
-    ``piece_end[k]``, starting at byte ``piece_at[k]`` of the body and followed by a
-    comma at ``piece_comma[k]``. ``raw`` is then the body from byte ``tail_at`` on (the
-    first group past them), and a group inside a block page holds no bytes of its own
-    (None in ``group_raw``: ``group_bytes`` makes them again)."""
+    Held once (§5.13, ``resume._slim``): the verified groups' bytes up to the last block
+    page over them are ``pieces`` — the block pages' bodies (a block's groups,
+    comma-joined, bracketed) and the other groups' bytes, in order, each ending before
+    group ``piece_end[k]``, its groups starting at byte ``piece_at[k]`` of the body and
+    followed by a comma at ``piece_comma[k]``. ``raw`` is then the body from byte
+    ``tail_at`` on (up to 3 bytes before the first group past them: a 4-aligned
+    start), and a group inside a block page holds no bytes of its own (None in
+    ``group_raw``: ``group_bytes`` makes them again); ``inside``: the bytes those
+    groups' own would hold."""
     raw: bytes
     head: bytes
     items: list
@@ -103,6 +105,7 @@ class LastTurn:
     piece_end: list = ()
     piece_at: list = ()
     piece_comma: list = ()
+    inside: int = 0     # the bytes the groups inside the pieces' block pages would hold
 
     def group_bytes(self, gi: int) -> bytes:
         """Group ``gi``'s bytes: its own, or made again from the piece holding it."""
@@ -112,7 +115,7 @@ class LastTurn:
         k = bisect_right(self.piece_end, gi)
         first, ends = self.piece_end[k - 1] if k else 0, self.ends
         at = (ends[gi - 1] if gi else 0) - (ends[first - 1] if first else 0)
-        return b"[" + self.pieces[k][at:at + self.inner[gi]] + b"]"
+        return b"[%b]" % memoryview(self.pieces[k])[1 + at:1 + at + self.inner[gi]]
 
 
 class LastTurns:

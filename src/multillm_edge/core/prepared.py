@@ -175,6 +175,7 @@ class Prepared:
         # the session's kept turn whose groups this one reused: a group inside one of its
         # block pages has no bytes of its own there (None in ``raw``) until ``fill`` (§5.13)
         self.kept_turn = None
+        self.filled: list = []     # the groups ``fill`` gave bytes
         self.items = _formats.history(self.base, self.mod.ITEMS_KEY)
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
@@ -275,6 +276,7 @@ class Prepared:
         for gi in gis:
             if raw[gi] is None:
                 raw[gi] = kept.group_bytes(gi)
+                self.filled.append(gi)
 
     def kept_history(self, skip=frozenset()):
         """The history but the groups in ``skip``; None when the body has no history list."""

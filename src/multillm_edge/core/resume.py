@@ -24,8 +24,8 @@ answer and the error. Reuse only ever saves work.
 from __future__ import annotations
 
 from bisect import bisect_right
-from itertools import accumulate, compress, repeat
-from operator import add, and_, getitem, itemgetter, not_
+from itertools import accumulate, repeat
+from operator import add, and_, eq, getitem, itemgetter, sub
 from sys import getsizeof
 
 from .. import formats as _formats
@@ -144,30 +144,52 @@ def _resume(last: LastTurn, fmt: str, raw: bytes):
 
 
 def _shared(last: LastTurn, raw: bytes) -> int:
-    """The most leading groups (the verified ones at most, all but the last) whose
-    bytes, each with its comma, ``raw`` holds right after ``head``: the kept pieces
-    compared in C (a block page's groups or one group each), then the groups of the
-    first piece that differs, by binary search."""
+    """The most leading groups (all but the last at most) whose bytes, each with its
+    comma, ``raw`` holds right after ``head``: the kept pieces compared in C (a block
+    page's groups or one group each), then the groups of the first piece that differs,
+    or those past the pieces in the kept body, by binary search."""
     if not raw.startswith(last.head):
         return 0
-    pieces, at, end = last.pieces, last.piece_at, last.piece_end
-    same = list(map(and_, map(raw.startswith, pieces, at), map(raw.startswith, repeat(b","), last.piece_comma)))
-    k = same.index(False) if False in same else len(same)
-    done = end[k - 1] if k else 0
-    if k == len(pieces) or end[k] - done < 2:
-        return done
-    piece, start, ends = pieces[k], at[k], last.ends
+    pieces, end, comma = last.pieces, last.piece_end, last.piece_comma
+    if pieces:
+        # each piece's bytes in raw, bracketed as the piece is: a copy, then one compare
+        # of two aligned buffers (wasm compares unaligned ones ~3.5x slower, byte by byte)
+        mv = memoryview(raw)
+        same = list(map(and_, map(eq, pieces, map(b"[%b]".__mod__, map(mv.__getitem__, map(slice, last.piece_at, comma)))),
+                        map(raw.startswith, repeat(b","), comma)))
+        if False in same:
+            k = same.index(False)
+            done = end[k - 1] if k else 0
+            return _most(raw, memoryview(pieces[k])[_INNER], last.piece_at[k], last.ends, done, end[k] - 1)
+    done = end[-1] if pieces else 0
+    at = _tail_group_at(last)
+    return _most(raw, memoryview(last.raw), at, last.ends, done, len(last.groups) - 1, at - last.tail_at)
+
+
+def _tail_group_at(last: LastTurn) -> int:
+    """Where the first group past the pieces starts in the kept body."""
+    done = last.piece_end[-1] if last.pieces else 0
+    return len(last.head) + (last.ends[done - 1] if done else 0)
+
+
+def _most(raw: bytes, kept, at: int, ends: list, done: int, most: int, lead: int = 0) -> int:
+    """The most groups, from ``done`` up to ``most``, whose bytes with their commas
+    ``raw`` holds at ``at`` as ``kept`` does from there (group ``done`` on, after
+    ``lead`` bytes compared too: a compare from a 4-aligned place is a word compare in
+    wasm): one compare for all of them, else a binary search."""
     base = ends[done - 1] if done else 0
 
-    def holds(g: int) -> bool:      # the piece's groups up to g, each with its comma
-        n = ends[g] - base - 1
-        return raw.startswith(piece[:n], start) and raw.startswith(b",", start + n)
+    def holds(j: int) -> bool:      # groups done..j-1, each with its comma
+        n = ends[j - 1] - base
+        return raw.startswith(kept[:lead + n - 1], at - lead) and raw.startswith(b",", at + n - 1)
 
-    lo, hi = done, end[k] - 1       # groups done..lo-1 held; hi is not
-    while lo < hi:
+    if most <= done or holds(most):
+        return max(most, done)
+    lo, hi = done, most             # groups up to lo held; up to hi not
+    while hi - lo > 1:
         mid = (lo + hi) // 2
         if holds(mid):
-            lo = mid + 1
+            lo = mid
         else:
             hi = mid
     return lo
@@ -178,7 +200,9 @@ def _kept_from(last: LastTurn, cut: int) -> bytes:
     if cut >= last.tail_at:
         return last.raw[cut - last.tail_at:]
     k = bisect_right(last.piece_at, cut) - 1
-    return (b",".join(last.pieces[k:]) + b"," + last.raw)[cut - last.piece_at[k]:]
+    inner = map(getitem, map(memoryview, last.pieces[k:]), repeat(_INNER))
+    tail = memoryview(last.raw)[_tail_group_at(last) - last.tail_at:]
+    return (b",".join(inner) + b"," + tail)[cut - last.piece_at[k]:]
 
 
 def _verified(last: LastTurn, j: int) -> int:
@@ -242,7 +266,7 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     if _verified(entry, len(prep.groups) - 1) < 1:     # all but the last: the most a turn shares
         memory.forget(key)      # no group stands in the body as the edge encodes it: nothing to reuse
         return
-    entry.cost -= _slim(entry, prep)
+    entry.cost -= _slim(entry, prep, last, prior.reused if prior.used else 0)
     memory.put(key, entry)
 
 
@@ -250,48 +274,62 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
 _INNER = slice(1, -1)
 
 
-def _slim(entry: LastTurn, prep) -> int:
-    """Hold the verified groups' bytes once (§5.13): as views of the block pages' bodies
-    (a block's groups, comma-joined: the body between its brackets) and of the other
-    groups' own bytes, in order (``LastTurn.pieces``); the body itself from the first
-    group past them on; no bytes of their own for the groups inside a block page.
-    Returns the bytes the entry no longer holds."""
+def _slim(entry: LastTurn, prep, last: LastTurn | None, reused: int) -> int:
+    """Hold the verified groups' bytes once (§5.13): up to the last block page over
+    them, as the block pages' bodies (a block's groups, comma-joined, bracketed) and the
+    other groups' own bytes, in order (``LastTurn.pieces``); the body itself from there
+    on; no bytes of their own for the groups inside a block page. The last turn's pieces are taken as they stand when its
+    blocks are this turn's and its groups all reused: a steady turn adds its new blocks
+    only. Returns the bytes the entry no longer holds."""
     n_ok = min(entry.verified, len(entry.groups) - 1)
-    group_raw, ends, inner = entry.group_raw, entry.ends, entry.inner
-    pieces, end, spans = [], [], []
-    g = 0
-
-    def own(lo: int, hi: int) -> None:      # groups lo..hi-1, a piece each
-        if None in group_raw[lo:hi]:        # inside a last turn's block no plan made again
-            prep.fill(range(lo, hi))
-            group_raw[lo:hi] = prep.raw[lo:hi]
-        pieces.extend(map(getitem, map(memoryview, group_raw[lo:hi]), repeat(_INNER)))
-        end.extend(range(lo + 1, hi + 1))
-
-    for (a, b), page in sorted(entry.blocks.items()):
+    group_raw, ends, blocks, at0 = entry.group_raw, entry.ends, entry.blocks, len(entry.head)
+    if (last is not None and last.pieces and prep.walked[0] is last.walks
+            and last.piece_end[-1] <= min(reused, n_ok)):
+        pieces, end, at, inside = list(last.pieces), list(last.piece_end), list(last.piece_at), last.inside
+        new = sorted(blocks.keys() - last.blocks.keys())
+    else:
+        pieces, end, at, inside = [], [], [], 0
+        new = sorted(blocks)
+    g, carried = (end[-1] if end else 0), len(pieces)
+    for a, b in new:
         if a < g or b >= n_ok:      # over a block taken (a fallback's), or past the verified groups
             continue
-        own(g, a)
-        pieces.append(memoryview(page.body)[_INNER])
+        if g < a:       # the groups between: a piece each
+            _own(group_raw, prep, g, a)
+            pieces += group_raw[g:a]
+            end += range(g + 1, a + 1)
+        pieces.append(blocks[(a, b)].body)
         end.append(b + 1)
-        spans.append((a, b))
+        inside += ends[b] - (ends[a - 1] if a else 0) + (b - a + 1) * (1 + _BYTES)
         group_raw[a:b + 1] = repeat(None, b - a + 1)
         g = b + 1
-    own(g, n_ok)
-    at0 = len(entry.head)
-    entry.pieces, entry.piece_end = pieces, end
-    entry.piece_at = [at0] + [at0 + ends[e - 1] for e in end[:-1]]
-    entry.piece_comma = list(map(add, entry.piece_at, map(len, pieces)))
-    entry.tail_at = at0 + (ends[n_ok - 1] if n_ok else 0)
+    _own(group_raw, prep, g, len(group_raw))
+    for k in range(carried, len(pieces)):
+        first = end[k - 1] if k else 0
+        at.append(at0 + (ends[first - 1] if first else 0))
+    entry.pieces, entry.piece_end, entry.piece_at, entry.inside = pieces, end, at, inside
+    entry.piece_comma = list(map(sub, map(add, at, map(len, pieces)), repeat(2)))
+    held, pages = inside, entry.pages
+    for gi in pages.keys() | set(prep.filled):     # a page's own, or made again this turn
+        k = bisect_right(end, gi)
+        if k < len(end) and end[k] - (end[k - 1] if k else 0) > 1:     # inside a block page
+            group_raw[gi] = None
+            if gi in pages:         # its single page holds its bytes
+                held -= len(pages[gi].body) + _BYTES
+    # the body from the first group past the pieces, less up to 3 bytes before it: a
+    # 4-aligned start, which the next turn's compare keeps (Pyodide compares words then)
+    at = at0 + (ends[g - 1] if g else 0)
+    entry.tail_at = at - at % 4
     raw, entry.raw = entry.raw, entry.raw[entry.tail_at:]
-    # the groups inside a block hold nothing of their own, but those a single page holds
-    inside = sum(ends[b] - (ends[a - 1] if a else 0) + (b - a + 1) * (1 + _BYTES) for a, b in spans)
-    firsts = [a for a, _ in spans]
-    for gi, p in entry.pages.items():
-        k = bisect_right(firsts, gi) - 1
-        if k >= 0 and gi <= spans[k][1]:
-            inside -= len(p.body) + _BYTES
-    return getsizeof(raw) - getsizeof(entry.raw) + inside - last_turns._PER_PIECE * len(pieces)
+    return getsizeof(raw) - getsizeof(entry.raw) + held - last_turns._PER_PIECE * len(pieces)
+
+
+def _own(group_raw: list, prep, lo: int, hi: int) -> None:
+    """Groups ``lo..hi-1`` with their own bytes (one inside a last turn's block page
+    this turn made no block of: made again)."""
+    if None in group_raw[lo:hi]:
+        prep.fill(range(lo, hi))
+        group_raw[lo:hi] = prep.raw[lo:hi]
 
 
 #: A bytes object's header
