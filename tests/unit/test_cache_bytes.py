@@ -182,8 +182,10 @@ def test_an_emoji_in_every_message_is_counted_at_4_bytes_a_character():
     assert 0.95 * held <= claimed <= 1.35 * held, (claimed, held)
 
 
+@pytest.mark.parametrize("once", [False, True], ids=["whole", "held once"])
 @pytest.mark.parametrize("name", CHATS)
-def test_a_last_turn_counts_what_it_holds(name):
+def test_a_last_turn_counts_what_it_holds(name, once, monkeypatch):
+    monkeypatch.setattr(resume, "_holds_once", lambda *_: once)
     memory = LastTurns(max_bytes=1 << 30)
     gc.collect()
     tracemalloc.start()
@@ -204,7 +206,8 @@ def test_a_last_turn_counts_what_it_holds(name):
     assert 0.75 * held <= claimed <= 1.25 * held, (claimed, held)
 
 
-def test_a_recalling_turn_counts_its_paged_exchanges_once():
+@pytest.mark.parametrize("once", [False, True], ids=["whole", "held once"])
+def test_a_recalling_turn_counts_its_paged_exchanges_once(once, monkeypatch):
     """A recalling fit keeps each exchange it pages (recall.Paged) with its bytes alone
     when it sits in a block: the entry's own group bytes, the same objects. Counted a
     second time, a recalling turn claimed 1.10 of what it held where the same turn
@@ -236,8 +239,10 @@ def test_a_recalling_turn_counts_its_paged_exchanges_once():
             tracemalloc.stop()
             STATE.reset()
 
+    monkeypatch.setattr(resume, "_holds_once", lambda *_: once)
     plain, recalling = ratio(False), ratio(True)
     assert abs(recalling - plain) <= 0.05, (plain, recalling)
+    assert 0.75 <= plain <= 1.25, plain     # held once too: the pieces, the body past them
 
 
 def test_last_turns_stay_within_their_bound_in_bytes():

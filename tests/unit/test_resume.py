@@ -12,7 +12,8 @@ bytes, items), sizes, recall's moments, dropped counts and errors.
 from __future__ import annotations
 
 import json
-from itertools import accumulate
+from itertools import accumulate, cycle
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -271,25 +272,30 @@ def test_resumed_turns_answer_as_the_full_path(fmt, first, style, extra, ops, st
 @given(fmt=st.sampled_from(["chat", "responses", "messages"]),
        style=st.sampled_from(["compact", "compact", "ascii"]),
        ops=st.lists(OPS, min_size=1, max_size=10), budget=st.integers(2500, 9000),
-       recall=st.booleans(), anchors=st.booleans(), ids=st.sampled_from([IDS, OTHER_IDS]))
-def test_turns_resumed_over_block_pages_answer_as_the_full_path(fmt, style, ops, budget, recall, anchors, ids):
-    """The same, on a chat long enough for block pages under the prompt cache: a kept
-    turn holds the groups inside them only there (§5.13), and every later turn —
-    appended, edited, cut, re-encoded, signed anew — answers as the full path."""
+       recall=st.booleans(), anchors=st.booleans(), ids=st.sampled_from([IDS, OTHER_IDS]),
+       once=st.lists(st.booleans(), min_size=1, max_size=6))
+def test_turns_resumed_over_block_pages_answer_as_the_full_path(fmt, style, ops, budget, recall, anchors, ids,
+                                                                 once):
+    """The same, on a chat long enough for block pages under the prompt cache, each
+    turn kept whole or holding its history once (the groups inside block pages only
+    there, §5.13), in any order: every later turn — appended, edited, cut, re-encoded,
+    signed anew — answers as the full path."""
     caps = ["multillm_context_retrieve", "multillm_context_prompt_cache"] \
         + (["multillm_context_recall"] if recall else [])
-    run_sequence(fmt, True, style, {"capabilities": caps}, ops, [budget, budget * 2],
-                 {"paging": True, "search": False, "recall": recall, "cache": True, "ids": ids,
-                  "anchors": anchors}, 60, event)
+    policy = cycle(once)
+    with mock.patch.object(resume, "_holds_once", lambda *_: next(policy)):
+        run_sequence(fmt, True, style, {"capabilities": caps}, ops, [budget, budget * 2],
+                     {"paging": True, "search": False, "recall": recall, "cache": True, "ids": ids,
+                      "anchors": anchors}, 60, event)
 
 
 def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
-    """Their bytes are the block pages' (views of the pages' bodies compare the next
-    body), and the body is kept only past the verified groups: the history is held
-    once, not three times (body, groups' bytes, block pages), and each next turn still
-    reuses all it shares."""
+    """When it would not fit whole (here: a bound it overflows), their bytes are the
+    block pages' (the pages' bodies compare the next body), and the body is kept only
+    past the verified groups: the history is held once, not three times (body, groups'
+    bytes, block pages), and each next turn still reuses all it shares."""
     caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
-    memory, s = LastTurns(), Session("chat", True, "compact", caps)
+    memory, s = LastTurns(max_bytes=350_000), Session("chat", True, "compact", caps)
     for i in range(60):
         s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
     for turn in range(3):
@@ -302,10 +308,20 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
         kept = memory.get(KEY)
         inside = [g for a, b in kept.blocks for g in range(a, b + 1)]
         assert inside and all(kept.group_raw[g] is None for g in inside)
+        assert kept.cost <= memory.max_bytes * last_turns.MAX_SHARE
         assert len(kept.raw) < len(raw) - sum(kept.inner[:kept.piece_end[-1]])     # the body past the pieces
         assert b",".join(p[1:-1] for p in kept.pieces) == b",".join(r[1:-1] for r in prepared._group_bytes(
             kept.items, kept.groups[:kept.piece_end[-1]]))
         s.items.append(reply("chat", f"*nods* {turn}"))
+    # with room, the next turn keeps it whole again: one aligned compare, all its bytes
+    memory.max_bytes = 1 << 30
+    s.items.append(user("chat", "and now?"))
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
+    resume.keep(memory, KEY, raw, body, prior)
+    kept = memory.get(KEY)
+    assert prior.used and not kept.pieces and kept.raw == raw and None not in kept.group_raw
 
 
 def test_a_steady_session_reuses_its_history():

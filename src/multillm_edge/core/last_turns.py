@@ -145,6 +145,11 @@ class LastTurns:
             _, old = self._entries.popitem(last=False)
             self.total -= old.cost
 
+    def cost_of(self, key) -> int:
+        """What ``key``'s entry holds (0: none)."""
+        old = self._entries.get(key)
+        return 0 if old is None else old.cost
+
     def forget(self, key) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
