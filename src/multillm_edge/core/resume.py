@@ -291,9 +291,10 @@ def _slim(entry: LastTurn, prep, last: LastTurn | None, reused: int) -> int:
     """Hold the verified groups' bytes once (§5.13): up to the last block page over
     them, as the block pages' bodies (a block's groups, comma-joined, bracketed) and the
     other groups' own bytes, in order (``LastTurn.pieces``); the body itself from there
-    on; no bytes of their own for the groups inside a block page. The last turn's pieces are taken as they stand when its
-    blocks are this turn's and its groups all reused: a steady turn adds its new blocks
-    only. Returns the bytes the entry no longer holds."""
+    on; no bytes of their own for the groups inside a block page. The last turn's
+    pieces are taken as they stand when its blocks are this turn's and its groups all
+    reused: a steady turn adds its new blocks only. Returns the bytes the entry no
+    longer holds."""
     n_ok = min(entry.verified, len(entry.groups) - 1)
     group_raw, ends, blocks, at0 = entry.group_raw, entry.ends, entry.blocks, len(entry.head)
     if (last is not None and last.pieces and prep.walked[0] is last.walks
