@@ -36,7 +36,6 @@ from .last_turns import LastTurn, LastTurns
 from .prepared import _PLUS_ONE, _group_bytes
 from .validation import MAX_BRACKETS, bracket_count, check_body, parse_json_counted
 
-_COMMA = ord(",")
 _LAST = itemgetter(1)       # a block's (first, last) groups: its last
 
 
@@ -209,26 +208,23 @@ def _verified(last: LastTurn, j: int) -> int:
     """The most of the first ``j`` groups the kept body holds exactly as ``head`` and
     their bytes, each with its comma: what proves the shared bytes parse to the kept
     items. Checked once per body, when it is kept (``last.verified`` grows from the
-    groups a resumed turn reused), in C calls."""
+    groups a resumed turn reused), each group compared in place, in C: no copy of the
+    history at the turn's peak."""
     v = last.verified
     if v < 0 or v >= j:
         return 0 if v < 0 else j
-    old, at = last.raw, len(last.head) + (last.ends[v - 1] if v else 0)
+    old, ends = last.raw, last.ends
     if v == 0 and not old.startswith(last.head):
         last.verified = -1
         return 0
-    group_raw = last.group_raw
-    if old.startswith(b",".join([r[1:-1] for r in group_raw[v:j]]) + b",", at):
-        last.verified = j
-        return j
-    while v < j:        # where it stops: a client encoding some value its own way
-        r = group_raw[v]
-        if not old.startswith(r[1:-1], at) or old[at + len(r) - 2] != _COMMA:
-            break
-        at += len(r) - 1
-        v += 1
-    last.verified = v
-    return v
+    groups = last.group_raw[v:j]
+    at0 = len(last.head)        # where group g starts: after head and the groups before it
+    starts = [at0 + (ends[v - 1] if v else 0)] + list(map(add, repeat(at0), ends[v:j - 1]))
+    commas = list(map(add, starts, map(sub, map(len, groups), repeat(2))))
+    held = list(map(and_, map(old.startswith, map(getitem, map(memoryview, groups), repeat(_INNER)), starts),
+                    map(old.startswith, repeat(b","), commas)))
+    last.verified = v + (held.index(False) if False in held else len(held))
+    return last.verified
 
 
 def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
