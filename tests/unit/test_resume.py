@@ -362,33 +362,32 @@ def test_a_resumed_turn_counts_the_breakpoints_of_the_groups_it_reuses():
         items.append(reply("messages", f"*points* Port {turn}."))
 
 
+def small_turn(memory: LastTurns, s: "Session | None" = None) -> tuple:
+    """(session, raw) of a three-message chat's turn, planned and kept in ``memory``."""
+    if s is None:
+        s = Session("chat", True, "compact", {})
+        s.items += [user("chat", "a"), reply("chat", "b"), user("chat", "c")]
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [300], IDS, prior=prior)
+    resume.keep(memory, KEY, raw, body, prior)
+    return s, raw
+
+
 def test_a_body_not_in_the_edges_encoding_is_not_kept():
     """No group of it stands in the body as the edge encodes it: no turn could resume
     from it, so the memory holds nothing for it (and forgets the session's last)."""
     memory = LastTurns()
-    s = Session("chat", True, "compact", {})
-    s.items += [user("chat", "a"), reply("chat", "b"), user("chat", "c")]
-    raw = s.raw()
-    body, prior = resume.parse_request(memory, KEY, "chat", raw)
-    paging.plan_candidates("chat", body, [300], IDS, prior=prior)
-    resume.keep(memory, KEY, raw, body, prior)
+    s, _ = small_turn(memory)
     assert len(memory) == 1
     s.style = "spaced"
-    raw = s.raw()
-    body, prior = resume.parse_request(memory, KEY, "chat", raw)
-    paging.plan_candidates("chat", body, [300], IDS, prior=prior)
-    resume.keep(memory, KEY, raw, body, prior)
+    small_turn(memory, s)
     assert len(memory) == 0 and memory.held_bytes() == 0
 
 
 def test_another_owner_or_format_reuses_nothing():
     memory = LastTurns()
-    s = Session("chat", True, "compact", {})
-    s.items += [user("chat", "a"), reply("chat", "b"), user("chat", "c")]
-    raw = s.raw()
-    body, prior = resume.parse_request(memory, KEY, "chat", raw)
-    paging.plan_candidates("chat", body, [300], IDS, prior=prior)
-    resume.keep(memory, KEY, raw, body, prior)
+    _, raw = small_turn(memory)
     for other in (("other-digest", KEY[1], "chat"), (KEY[0], "rps_other", "chat"), (KEY[0], KEY[1], "messages")):
         assert resume.parse_request(memory, other, "chat", raw)[1].last is None
     assert resume.parse_request(memory, KEY, "chat", raw)[1].reused == 2
