@@ -256,17 +256,15 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     cost += last_turns.carried_bytes(ends, pageable, marks)
     if None in prep.raw[verified:]:     # never as a rule: the groups to verify need their bytes
         prep.fill(range(verified, len(prep.raw)))
-    # its own list: the request's (its upstream bytes are joined from it) stays whole
-    entry = LastTurn(raw, head, prep.items, prep.groups, list(prep.raw), prep.inner, ends, pages,
+    entry = LastTurn(raw, head, prep.items, prep.groups, prep.raw, prep.inner, ends, pages,
                      blocks, walks, verified, prior.brackets, cost, sizes, walk_bytes, pageable, marks)
     if _verified(entry, len(prep.groups) - 1) < 1:     # all but the last: the most a turn shares
         memory.forget(key)      # no group stands in the body as the edge encodes it: nothing to reuse
         return
     if _holds_once(memory, key, entry):
         entry.cost -= _slim(entry, prep, last, prior.reused if prior.used else 0)
-    elif None in entry.group_raw:       # the last turn held them once; this one holds them all
-        prep.fill(range(len(prep.raw)))
-        entry.group_raw = list(prep.raw)
+    elif prep.kept_turn is not None and prep.kept_turn.pieces:     # the last held them once
+        prep.fill(range(len(prep.raw)))         # this one holds them all
     memory.put(key, entry)
 
 
@@ -292,7 +290,9 @@ def _slim(entry: LastTurn, prep, last: LastTurn | None, reused: int) -> int:
     reused: a steady turn adds its new blocks only. Returns the bytes the entry no
     longer holds."""
     n_ok = min(entry.verified, len(entry.groups) - 1)
-    group_raw, ends, blocks, at0 = entry.group_raw, entry.ends, entry.blocks, len(entry.head)
+    # its own list: the request's (its upstream bytes are joined from it) stays whole
+    entry.group_raw = group_raw = list(entry.group_raw)
+    ends, blocks, at0 = entry.ends, entry.blocks, len(entry.head)
     if (last is not None and last.pieces and prep.walked[0] is last.walks
             and last.piece_end[-1] <= min(reused, n_ok)):
         pieces, end, at, inside = list(last.pieces), list(last.piece_end), list(last.piece_at), last.inside
