@@ -54,7 +54,7 @@ def test_unknown_model_provider_or_format_is_400(model, fmt):
 
 
 def pages(n):
-    return [Page(f"cp_{i:043d}", "ab" * 32, b"[]", []) for i in range(n)]
+    return [Page(f"cp_{i:043d}", "ab" * 32, b"[]") for i in range(n)]
 
 
 def test_headers_list_page_ids_while_small():

@@ -16,7 +16,7 @@ OLD_OBJ = "context-pages/obj_" + "Q" * 42 + "A"
 def page(text: str) -> Page:
     body = f'[{{"role":"user","content":"{text}"}}]'.encode()
     sha = hashlib.sha256(body).hexdigest()
-    return Page(SIGN.page_id("roleplay", "alice", "rps", 1, sha), sha, body, [])
+    return Page(SIGN.page_id("roleplay", "alice", "rps", 1, sha), sha, body)
 
 
 def active(expires_in=TTL, written_ago=0, offset=0):

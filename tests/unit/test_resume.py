@@ -204,7 +204,20 @@ def outcome(fmt, raw, budgets, options, parse) -> tuple:
                     [(q.page_id, q.sha256, q.body, canonical_bytes(q.items)) for q in p.pages],
                     [tuple(m) for m in p.recall], p.fit,
                     p.superseded and [q.page_id for q in p.superseded({len(q.body) for q in p.pages})]))
-    return ("ok", enc(body), out), body, prior
+    return ("ok", enc(unholed(body, prior)), out), body, prior
+
+
+def unholed(body: dict, prior) -> dict:
+    """``body`` with the items a kept turn held as bytes only (``prepared.HOLE``, §5.13)
+    parsed again from those bytes, in a copy: what the full path parses."""
+    prep = prior.prep if prior is not None else None
+    if prep is None or not prep.holey:
+        return body
+    items = list(prep.items)
+    for gi, g in enumerate(prep.groups):
+        if items[g.start] is prepared.HOLE:
+            items[g.start:g.end] = json.loads(prep.kept_turn.group_bytes(gi))
+    return {**body, prep.mod.ITEMS_KEY: items}
 
 
 def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0, note=None):
@@ -236,8 +249,19 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0, note=
             if kept is not None and kept.ends is not None:
                 assert kept.ends == list(accumulate([n + 1 for n in kept.inner])), op
             if kept is not None:    # every group's bytes: its own, or made again from its block page
-                assert list(map(kept.group_bytes, range(len(kept.groups)))) == \
-                    prepared._group_bytes(kept.items, kept.groups), op
+                made = list(map(kept.group_bytes, range(len(kept.groups))))
+                # its items: holes exactly where a piece's block page holds the group,
+                # whole there (every item of the group); parsed again, those bytes
+                holes = [gi for gi, g in enumerate(kept.groups) if kept.items[g.start] is prepared.HOLE]
+                assert holes == [gi for a, b in resume._block_spans(kept.piece_end) for gi in range(a, b + 1)], op
+                items = list(kept.items)
+                for gi in holes:
+                    g = kept.groups[gi]
+                    assert items[g.start:g.end] == [prepared.HOLE] * (g.end - g.start), op
+                    items[g.start:g.end] = json.loads(made[gi])
+                assert prepared.HOLE not in items, op
+                assert made == prepared._group_bytes(items, kept.groups), op
+                assert len(kept.sizes) == len(kept.groups), op      # each group's items counted
                 if note is not None:
                     note(f"groups held inside block pages: {kept.group_raw.count(None) > 0}")
             if kept is not None and kept.marks is not None:     # and its breakpoints' counts
@@ -311,7 +335,9 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
         assert kept.cost <= memory.max_bytes * last_turns.MAX_SHARE
         assert len(kept.raw) < len(raw) - sum(kept.inner[:kept.piece_end[-1]])     # the body past the pieces
         assert b",".join(p[1:-1] for p in kept.pieces) == b",".join(r[1:-1] for r in prepared._group_bytes(
-            kept.items, kept.groups[:kept.piece_end[-1]]))
+            s.items, kept.groups[:kept.piece_end[-1]]))
+        # nor parsed: their items are holes, parsed again when a turn reads them
+        assert kept.holed > 0 and all(kept.items[kept.groups[g].start] is prepared.HOLE for g in inside)
         s.items.append(reply("chat", f"*nods* {turn}"))
     # with room, the next turn keeps it whole again: one aligned compare, all its bytes
     memory.max_bytes = 1 << 30
@@ -322,6 +348,7 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
     resume.keep(memory, KEY, raw, body, prior)
     kept = memory.get(KEY)
     assert prior.used and not kept.pieces and kept.raw == raw and None not in kept.group_raw
+    assert not kept.holed and kept.items == s.items
 
 
 def test_a_steady_session_reuses_its_history():

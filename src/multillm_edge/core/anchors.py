@@ -78,6 +78,8 @@ def of(prep: Prepared, group: int) -> Anchors:
     used = bp.count(dumps(prep.skel).encode("utf-8")) + (marks[-1] if marks else 0)
     free = max(bp.MAX_BREAKPOINTS - used, 0)
     marker = utf8_len(dumps(bp.marker(""))) - utf8_len(dumps(_formats.marker("")))
+    if group >= 0:
+        prep.fill_items((group,))       # a group the kept turn held as bytes only (§5.13)
     last = prep.items[prep.groups[group].end - 1] if group >= 0 else None
     item = bp.anchored(last, mod.ANCHOR_BLOCKS) if group >= 0 else None
     if item is None:

@@ -51,6 +51,7 @@ def _compact(prep: Prepared, budget: int) -> Plan:
             f"{size} bytes and the budget is {budget}.",
             budget=budget, estimated_size=prep.total, protected_bytes=size)
     drop = set(dropped)
+    prep.fill_items([gi for gi in range(len(prep.groups)) if gi not in drop])     # §5.13
     items = prep.items
     out_items = []
     for gi, g in enumerate(prep.groups):

@@ -45,8 +45,9 @@ _DROP = bytes(c for c in range(256) if c not in b'"{}[],:\\0123456789-')
 #: A group's own objects: its Group tuple and two ints, its bytes' header, its inner
 #: size, three list slots (``ends`` is made by the next turn, and goes with this entry)
 _PER_GROUP = getsizeof((0, 0, 0, 0)) + 3 * _NUMBER + getsizeof(b"") + 3 * _P
-#: A page's own objects: its tuple, id, SHA-256 hex string, items list and a dict slot
-_PER_PAGE = getsizeof((0, 0, 0, 0)) + getsizeof("p" * 52) + getsizeof("0" * 64) + _LIST + 8 * _P
+#: A page's own objects: its tuple, id, SHA-256 hex string and a dict slot (it holds
+#: no parsed items: prepared.Page)
+_PER_PAGE = getsizeof((0, 0, 0)) + getsizeof("p" * 52) + getsizeof("0" * 64) + 8 * _P
 #: An entry's own object and the lists and dicts it holds, empty
 _PER_ENTRY = 128 * _P
 #: A view of bytes held elsewhere (a block page's body): its object alone
@@ -81,8 +82,9 @@ class LastTurn:
     followed by a comma at ``piece_comma[k]``. ``raw`` is then the body from byte
     ``tail_at`` on (up to 3 bytes before the first group past them: a 4-aligned
     start), and a group inside a block page holds no bytes of its own (None in
-    ``group_raw``: ``group_bytes`` makes them again); ``inside``: the bytes those
-    groups' own would hold."""
+    ``group_raw``: ``group_bytes`` makes them again) nor parsed items (``prepared.HOLE``
+    for each in ``items``: a turn reading them parses them again from those bytes);
+    ``inside`` and ``holed``: the bytes those groups' own bytes and items would hold."""
     raw: bytes
     head: bytes
     items: list
@@ -106,6 +108,7 @@ class LastTurn:
     piece_at: list = ()
     piece_comma: list = ()
     inside: int = 0     # the bytes the groups inside the pieces' block pages would hold
+    holed: int = 0      # the bytes their parsed items would hold (``HOLE`` in ``items``)
 
     def group_bytes(self, gi: int) -> bytes:
         """Group ``gi``'s bytes: its own, or made again from the piece holding it."""
@@ -226,17 +229,14 @@ _LAST = itemgetter(1)
 
 def _pages_bytes(pages: dict, singles, blocks: dict, joined) -> int:
     """The bytes of ``pages[k]`` for k in ``singles`` and of ``blocks[k]`` for k in
-    ``joined``: each page's objects and items list, a block's body."""
+    ``joined``: each page's objects, a block's body (a single page's is its group's)."""
     if not singles and not joined:
         return 0
-    one = [pages[k] for k in singles]
     many = [blocks[k] for k in joined]
-    return (_PER_PAGE * (len(one) + len(many))
-            + _P * (sum(map(len, map(_PAGE_ITEMS, one))) + sum(map(len, map(_PAGE_ITEMS, many))))
-            + sum(map(getsizeof, map(_PAGE_BODY, many))))
+    return _PER_PAGE * (len(singles) + len(many)) + sum(map(getsizeof, map(_PAGE_BODY, many)))
 
 
-_PAGE_BODY, _PAGE_ITEMS = itemgetter(2), itemgetter(3)      # prepared.Page's fields
+_PAGE_BODY = itemgetter(2)      # prepared.Page's body
 _PAGED_ITEMS = itemgetter(0)                                # recall.Paged's
 #: A recall.Paged's own objects: its tuple, its key's tuple and offset, its items' list
 _PER_PAGED = getsizeof((0,) * 5) + getsizeof((0, 0)) + _NUMBER + _LIST
@@ -251,7 +251,7 @@ def _walk_bytes(walk) -> int:
     if type(walk) is tuple:
         pageable, paged = walk
         return (400 + 40 * len(pageable) + _PER_PAGED * len(paged)
-                + _P * sum(map(len, map(_PAGED_ITEMS, paged)))
+                + _P * sum(map(len, filter(None, map(_PAGED_ITEMS, paged))))
                 + _VIEW * (len(paged) - list(map(_PAGED_ALONE, paged)).count(None)))
     runs = getattr(walk, "runs", None)
     if runs is not None:    # a kept upstream prefix (core/paging._Prefix): lists of pointers

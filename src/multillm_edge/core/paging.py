@@ -33,7 +33,7 @@ from .config import MAX_PAGE_BYTES
 from ..base.errors import EdgeError
 from ..formats import breakpoints as _bp
 from ..base.jsonbytes import compact, compact_with_list
-from .prepared import (EDGE_FIELDS, EncodedHistory, Page, Prepared, dumps,  # noqa: F401
+from .prepared import (EDGE_FIELDS, HOLE, EncodedHistory, Page, Prepared, dumps,  # noqa: F401
                        strip_edge_fields, utf8_len)
 
 @dataclass
@@ -90,8 +90,9 @@ def _window_error(budget: int, estimated: int, protected_bytes: int) -> EdgeErro
 
 def unpaged(prep: Prepared, budget: int) -> Plan:
     """The history as received; its bytes ready unless the body may go as sent."""
-    if prep.base is prep.received:
-        return Plan(prep.base, [], prep.total, budget, as_received=True)
+    if prep.base is prep.received:     # sent as received; encoded from its bytes if renamed
+        return Plan(prep.base, [], prep.total, budget, as_received=True,
+                    history=prep.kept_history() if prep.holey else None)
     return Plan(prep.base, [], prep.total, budget, history=prep.kept_history())
 
 
@@ -409,6 +410,8 @@ def _walk(prep: Prepared, chosen: dict, lo: int, hi: int, out_items: list, parts
         else:
             run_ids = None
             g = groups[gi]
+            if items[g.start] is HOLE:      # held as bytes only by the kept turn (§5.13)
+                prep.fill_items((gi,))
             out_items.extend(items[g.start:g.end])
             parts.append(gi)
 
@@ -433,6 +436,8 @@ def _build(prep: Prepared, prefix: _Prefix, size: int, budget: int,
     anchored = anch.group if anch and anch.on_window(window_paged) else -1
     for gi in range(prefix.end, len(groups)):
         g = groups[gi]
+        if items[g.start] is HOLE:      # held as bytes only by the kept turn (§5.13)
+            prep.fill_items((gi,))
         if gi == latest:
             recall_at = (len(out_items), len(parts))
         if gi == anchored:   # the window's anchor: upstream only, its page is unchanged
@@ -550,8 +555,10 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
                 if a != b:
                     s = at + (ends[gi - 1] if gi else 0)
                     alone = body[s:s + inner[gi]]
-                out.append(paged(recall.Paged, (items[g.start:g.end], recall.doc_key(sha, offset), page, offset,
-                                                alone)))
+                # no items where the kept turn holds them as bytes only (§5.13): recall
+                # parses them again when it reads them (an analysis not cached)
+                its = None if items[g.start] is HOLE else items[g.start:g.end]
+                out.append(paged(recall.Paged, (its, recall.doc_key(sha, offset), page, offset, alone)))
     return out
 
 

@@ -92,14 +92,33 @@ def _surrogate_error() -> EdgeError:
 
 class Page(NamedTuple):
     """One stored page: an exchange's items (or a block's: several adjacent exchanges')
-    and the bytes they are stored as. A tuple: made in C, no Python frame."""
+    as the bytes they are stored as. A tuple: made in C, no Python frame. It holds no
+    parsed items: those are the request's, and a kept turn may hold a block's groups as
+    bytes only (docs/design.md §5.13); ``items`` parses them again, for the few that
+    read them (recall's quote of a moment)."""
     page_id: str
     sha256: str
     body: bytes
-    items: list  # the original items, in order
+
+    @property
+    def items(self) -> list:
+        """The page's items, in order (parsed from its body: equal to the originals)."""
+        return json.loads(self.body)
 
 
-_new_page = tuple.__new__   # _new_page(Page, (page_id, sha256, body, items)): no Python frame
+class _Hole:
+    """What stands for each item of a group a kept turn holds as bytes only (§5.13):
+    ``Prepared.fill_items`` parses them again; JSON cannot encode it (never sent)."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HOLE"
+
+
+HOLE = _Hole()
+
+
+_new_page = tuple.__new__   # _new_page(Page, (page_id, sha256, body)): no Python frame
 
 
 @dataclass(frozen=True)
@@ -176,6 +195,7 @@ class Prepared:
         # block pages has no bytes of its own there (None in ``raw``) until ``fill`` (§5.13)
         self.kept_turn = None
         self.filled: list = []     # the groups ``fill`` gave bytes
+        self.filled_items: list = []       # the groups ``fill_items`` gave their items
         self.items = _formats.history(self.base, self.mod.ITEMS_KEY)
         self._pages: dict = {}     # group index -> Page
         self._blocks: dict = {}    # (first, last) group indices -> Page
@@ -278,6 +298,26 @@ class Prepared:
                 raw[gi] = kept.group_bytes(gi)
                 self.filled.append(gi)
 
+    @property
+    def holey(self) -> bool:
+        """Whether some of the history's items are holes (``HOLE``): groups the kept
+        turn held as bytes only, not parsed again yet (§5.13)."""
+        return self.kept_turn is not None and self.kept_turn.holed > 0
+
+    def fill_items(self, gis) -> None:
+        """Give groups ``gis`` their parsed items where the kept turn held them as bytes
+        only (§5.13): parsed again from their bytes (the edge's encoding of the items
+        the body held, checked when that turn was kept), for what reads them."""
+        if not self.holey:
+            return
+        items, groups = self.items, self.groups
+        for gi in gis:
+            g = groups[gi]
+            if items[g.start] is HOLE:
+                self.fill((gi,))
+                items[g.start:g.end] = json.loads(self.raw[gi])
+                self.filled_items.append(gi)
+
     def kept_history(self, skip=frozenset()):
         """The history but the groups in ``skip``; None when the body has no history list."""
         if self.items is None:
@@ -291,14 +331,11 @@ class Prepared:
         todo = [gi for gi in gis if gi not in made]
         if todo:
             self.fill(todo)
-            raw, groups, items, by_sha, page_id_for = (self.raw, self.groups, self.items,
-                                                       self._by_sha, self.page_id_for)
+            raw, by_sha, page_id_for = self.raw, self._by_sha, self.page_id_for
             for gi, sha in zip(todo, [_sha256(raw[gi]).hexdigest() for gi in todo]):
                 p = by_sha.get(sha)
                 if p is None:
-                    g = groups[gi]
-                    p = by_sha[sha] = _new_page(Page, (page_id_for(sha), sha, raw[gi],
-                                                       items[g[0]:g[1]]))
+                    p = by_sha[sha] = _new_page(Page, (page_id_for(sha), sha, raw[gi]))
                 made[gi] = p
         return [made[gi] for gi in gis]
 
@@ -312,14 +349,12 @@ class Prepared:
         p = made.get((first, last))
         if p is None:
             self.fill(range(first, last + 1))
-            raw, groups = self.raw, self.groups
+            raw = self.raw
             body = b"[" + b",".join([raw[gi][1:-1] for gi in range(first, last + 1)]) + b"]"
             sha = _sha256(body).hexdigest()
             p = self._by_sha.get(sha)
             if p is None:
-                p = self._by_sha[sha] = _new_page(Page, (
-                    self.page_id_for(sha), sha, body,
-                    self.items[groups[first].start:groups[last].end]))
+                p = self._by_sha[sha] = _new_page(Page, (self.page_id_for(sha), sha, body))
             made[(first, last)] = p
         return p
 

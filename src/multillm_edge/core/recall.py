@@ -23,6 +23,7 @@ a moment is read in order, as it was said).
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from hashlib import sha256
 from operator import itemgetter
@@ -73,12 +74,13 @@ class Moment(NamedTuple):
 
 
 class Paged(NamedTuple):
-    """An exchange the plan pages: its items, ``key`` caching its analysis (its page's
+    """An exchange the plan pages: its items (None where the kept turn holds them as
+    bytes only: ``items_of``), ``key`` caching its analysis (its page's
     SHA-256 and its offset there), the page holding it and its item offset there;
     ``alone``: in a block page, its bytes there (a view of the page's body; between
     brackets, its bytes as a page of its own: the key of its analysis before the block
     closed is ``(SHA-256 of them, 0)``), else None."""
-    items: list
+    items: list | None
     key: tuple
     page: object        # prepared.Page
     offset: int
@@ -109,8 +111,18 @@ class _Texts(Sequence):
     def __getitem__(self, i):
         got = self._made.get(i)
         if got is None:
-            got = self._made[i] = page_texts(self._paged[i].items)
+            got = self._made[i] = page_texts(items_of(self._paged[i]))
         return got
+
+
+def items_of(p: Paged) -> list:
+    """An exchange's items: as the request holds them, or parsed again from its bytes
+    where the session's kept turn holds them as bytes only (docs/design.md §5.13)."""
+    if p.items is not None:
+        return p.items
+    if p.alone is not None:
+        return json.loads(b"[%b]" % p.alone)
+    return p.page.items
 
 
 def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], int]) -> list:

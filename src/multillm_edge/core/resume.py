@@ -23,6 +23,7 @@ answer and the error. Reuse only ever saves work.
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from itertools import accumulate, repeat
 from operator import add, and_, eq, getitem, itemgetter, sub
@@ -33,7 +34,7 @@ from ..base.jsonbytes import compact
 from ..formats import breakpoints as _bp
 from . import last_turns
 from .last_turns import LastTurn, LastTurns
-from .prepared import _PLUS_ONE, _group_bytes
+from .prepared import HOLE, _PLUS_ONE, _group_bytes
 from .validation import MAX_BRACKETS, bracket_count, check_body, parse_json_counted
 
 _LAST = itemgetter(1)       # a block's (first, last) groups: its last
@@ -67,6 +68,7 @@ class Prior:
         start = last.groups[j - 1].end
         if (last.groups[j - 1].kind != _formats.STANDALONE
                 and classify(items[start])[0] not in (_formats.USER, _formats.SYSTEM)):
+            _unholed(items, last, j)        # grouped anew: every item parsed
             return None
         group = tuple.__new__
         tail = [group(_formats.Group, (g.start + start, g.end + start, g.kind, g.complete))
@@ -98,6 +100,18 @@ class Prior:
         if probe is None or prep.page_id_for is None or prep.page_id_for(probe.sha256) != probe.page_id:
             return
         prep.seed(pages, blocks, self.last.walks, j)
+
+
+def _unholed(items: list, last: LastTurn, j: int) -> None:
+    """The items of ``last``'s first ``j`` groups that it held as bytes only (``HOLE``,
+    §5.13) parsed again from those bytes, in place."""
+    if not last.holed:
+        return
+    groups = last.groups
+    for gi in range(j):
+        g = groups[gi]
+        if items[g.start] is HOLE:
+            items[g.start:g.end] = json.loads(last.group_bytes(gi))
 
 
 def parse_request(memory: LastTurns, key, fmt: str, raw: bytes) -> tuple:
@@ -243,12 +257,12 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
         memory.forget(key)
         return
     last = prior.last
-    verified = prior.reused if prior.used and last is not None and head == last.head else 0
+    reused = prior.reused if prior.used else 0      # the groups taken from ``last`` as they were
+    verified = reused if last is not None and head == last.head else 0
     # its own dicts: pages a later candidate makes are not the entry's (counted now)
     pages, blocks, walks = (dict(d) for d in (*prep.made(), prep.walks))
-    sizes = last_turns.group_sizes(prep.raw, last.sizes if prior.used else (), prior.reused)
-    cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last,
-                                       prior.reused if prior.used else 0)
+    sizes = last_turns.group_sizes(prep.raw, last.sizes if reused else (), reused)
+    cost, walk_bytes = last_turns.held(raw, head, prep, sizes, pages, blocks, walks, last, reused)
     # its grid ends (made now if no step made them: the verification below reads them)
     # and pageable groups: kept, so the next turn's resumption makes neither (§5.13)
     ends, pageable = prep.ends, getattr(prep, "all_pageable", None)
@@ -262,9 +276,10 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
         memory.forget(key)      # no group stands in the body as the edge encodes it: nothing to reuse
         return
     if _holds_once(memory, key, entry):
-        entry.cost -= _slim(entry, prep, last, prior.reused if prior.used else 0)
+        entry.cost -= _slim(entry, prep, last, reused)
     elif prep.kept_turn is not None and prep.kept_turn.pieces:     # the last held them once
         prep.fill(range(len(prep.raw)))         # this one holds them all
+        prep.fill_items(range(len(prep.groups)))
     memory.put(key, entry)
 
 
@@ -293,14 +308,16 @@ def _slim(entry: LastTurn, prep, last: LastTurn | None, reused: int) -> int:
     # its own list: the request's (its upstream bytes are joined from it) stays whole
     entry.group_raw = group_raw = list(entry.group_raw)
     ends, blocks, at0 = entry.ends, entry.blocks, len(entry.head)
-    if (last is not None and last.pieces and prep.walked[0] is last.walks
-            and last.piece_end[-1] <= min(reused, n_ok)):
+    sizes = entry.sizes
+    kept = (last is not None and last.pieces and prep.walked[0] is last.walks
+            and last.piece_end[-1] <= min(reused, n_ok))
+    if kept:
         pieces, end, at, inside = list(last.pieces), list(last.piece_end), list(last.piece_at), last.inside
-        new = sorted(blocks.keys() - last.blocks.keys())
+        new, holed = sorted(blocks.keys() - last.blocks.keys()), last.holed
     else:
         pieces, end, at, inside = [], [], [], 0
-        new = sorted(blocks)
-    g, carried = (end[-1] if end else 0), len(pieces)
+        new, holed = sorted(blocks), 0
+    g, carried, spans = (end[-1] if end else 0), len(pieces), []
     for a, b in new:
         if a < g or b >= n_ok:      # over a block taken (a fallback's), or past the verified groups
             continue
@@ -311,7 +328,9 @@ def _slim(entry: LastTurn, prep, last: LastTurn | None, reused: int) -> int:
         pieces.append(blocks[(a, b)].body)
         end.append(b + 1)
         inside += ends[b] - (ends[a - 1] if a else 0) + (b - a + 1) * (1 + _BYTES)
+        holed += sizes[b] - (sizes[a - 1] if a else 0)
         group_raw[a:b + 1] = repeat(None, b - a + 1)
+        spans.append((a, b))
         g = b + 1
     _own(group_raw, prep, g, len(group_raw))
     for k in range(carried, len(pieces)):
@@ -331,7 +350,52 @@ def _slim(entry: LastTurn, prep, last: LastTurn | None, reused: int) -> int:
     at = at0 + (ends[g - 1] if g else 0)
     entry.tail_at = at - at % 4
     raw, entry.raw = entry.raw, entry.raw[entry.tail_at:]
-    return getsizeof(raw) - getsizeof(entry.raw) + held - last_turns._PER_PIECE * len(pieces)
+    entry.holed = holed
+    if kept:        # this turn's new block pages, and the groups it parsed again (all inside)
+        _hole_items(entry, prep, spans + [(gi, gi) for gi in prep.filled_items], 0)
+    else:
+        _hole_items(entry, prep, _block_spans(end), reused)
+    freed = held + holed + _paged_without_items(entry, last)
+    return int(getsizeof(raw) - getsizeof(entry.raw) + freed - last_turns._PER_PIECE * len(pieces))
+
+
+def _block_spans(end: list) -> list:
+    """The ``(first, last)`` groups of each block page among the pieces."""
+    return [(a, b - 1) for a, b in zip([0, *end[:-1]], end) if b - a > 1]
+
+
+def _hole_items(entry: LastTurn, prep, spans: list, reused: int) -> None:
+    """The parsed items of the groups inside the pieces' block pages let go (§5.13):
+    ``HOLE`` in the entry's own copy of the list (the request's stays as it is) for the
+    groups of ``spans``. ``reused``: the pieces were made anew over the groups a resumed
+    turn shares with a kept one: its holes no block page covers now are parsed again
+    first."""
+    groups, items = entry.groups, prep.items
+    if reused and prep.holey:
+        covered = bytearray(len(groups))
+        for a, b in _block_spans(entry.piece_end):
+            covered[a:b + 1] = b"\x01" * (b - a + 1)
+        prep.fill_items([gi for gi in range(reused) if not covered[gi] and items[groups[gi].start] is HOLE])
+    entry.items = items = list(items)
+    for a, b in spans:
+        s, e = groups[a].start, groups[b].end
+        items[s:e] = repeat(HOLE, e - s)
+
+
+def _paged_without_items(entry: LastTurn, last: LastTurn | None) -> int:
+    """Recall's walks (``(pageable, [recall.Paged])``) without the items of the exchanges
+    inside block pages (their bytes are there: ``recall.items_of``), unless the last
+    turn, held once, let them go already → the bytes that frees."""
+    freed, counted = 0, entry.walk_bytes
+    for key, w in entry.walks.items():
+        if type(w) is not tuple or (last is not None and last.pieces and last.walks.get(key) is w):
+            continue
+        slim = (w[0], [p if p.alone is None or p.items is None else p._replace(items=None) for p in w[1]])
+        entry.walks[key] = slim
+        now = last_turns._walk_bytes(slim)
+        freed += counted[key] - now
+        counted[key] = now
+    return freed
 
 
 def _own(group_raw: list, prep, lo: int, hi: int) -> None:
