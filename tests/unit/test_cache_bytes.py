@@ -9,6 +9,7 @@ import gc
 import hashlib
 import json
 import tracemalloc
+import types
 
 import pytest
 
@@ -243,6 +244,51 @@ def test_a_recalling_turn_counts_its_paged_exchanges_once(once, monkeypatch):
     plain, recalling = ratio(False), ratio(True)
     assert abs(recalling - plain) <= 0.05, (plain, recalling)
     assert 0.75 <= plain <= 1.25, plain     # held once too: the pieces, the body past them
+
+
+def reached(root) -> set:
+    """The ids of every object ``root`` holds, however deep (classes, modules and
+    functions not followed: they reach everything)."""
+    skip = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    seen, todo = {id(root)}, [root]
+    while todo:
+        for x in gc.get_referents(todo.pop()):
+            if id(x) not in seen and not isinstance(x, skip):
+                seen.add(id(x))
+                todo.append(x)
+    return seen
+
+
+def test_a_turn_held_once_keeps_no_parsed_item_of_its_block_pages(monkeypatch):
+    """Held once (§5.13), a kept turn holds the groups inside its block pages as those
+    pages' bytes only: nothing it holds — its items list, a page, recall's exchanges, a
+    walk — reaches their parsed items, turn after turn (a 3,000-exchange session's entry
+    held 16.7 MB with them, 6.6 without: bench/README.md). The items it still holds are
+    reached (the check sees them)."""
+    monkeypatch.setattr(resume, "_holds_once", lambda *_: True)
+    memory, key = LastTurns(max_bytes=1 << 30), ("d", "s", "chat")
+    doc = json.loads(chat(lambda i: f"*leans* Port {i}, captain? The harbour sings. " * 6, 400))
+    first = None
+    for turn in range(4):
+        doc["messages"][-1]["content"] = f"*squints* Port {17 + turn}, captain? Does the harbour sing?"
+        raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        body, prior = resume.parse_request(memory, key, "chat", raw)
+        (plan,) = paging.plan_candidates("chat", body, [len(raw) // 3], IDS, prior=prior,
+                                         recalling=True, prompt_cache=True)
+        assert plan.fit.blocks and plan.recall and prior.used == (turn > 0)
+        resume.keep(memory, key, raw, body, prior)
+        first = first or list(body["messages"])     # the full path's parse: every item
+        doc["messages"] += [{"role": "assistant", "content": f"Fine {turn}."},
+                            {"role": "user", "content": f"And the harbour {turn}?"}]
+    entry = memory.get(key)
+    inside = [gi for a, b in resume._block_spans(entry.piece_end) for gi in range(a, b + 1)]
+    assert len(inside) > 200
+    found = reached(entry)
+    for gi in inside:
+        g = entry.groups[gi]
+        assert not any(id(x) in found for x in first[g.start:g.end]), gi
+    latest = body["messages"][-1]
+    assert id(latest) in found and id(first[0]) in found     # the system's or first user's
 
 
 def test_last_turns_stay_within_their_bound_in_bytes():

@@ -25,6 +25,8 @@ from multillm_edge.base.errors import EdgeError
 from multillm_edge.core import compaction, last_turns, paging, prepared, resume, validation
 from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.core.last_turns import LastTurns
+from multillm_edge.search import STATE
+from multillm_edge.search.docs import CACHE
 from multillm_edge.core.pages import PageSigner, canonical_bytes
 
 SIGNER = PageSigner(b"resume-test-secret-0123456789abcdef", b"resume-previous-secret-0123456789")
@@ -233,6 +235,9 @@ def run_sequence(fmt, first, style, extra, ops, budgets, options, start=0, note=
         raw = apply(s, op)
         full, _, _ = outcome(fmt, raw, budgets, options,
                              lambda r: (validation.parse_request(fmt, r), None))
+        if options.get("forget"):       # no analysis kept: recall reads every exchange anew
+            STATE.reset()
+            CACHE.clear()
         got, body, prior = outcome(fmt, raw, budgets, options,
                                    lambda r: resume.parse_request(memory, key, fmt, r))
         assert got == full, (op, raw[-300:])
@@ -297,20 +302,21 @@ def test_resumed_turns_answer_as_the_full_path(fmt, first, style, extra, ops, st
        style=st.sampled_from(["compact", "compact", "ascii"]),
        ops=st.lists(OPS, min_size=1, max_size=10), budget=st.integers(2500, 9000),
        recall=st.booleans(), anchors=st.booleans(), ids=st.sampled_from([IDS, OTHER_IDS]),
-       once=st.lists(st.booleans(), min_size=1, max_size=6))
+       once=st.lists(st.booleans(), min_size=1, max_size=6), forget=st.booleans())
 def test_turns_resumed_over_block_pages_answer_as_the_full_path(fmt, style, ops, budget, recall, anchors, ids,
-                                                                 once):
+                                                                 once, forget):
     """The same, on a chat long enough for block pages under the prompt cache, each
     turn kept whole or holding its history once (the groups inside block pages only
-    there, §5.13), in any order: every later turn — appended, edited, cut, re-encoded,
-    signed anew — answers as the full path."""
+    there, bytes and parsed items, §5.13), in any order: every later turn — appended,
+    edited, cut, re-encoded, signed anew — answers as the full path, recall's choice
+    included when no analysis is kept (``forget``: each exchange read from its bytes)."""
     caps = ["multillm_context_retrieve", "multillm_context_prompt_cache"] \
         + (["multillm_context_recall"] if recall else [])
     policy = cycle(once)
     with mock.patch.object(resume, "_holds_once", lambda *_: next(policy)):
         run_sequence(fmt, True, style, {"capabilities": caps}, ops, [budget, budget * 2],
                      {"paging": True, "search": False, "recall": recall, "cache": True, "ids": ids,
-                      "anchors": anchors}, 60, event)
+                      "anchors": anchors, "forget": forget}, 60, event)
 
 
 def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
