@@ -357,6 +357,33 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
     assert not kept.holed and kept.items == s.items
 
 
+def test_a_turn_without_paging_after_one_held_once_sends_the_history_the_full_path_does(monkeypatch):
+    """Held once, a kept turn's items inside block pages are holes (§5.13). The
+    session's next turn drops paging (no capability): it fits, and goes as received
+    under the provider's name for the model — encoded from the groups' bytes, never
+    from the parse with holes: the bytes the full path sends."""
+    monkeypatch.setattr(resume, "_holds_once", lambda *_: True)
+    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
+    memory, s = LastTurns(), Session("chat", True, "compact", caps)
+    for i in range(60):
+        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+    s.items.append(user("chat", "hello"))
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True)
+    resume.keep(memory, KEY, raw, body, prior)
+    assert memory.get(KEY).holed
+    del s.fields["capabilities"]
+    s.items += [reply("chat", "*nods*"), user("chat", "and now?")]
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    (plan,) = compaction.compact_candidates("chat", body, [1 << 20], strip=("models",), prior=prior)
+    (full,) = compaction.compact_candidates("chat", validation.parse_request("chat", raw), [1 << 20],
+                                            strip=("models",))
+    assert prior.used and plan.as_received and full.as_received
+    assert plan.encoded("upstream-model") == full.encoded("upstream-model")
+
+
 def test_a_steady_session_reuses_its_history():
     """The property above could pass with nothing ever reused: a plain appending session
     in the edge's own encoding reuses every turn after the first."""
