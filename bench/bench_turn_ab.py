@@ -40,7 +40,7 @@ from bench_turn_chain import ASK as CHAIN_ASK, FROM, PLAIN, TURNS, chain_bodies 
 SIZES = tuple(int(x) for x in os.environ.get("AB_SIZES", "").split(",") if x) or (200, 800, 3000)
 ROUNDS = {200: 15, 800: 15, 3000: 5}
 #: (at 3,000 exchanges a session's turn is kept held once, its items as bytes: issue 45's
-#: eighth pass; before it, no turn was kept there and every turn took the full path)
+#: seventh pass in bench/README.md; before it, no turn was kept there and every turn took the full path)
 CHAIN_SIZES = (200, 800, 3000)
 ASK = "*frowns* Port {} again? What did the whales sing there?"
 #: CPU seconds where the process has its own clock (CPython on Linux: a loaded machine
