@@ -39,7 +39,7 @@ class Sent(NamedTuple):
                    tuple(m._replace(lines=()) for m in plan.recall))
 
 
-_ID_AND_DIGEST = itemgetter(0, 1)              # Page(page_id, sha256, body, items)
+_ID_AND_DIGEST = itemgetter(0, 1)              # Page(page_id, sha256, body)
 
 
 @dataclass
