@@ -25,9 +25,9 @@ from multillm_edge.base.errors import EdgeError
 from multillm_edge.core import compaction, last_turns, paging, prepared, resume, validation
 from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.core.last_turns import LastTurns
+from multillm_edge.core.pages import PageSigner, canonical_bytes
 from multillm_edge.search import STATE
 from multillm_edge.search.docs import CACHE
-from multillm_edge.core.pages import PageSigner, canonical_bytes
 
 SIGNER = PageSigner(b"resume-test-secret-0123456789abcdef", b"resume-previous-secret-0123456789")
 IDS = SIGNER.page_ids("roleplay", "p_resume", "rps_resume", 3)

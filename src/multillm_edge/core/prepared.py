@@ -118,6 +118,18 @@ class _Hole:
 HOLE = _Hole()
 
 
+def parse_holes(items: list, groups: list, gis, group_bytes) -> list:
+    """Groups ``gis`` whose items are holes given them again, in place, parsed from
+    ``group_bytes(gi)`` (§5.13) → those groups."""
+    done = []
+    for gi in gis:
+        g = groups[gi]
+        if items[g.start] is HOLE:
+            items[g.start:g.end] = json.loads(group_bytes(gi))
+            done.append(gi)
+    return done
+
+
 _new_page = tuple.__new__   # _new_page(Page, (page_id, sha256, body)): no Python frame
 
 
@@ -308,15 +320,13 @@ class Prepared:
         """Give groups ``gis`` their parsed items where the kept turn held them as bytes
         only (§5.13): parsed again from their bytes (the edge's encoding of the items
         the body held, checked when that turn was kept), for what reads them."""
-        if not self.holey:
-            return
-        items, groups = self.items, self.groups
-        for gi in gis:
-            g = groups[gi]
-            if items[g.start] is HOLE:
-                self.fill((gi,))
-                items[g.start:g.end] = json.loads(self.raw[gi])
-                self.filled_items.append(gi)
+        if self.holey:
+            self.filled_items += parse_holes(self.items, self.groups, gis, self._bytes_of)
+
+    def _bytes_of(self, gi: int) -> bytes:
+        """Group ``gi``'s bytes, given them first if the kept turn held them in a block."""
+        self.fill((gi,))
+        return self.raw[gi]
 
     def kept_history(self, skip=frozenset()):
         """The history but the groups in ``skip``; None when the body has no history list."""

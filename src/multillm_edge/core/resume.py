@@ -23,7 +23,6 @@ answer and the error. Reuse only ever saves work.
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from itertools import accumulate, repeat
 from operator import add, and_, eq, getitem, itemgetter, sub
@@ -34,7 +33,7 @@ from ..base.jsonbytes import compact
 from ..formats import breakpoints as _bp
 from . import last_turns
 from .last_turns import LastTurn, LastTurns
-from .prepared import HOLE, _PLUS_ONE, _group_bytes
+from .prepared import HOLE, _PLUS_ONE, _group_bytes, parse_holes
 from .validation import MAX_BRACKETS, bracket_count, check_body, parse_json_counted
 
 _LAST = itemgetter(1)       # a block's (first, last) groups: its last
@@ -105,13 +104,8 @@ class Prior:
 def _unholed(items: list, last: LastTurn, j: int) -> None:
     """The items of ``last``'s first ``j`` groups that it held as bytes only (``HOLE``,
     §5.13) parsed again from those bytes, in place."""
-    if not last.holed:
-        return
-    groups = last.groups
-    for gi in range(j):
-        g = groups[gi]
-        if items[g.start] is HOLE:
-            items[g.start:g.end] = json.loads(last.group_bytes(gi))
+    if last.holed:
+        parse_holes(items, last.groups, range(j), last.group_bytes)
 
 
 def parse_request(memory: LastTurns, key, fmt: str, raw: bytes) -> tuple:
@@ -375,7 +369,7 @@ def _hole_items(entry: LastTurn, prep, spans: list, reused: int) -> None:
         covered = bytearray(len(groups))
         for a, b in _block_spans(entry.piece_end):
             covered[a:b + 1] = b"\x01" * (b - a + 1)
-        prep.fill_items([gi for gi in range(reused) if not covered[gi] and items[groups[gi].start] is HOLE])
+        prep.fill_items([gi for gi in range(reused) if not covered[gi]])
     entry.items = items = list(items)
     for a, b in spans:
         s, e = groups[a].start, groups[b].end
