@@ -114,6 +114,9 @@ def test_shrink_drops_the_least_recently_used_first():
         rank("whales port", docs, 5, keys=[(f"lru{s}-{i}", 0) for i in range(20)], indexed=True)
     kept = list(corpus.CORPORA.kept)
     assert len(kept) == 3
+    assert kept[-1].memo_entries > 0        # the last used keeps what its ranking derived
+    corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)
+    assert corpus.CORPORA.kept == kept and kept[-1].memo_entries == 0   # which gives way first
     one = kept[-1].held_bytes()
     corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)
     assert corpus.CORPORA.kept == kept[1:]

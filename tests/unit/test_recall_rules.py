@@ -51,8 +51,8 @@ def test_an_exchange_a_block_page_closes_over_is_not_analysed_again(monkeypatch)
     in, it is found there (``Paged.alone``), not made again: a steady turn analyses only
     the exchanges newly paged."""
     from multillm_edge.core import recall
-    from multillm_edge.search import docs
-    docs.CACHE.clear()
+    from multillm_edge.search import STATE, docs
+    STATE.reset()       # no analysis, and no corpus holding any of these exchanges
     seen, made, counts = [], [], []
     choose = recall.choose
     monkeypatch.setattr(recall, "choose", lambda q, paged, *a: seen.append(paged) or choose(q, paged, *a))

@@ -327,7 +327,7 @@ def test_the_scan_and_the_index_count_the_same(texts, pick, extra):
     an = [search_docs.analyze(d, s) for d in docs]
     scan, index = match.Matcher(terms, s), match.Matcher(terms, s)
     corpus = Corpus(an)
-    index.pin(an, corpus)
+    index.pin(corpus)
     columns = index.columns(corpus)
     for d, a in enumerate(an):
         want = {t: c for t in terms if (c := columns[t].get(d) if t.kind == "w" else a.text.count(t.value))}
@@ -373,32 +373,43 @@ def test_the_term_cap_counts_a_term_by_a_probe_that_does_not_depend_on_set_order
     assert ranker._rarest(terms, texts, 8) == terms[1:]
 
 
-def test_a_ranking_between_steps_reuses_the_last_lookup_and_gives_it_up_with_the_cache():
-    """Issue 45: the same keys asked again, nothing kept, dropped or moved since, get the
-    last lookup's analyses and corpus back (no lookup per exchange); any change of the
-    cache forgets it; its two lists count in held_bytes, and shrinking gives them up."""
+class _Reads:
+    """Documents that count which of them a ranking read."""
+    def __init__(self, docs: list):
+        self.docs, self.read = docs, set()
+
+    def __len__(self):
+        return len(self.docs)
+
+    def __getitem__(self, i):
+        self.read.add(i)
+        return self.docs[i]
+
+
+def test_a_ranking_of_exchanges_a_kept_corpus_holds_reads_only_the_new_and_the_best():
+    """Issue 45: a kept corpus is found by its exchanges' keys, so the next turn's
+    ranking (one exchange appended, the analyses cache emptied in between) reads and
+    analyses the appended exchange and the few whose passages or questions it scores,
+    not the history — and ranks as a ranking from scratch does."""
     from multillm_edge.search.corpus import CORPORA
-    docs = [doc(f"The whale {i} sang by the port.", "A lantern glows.") for i in range(30)]
-    keys = [("last", i) for i in range(30)]
-    CACHE.clear()
-    CORPORA.clear()
-    first = rank("whale port", docs, 5, keys=keys, indexed=True, excerpts=False)   # made
-    second = rank("whale lantern", docs, 5, keys=keys, indexed=True, excerpts=False)  # looked up
-    assert CACHE.last is not None and not CACHE.reused
+    chat = [doc(f"The whale {i} sang by the port of {i % 7}?", f"A lantern glows {i % 11}.")
+            for i in range(400)]
+    keys = [("held", i) for i in range(400)]
+    STATE.reset()
+    rank("whale port lantern", chat[:399], 6, keys=keys[:399], indexed=True, excerpts=False)
     corpus = CORPORA.kept[-1]
-    assert rank("whale port", docs, 5, keys=keys, indexed=True, excerpts=False) == first
-    assert CACHE.reused and CORPORA.kept[-1] is corpus
-    assert CACHE.held_bytes() > CACHE.units
-    CACHE.shrink(CACHE.units)
-    assert CACHE.last is None and CACHE.held_bytes() == CACHE.units
-    assert rank("whale lantern", docs, 5, keys=keys, indexed=True, excerpts=False) == second
-    assert not CACHE.reused and CACHE.last is not None
-    rank("whale", docs[:3], 5, keys=[("other", i) for i in range(3)], indexed=True)   # kept: forgotten
-    assert CACHE.last is None or CACHE.last[0] != keys
-    assert rank("whale port", docs, 5, keys=keys, indexed=True, excerpts=False) == first
-    assert not CACHE.reused
     CACHE.clear()
-    CORPORA.clear()
+    docs = _Reads(chat)
+    got = rank("whale lantern 17 port 3", docs, 6, keys=keys, indexed=True, excerpts=False,
+               scoring=Scoring(rerank=12))
+    assert CORPORA.kept == [corpus] and len(corpus.words) == 400
+    # the appended one, the 12 best and their neighbours, and the questions the best answer
+    assert 399 in docs.read and len(docs.read) <= 1 + 3 * 12 + 12, len(docs.read)
+    assert len(CACHE.entries) == len(docs.read)
+    STATE.reset()
+    assert rank("whale lantern 17 port 3", chat, 6, keys=keys, indexed=True, excerpts=False,
+                scoring=Scoring(rerank=12)) == got
+    STATE.reset()
 
 
 def test_many_new_indexes_register_their_words_together_or_one_by_one(monkeypatch):

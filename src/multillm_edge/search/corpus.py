@@ -13,9 +13,11 @@ the set of its words (made in C), so a word is looked for only in the blocks hol
 it: a later turn's new word costs the blocks' count and its own blocks, not the chat.
 
 A session's next turn pages the same exchanges, or those and a few more: its corpus is
-found by the exchanges' word counts (the cached analyses' own dicts: compared in C,
-by identity first, else by content), extended by what was appended, cut back where it
-changed otherwise. Everything in it is a function of those counts alone, so a ranking
+found by the exchanges' keys (their analyses' cache keys, which name their bytes:
+compared in C), so the exchanges it holds are neither analysed nor looked up again;
+where the keys part, by the word counts of the rest (a block page closed over
+exchanges paged alone names them anew); extended by what was appended, cut back where
+it changed otherwise. Everything in it is a function of those counts alone, so a ranking
 from it is the ranking from scratch; it holds nothing a principal or session could
 tell apart.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import compress, repeat
-from operator import attrgetter, gt as _past
+from operator import attrgetter, gt as _past, itemgetter, ne
 from sys import getsizeof
 
 from .state import STATE
@@ -38,14 +40,18 @@ from .state import STATE
 CORPORA_KEPT = 8
 #: The corpora's bytes together (``Corpora.max_bytes``; the isolate's budget may lower it).
 MAX_BYTES = 16 << 20
-#: What a corpus keeps of its rankings (``Corpus.kept``), in entries, then emptied.
+#: What a corpus keeps of its rankings (``Corpus.kept``), in entries, then emptied: at
+#: least this many, and ``MEMO_PER_EXCHANGE`` an exchange (a ranking's norms, its common
+#: words' parts over exchanges and windows and their sums are a list each).
 MEMO_ENTRIES = 1 << 15
+MEMO_PER_EXCHANGE = 16
 #: Exchanges appended at once to a corpus holding none posted one by one (its first
 #: ranking, or a long jump) past which they are posted per word when asked instead.
 EAGER = 64
 #: Exchanges per block of those posted per word when asked (``Corpus.blocks``).
 BLOCK = 128
 _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _NONE: dict = {}                       # the posting of a word no exchange holds (never changed)
 
 # Bytes, estimated as CPython 3.11 (64-bit) allocates them, checked against tracemalloc
@@ -89,6 +95,17 @@ def word_counts_bytes(words: dict) -> int:
     return out + 34 * (n - sum(map(str.isascii, words))) + len(joined.encode("utf-8", "surrogatepass")) - len(joined)
 
 
+def keys_bytes(keys: list) -> int:
+    """Exchanges' keys (``docs.doc_key``: a page's SHA-256 and an offset): each one's
+    list slot, tuple and offset (an int past 256), and each page's string once (a
+    page's exchanges are consecutive; counted again where two slices meet, at most)."""
+    if not keys:
+        return 0
+    pages = list(map(_FIRST, keys))
+    return ((8 + getsizeof(keys[0])) * len(keys) + numbers_bytes(list(map(_SECOND, keys)))
+            + getsizeof(pages[0]) * (1 + sum(map(ne, pages, pages[1:]))))
+
+
 def numbers_bytes(numbers: list) -> int:
     """The int objects of ``numbers`` (those past 256: CPython shares the others)."""
     return 28 * sum(map(_past, numbers, repeat(256)))
@@ -96,11 +113,13 @@ def numbers_bytes(numbers: list) -> int:
 
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
-    __slots__ = ("words", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
+    __slots__ = ("words", "keys", "keys_bytes", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
                  "postings", "posted", "lazy", "filled", "blocks", "blocks_bytes", "mark", "memo", "memo_entries")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
+        self.keys: list = []        # each exchange's key, when kept by ``Corpora``
+        self.keys_bytes = 0
         self.ids: list = []         # 0..n-1: one int object per exchange, shared by the postings
         self.counted = 0            # their entries
         self.words_bytes = 0        # the bytes of the first ``sized`` ones and their numbers
@@ -147,7 +166,8 @@ class Corpus:
                 + 4 * (self.size - self.sized_size))
 
     def _own_bytes(self) -> int:
-        return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + POSTING_BYTES * len(self.postings)
+        return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + self.keys_bytes
+                + POSTING_BYTES * len(self.postings)
                 + POSTING_ENTRY_BYTES * self.posted + FILLED_BYTES * len(self.filled)
                 + MEMO_ENTRY_BYTES * self.memo_entries + self.blocks_bytes)
 
@@ -156,12 +176,15 @@ class Corpus:
         return (sum(map(word_counts_bytes, self.words[a:b])) + numbers_bytes(self.sizes[a:b])
                 + numbers_bytes(self.lines_of[a:b]) + numbers_bytes(self.ids[a:b]))
 
-    def extend(self, docs: list) -> None:
-        """Append the analyses ``docs``: their counts, sizes and lines, and their words'
-        postings."""
+    def extend(self, docs: list, keys: list = ()) -> None:
+        """Append the analyses ``docs`` (``keys``: theirs): their counts, sizes and
+        lines, and their words' postings."""
         if not docs:
             return
         self.forget()
+        if keys:
+            self.keys += keys
+            self.keys_bytes += keys_bytes(keys)
         words = list(map(_WORDS, docs))
         d0 = len(self.words)
         self.ids += range(d0, d0 + len(words))
@@ -181,9 +204,11 @@ class Corpus:
         self.lines_of += lines
         self.size += sum(sizes)
         self.lines += sum(lines)
-        mark = self.mark
-        if any([a.index.vocabulary is not mark for a in docs]):
-            self.mark = None
+        # the vocabulary all are registered in: theirs, when it is this one's (or none yet)
+        mark = docs[0].index.vocabulary
+        if (d0 and self.mark is not mark) or any([a.index.vocabulary is not mark for a in docs]):
+            mark = None
+        self.mark = mark
 
     def _block(self, words: list, d0: int) -> None:
         """Keep ``words`` (exchanges ``d0``… of those posted per word) in blocks, each
@@ -234,8 +259,9 @@ class Corpus:
             self.sized_counted -= sum(map(len, words[keep:self.sized]))
             self.sized_size -= sum(self.sizes[keep:self.sized])
             self.sized = keep
-        del words[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
+        del words[keep:], self.keys[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
+        self.keys_bytes = keys_bytes(self.keys)
 
     def _cut_blocks(self, keep: int) -> None:
         """Blocks end at ``keep``: those past it dropped, the one across it shortened
@@ -274,17 +300,19 @@ class Corpus:
 
     def tf(self, forms) -> dict:
         """{exchange: count} of a term's ``forms`` (one word, or a tuple of them),
-        exchanges ascending; the same dict while the corpus is (never to be changed)."""
+        exchanges ascending; the same dict while the corpus is (never to be changed): one
+        word's is its posting (changed only with the corpus, which empties the memo)."""
         key = ("tf", forms if type(forms) is str else frozenset(forms))
         got = self.memo.get(key)
         if got is None:
-            got = self._keep(key, self._tf(forms))
+            if type(forms) is str:
+                got = self._keep(key, self.posting(forms), 1)
+            else:
+                got = self._keep(key, self._tf(forms))
             self.memo[id(got)] = got
         return got
 
-    def _tf(self, forms) -> dict:
-        if type(forms) is str:
-            return dict(self.posting(forms))
+    def _tf(self, forms: tuple) -> dict:
         got: dict = {}
         for f in forms:
             for d, c in self.posting(f).items():
@@ -302,15 +330,17 @@ class Corpus:
         key = (kind, id(tf))
         got = self.memo.get(key)
         if got is None:
-            got = self._keep(key, make(), named)
+            got = self._keep(key, make(), named=named)
         return got
 
-    def _keep(self, key, value, named: tuple = ()):
-        """``value`` kept under ``key``. A key naming counts by id (``named``) is kept only
-        with them: once the memo is emptied they may be freed and their ids reused by
-        other counts, which the key would then name."""
-        size = len(value) if type(value) in (dict, list) else 1
-        if self.memo_entries + size > MEMO_ENTRIES:
+    def _keep(self, key, value, size: int | None = None, named: tuple = ()):
+        """``value`` kept under ``key`` (``size``: the entries it adds, else its own). A
+        key naming counts by id (``named``) is kept only with them: once the memo is
+        emptied they may be freed and their ids reused by other counts, which the key
+        would then name."""
+        if size is None:
+            size = len(value) if type(value) in (dict, list) else 1
+        if self.memo_entries + size > max(MEMO_ENTRIES, MEMO_PER_EXCHANGE * len(self.words)):
             self.forget()       # its own counts with it: what a ranking holds is made anew
             if named:
                 return value
@@ -360,34 +390,56 @@ class Corpora:
 
     def shrink(self, to_bytes: int) -> None:
         """Drop corpora, the least recently used first, until ``held_bytes() <=
-        to_bytes``."""
+        to_bytes`` — their memos first (what rankings derived: made again in C passes,
+        where a corpus dropped is every exchange analysed again)."""
         kept = self.kept
+        if kept and self.held_bytes() > to_bytes:
+            for c in kept:
+                c.forget()
         while kept and self.held_bytes() > to_bytes:
             kept.pop(0)
 
-    def of(self, an: list, again: bool = False) -> Corpus:
-        """The corpus of the analyses ``an``: the kept one sharing most of its start
-        with them, cut where they part and extended by the rest; else a new one.
-        ``again``: ``an`` are the very analyses the last ranking found (docs.analyses,
-        nothing changed since), so its corpus, the last used, when still kept."""
-        if again and self.kept:
-            return self.kept[-1]
-        words = list(map(_WORDS, an))
+    def holding(self, keys: list) -> tuple:
+        """(the kept corpus whose exchanges' keys share the longest start with ``keys``,
+        that length), or (None, 0): those exchanges are the same (a key names an
+        exchange's bytes), so a ranking need not analyse them to find its corpus."""
         best, common = None, 0
         for c in reversed(self.kept):
-            got = shared(c.words, words)
+            got = shared(c.keys, keys)
             if got > common:
                 best, common = c, got
-                if got == len(c.words) == len(words):
+                if got == len(c.keys) == len(keys):
                     break
+        return best, common
+
+    def of(self, tail: list, keys: list, held: Corpus | None = None, common: int = 0) -> Corpus:
+        """The corpus of the exchanges of ``keys``: ``held``'s first ``common`` ones
+        (``holding``), then as many of the analyses ``tail`` (the rest's) as ``held``
+        has next (the same word counts, compared in C), it cut there and extended by
+        the others. Without ``held``: the kept corpus sharing most of its start with
+        ``tail`` by word counts, else a new one."""
+        words = list(map(_WORDS, tail))
+        best, same = held, common
+        if held is None:
+            for c in reversed(self.kept):
+                got = shared(c.words, words)
+                if got > same:
+                    best, same = c, got
+                    if got == len(c.words) == len(words):
+                        break
+        elif common < len(held.words):
+            same += shared(held.words[common:], words)
         if best is None:
             best = Corpus()
         else:
             self.kept.remove(best)
         if self.kept:
             self.kept[-1].forget()
-        best.cut(common)
-        best.extend(an[common:])
+        best.cut(same)
+        if same > common:       # the same exchanges under new keys
+            best.keys[common:same] = keys[common:same]
+            best.keys_bytes = keys_bytes(best.keys)
+        best.extend(tail[same - common:], keys[same:])
         self.kept.append(best)
         return best
 

@@ -1,7 +1,8 @@
 """A document's analysis and the isolate's cache of them (docs/design.md §6.1, §6.2):
 ``analyze`` (folded text, lines, a trailing question, an optional word index),
-``analyses`` (cached under ``doc_key``, bounded LRU), the lines' counts kept with an
-index as they are made."""
+``analyses`` (cached under ``doc_key``, bounded LRU; ``Held``: those a kept corpus
+holds, read only where a ranking reads one), the lines' counts kept with an index as
+they are made."""
 
 from __future__ import annotations
 
@@ -147,26 +148,17 @@ class Cache:
         self.entries: OrderedDict = OrderedDict()
         self.units = 0
         self.max_bytes = max_bytes
-        # the last indexed lookup that found every key ((keys, analyses)), while no entry
-        # was added, dropped or moved since (``analyses``: a turn between steps looks up
-        # the same keys again); ``reused``: whether the latest lookup was that one again
-        self.last: tuple | None = None
-        self.reused = False
 
     @property
     def bound(self) -> int:
         return self.max_bytes
 
     def held_bytes(self) -> int:
-        """Its entries' bytes, and the last lookup's two lists (their slots)."""
-        last = self.last
-        return self.units + (getsizeof(last[0]) + getsizeof(last[1]) if last else 0)
+        """Its entries' bytes."""
+        return self.units
 
     def shrink(self, to_bytes: int) -> None:
-        """Evict the least recently used until ``held_bytes() <= to_bytes`` (the last
-        lookup's lists first)."""
-        if self.last is not None and self.held_bytes() > to_bytes:
-            self.last = None
+        """Evict the least recently used until ``held_bytes() <= to_bytes``."""
         while self.units > to_bytes and self.entries:
             self.uncount(self.entries.popitem(last=False)[1])
 
@@ -176,14 +168,12 @@ class Cache:
         old = self.entries.pop(key, None)
         if old is not None:
             self.uncount(old)
-        self.last = None
         self.entries[key] = fresh
         self.units += fresh.weight
         if fresh.index is not None:
             fresh.index.cached = True
 
     def uncount(self, gone: Analysis) -> None:
-        self.last = None
         self.units -= gone.weight
         if gone.index is not None:
             gone.index.cached = False
@@ -204,7 +194,6 @@ class Cache:
                 a.index.cached = False
         self.entries.clear()
         self.units = 0
-        self.last = None
 
 
 CACHE = STATE.part("analyses", Cache)
@@ -214,26 +203,25 @@ def _usable(got, stems) -> bool:
     return got is not None and (stems is None or got.index is not None)
 
 
-def analyses(docs: Sequence, keys: Sequence | None, stems=None, former=None) -> list:
-    """Each document's analysis (indexed with ``stems``): from the cache (a steady turn:
-    one lookup each; between steps none: the last lookup's list, while the cache has
-    not changed since), else under its ``former(i)`` key (when others were found), else
-    made and kept under its key. The caller never changes the list."""
+def analyses(docs: Sequence, keys: Sequence | None, stems=None, former=None, start: int = 0) -> list:
+    """Each document's analysis (indexed with ``stems``), from ``start`` on: from the
+    cache (a steady turn: one lookup each), else under its ``former(i)`` key (when
+    others were found, or a kept corpus holds the first ``start``: no new isolate's
+    first turn, whose exchanges have no former key to find), else made and kept under
+    its key. The caller never changes the list."""
+    found = start > 0
+    if start:
+        docs, keys = _From(docs, start), keys[start:]
+        former = None if former is None else _shifted(former, start)
     if keys is None:
         return [analyze(docs[i], stems) for i in range(len(docs))]
-    last, CACHE.reused = CACHE.last, False
-    if stems is not None and last is not None and last[0] == keys:
-        CACHE.reused = True     # the same analyses, already last in the cache's order
-        return last[1]
     entries = CACHE.entries
     out = list(map(entries.get, keys))       # in C: a steady turn finds them all
     if None not in out and (stems is None or all(map(_INDEX, out))):
         deque(map(entries.move_to_end, keys), 0)
-        CACHE.last = (list(keys), out) if stems is not None else None
         return out
-    CACHE.last = None
     missing = [i for i, got in enumerate(out) if not _usable(got, stems)]
-    if len(missing) < len(out):
+    if len(missing) < len(out) or found:
         skip = set(missing)
         deque(map(entries.move_to_end, [k for i, k in enumerate(keys) if i not in skip]), 0)
         if former is not None:
@@ -253,6 +241,50 @@ def analyses(docs: Sequence, keys: Sequence | None, stems=None, former=None) -> 
     if missing:
         CACHE.evict()
     return out
+
+
+class _From(Sequence):
+    """``docs[start:]``, read in place."""
+    def __init__(self, docs: Sequence, start: int):
+        self._docs, self._start = docs, start
+
+    def __len__(self) -> int:
+        return len(self._docs) - self._start
+
+    def __getitem__(self, i):
+        return self._docs[self._start + i]
+
+
+def _shifted(former, start: int):
+    return lambda i: former(start + i)
+
+
+class Held(Sequence):
+    """A ranking's analyses when a kept corpus holds the first ``head`` exchanges' word
+    counts (docs/design.md §6.2: found by their keys): each of those is looked up, or
+    made and kept, only when the ranking reads it (a passage, a question), not every
+    turn; the others are ``tail``, found or made as ``analyses`` does."""
+
+    def __init__(self, docs: Sequence, keys: list, stems, head: int, tail: list):
+        self._docs, self._keys, self._stems, self._head, self._tail = docs, keys, stems, head, tail
+        self._read: dict = {}
+
+    def __len__(self) -> int:
+        return self._head + len(self._tail)
+
+    def __getitem__(self, i):
+        if type(i) is not int:
+            raise TypeError("Held takes an exchange's index")
+        if i < 0:
+            i += len(self)
+        if i >= self._head:
+            return self._tail[i - self._head]
+        if i < 0:
+            raise IndexError(i)
+        got = self._read.get(i)
+        if got is None:
+            got = self._read[i] = analyses(_From(self._docs, i), [self._keys[i]], self._stems)[0]
+        return got
 
 
 def _moved(old, key, out: list, i: int, stems) -> bool:

@@ -157,13 +157,13 @@ class Matcher:
 
     # -- the index ---------------------------------------------------------------
 
-    def pin(self, an: list, corpus) -> None:
-        """Fix each word term's forms for this ranking, once the indexes ``an`` (those of
-        ``corpus.Corpus``) are registered in the vocabulary (docs/design.md §6.2): the
-        forms the exchanges hold (the others count 0 in each of their lines)."""
+    def pin(self, corpus) -> None:
+        """Fix each word term's forms for this ranking, once the words of ``corpus``'s
+        exchanges are registered in the vocabulary (docs/design.md §6.2): the forms the
+        exchanges hold (the others count 0 in each of their lines)."""
         held = corpus.posting
         forms = {v: frozenset([f for f in fs if held(f)]) for v, fs in
-                 _pinned_forms([t.value for t in self.words], an, corpus, self._stems).items()}
+                 _pinned_forms([t.value for t in self.words], corpus, self._stems).items()}
         self._stems.pin(forms)
         self._forms = [(t, _one(forms.get(t.value, ()))) for t in self.words]
         self.every = frozenset(f for fs in forms.values() for f in fs)
@@ -222,20 +222,18 @@ def _one(forms) -> str | tuple:
     return fs[0] if len(fs) == 1 else fs
 
 
-def _pinned_forms(values: list, an: list, corpus, stems) -> dict:
-    """stem -> the words having it, among them every word of the indexes ``an`` that
-    has it: from the vocabulary once each index is registered there (one registered in
-    another vocabulary registers again; none is looked at when ``corpus`` knows they all
-    are); when this call's words alone overflow the vocabulary, from the indexes' own
-    words."""
+def _pinned_forms(values: list, corpus, stems) -> dict:
+    """stem -> the words having it, among them every word of ``corpus``'s exchanges
+    that has it: from the vocabulary once they are registered there (none is looked at
+    when the corpus knows they all are: its ``mark``; else each exchange's words
+    registered again, a C check where known); when this call's words alone overflow the
+    vocabulary, from the exchanges' own words."""
     stems.pin(None)
     for _ in range(2):
         vocabulary = stems.vocabulary
         if corpus.mark is not vocabulary.mark:
-            for a in an:
-                if a.index.vocabulary is not vocabulary.mark:
-                    stems.known(a.index.words)
-                    a.index.vocabulary = stems.vocabulary.mark
+            for words in corpus.words:
+                stems.known(words)
         if stems.vocabulary is vocabulary:
             corpus.mark = vocabulary.mark
             return {v: frozenset(stems.forms(v)) for v in values}

@@ -12,7 +12,7 @@ from typing import NamedTuple, Sequence
 from . import bm25
 from .analysis import Term, query_terms
 from .corpus import CORPORA, Corpus
-from .docs import CACHE, analyses
+from .docs import Held, analyses
 from .excerpt import quote
 from .match import Matcher
 from .passages import passages
@@ -78,9 +78,12 @@ def rank(query, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
     q = query if isinstance(query, Query) else prepare(query, scoring)
     if not q.terms or not docs or limit < 1:
         return []
-    an = analyses(docs, keys, q.stems if indexed else None, former)
-    corpus = (CORPORA.of(an, CACHE.reused) if keys is not None else Corpus(an)) if indexed else None
-    matcher = Matcher(_kept(q.terms, an, indexed), q.stems)
+    if indexed and keys is not None:
+        an, corpus = _kept_corpus(docs, keys, q.stems, former)
+    else:
+        an = analyses(docs, keys, q.stems if indexed else None, former)
+        corpus = Corpus(an) if indexed else None
+    matcher = Matcher(_kept(q.terms, an, corpus), q.stems)
     tfs = _tfs(matcher, an, corpus)
     scores, weights, held = _scores(matcher, tfs, an, scoring, corpus, limit)
     if keys is not None and indexed:
@@ -95,25 +98,50 @@ def rank(query, docs: Sequence, limit: int = 5, *, keys: Sequence | None = None,
     return out
 
 
-def _kept(terms: list, an: list, indexed: bool) -> list:
+def _kept_corpus(docs: Sequence, keys: list, stems, former) -> tuple:
+    """(the analyses, the corpus) of an indexed ranking with keys: the kept corpus whose
+    exchanges' keys start as ``keys`` do holds those exchanges (a key names an
+    exchange's bytes), so only the rest are analysed (looked up, or made) to extend it;
+    the ones it holds are read only where the ranking reads them (``docs.Held``)."""
+    held, common = CORPORA.holding(keys)
+    tail = analyses(docs, keys, stems, former, start=common)
+    return Held(docs, keys, stems, common, tail), CORPORA.of(tail, keys, held, common)
+
+
+def _kept(terms: list, an: Sequence, corpus: Corpus | None) -> list:
     """The terms a ranking keeps: the rarest ``MAX_TERMS`` words and ``MAX_CJK_TERMS``
-    bigrams (counted in a sample of the documents only when there are more)."""
+    bigrams (counted in a sample of the documents only when there are more: only those
+    read)."""
     words = [t for t in terms if t.kind == "w"]
     cjk = [t for t in terms if t.kind == "c"]
     if len(words) <= MAX_TERMS and len(cjk) <= MAX_CJK_TERMS:
         return words + cjk
-    units = [a.text for a in an]
-    return _rarest(words, units, MAX_TERMS) + _rarest(cjk, units, MAX_CJK_TERMS)
+    units, total = _Folded(an), corpus.size if corpus is not None else None
+    return _rarest(words, units, MAX_TERMS, total) + _rarest(cjk, units, MAX_CJK_TERMS, total)
 
 
-def _rarest(terms: list, texts: list, cap: int) -> list:
+class _Folded(Sequence):
+    """The analyses' folded texts, each read where asked."""
+    def __init__(self, an: Sequence):
+        self._an = an
+
+    def __len__(self) -> int:
+        return len(self._an)
+
+    def __getitem__(self, i):
+        return self._an[i].text
+
+
+def _rarest(terms: list, texts: Sequence, cap: int, total: int | None = None) -> list:
     """At most ``cap`` terms, the least frequent first (query order on ties), counted
-    with ``str.count`` in a sample of ``SAMPLE`` × ``cap`` code points of ``texts``."""
+    with ``str.count`` in a sample of ``SAMPLE`` × ``cap`` code points of ``texts``
+    (``total``: their code points, when known)."""
     if len(terms) <= cap:
         return terms
-    total = sum(map(len, texts))
+    if total is None:
+        total = sum(map(len, texts))
     size = max(SAMPLE_MIN, SAMPLE * cap // len(terms))
-    sample = "\n".join(texts[::max(1, -(-total // size))])
+    sample = "\n".join([texts[i] for i in range(0, len(texts), max(1, -(-total // size)))])
 
     def cf(t: Term) -> int:     # an estimate, not a match: a word term by its first 3-4 letters
         probe = t.value if t.kind == "c" else min(t.surfaces | {t.value[:3 if len(t.value) <= 5 else 4]},
@@ -127,7 +155,7 @@ def _tfs(matcher: Matcher, an: list, corpus: Corpus | None) -> dict:
     """{term: {exchange: count}}: from the corpus's postings (forms pinned first) or by
     a scan."""
     if corpus is not None:
-        matcher.pin(an, corpus)
+        matcher.pin(corpus)
         out = matcher.columns(corpus)
         for t in matcher.cjk:
             out[t] = {d: c for d, a in enumerate(an) if (c := a.text.count(t.value))}
@@ -169,7 +197,7 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     avg = (parts.size + sum(moved.values())) / n or 1.0
     weights = {t: bm25.idf(n, len(tf)) for t, tf in per_doc.items()}
     if moved:       # lengths this query changed: its own norms
-        norm = {d: bm25.norm(an[d].length + moved.get(d, 0), avg) for d in held}
+        norm = {d: bm25.norm(parts.sizes[d] + moved.get(d, 0), avg) for d in held}
         bases = [bm25.part(weights[t], norm, tf, n) for t, tf in per_doc.items()]
     else:
         bases = [parts.base(tf, weights[t]) for t, tf in per_doc.items()]
@@ -281,10 +309,11 @@ class _Parts:
     (``Corpus.kept``), made each time for a scan."""
 
     def __init__(self, an: list, corpus: Corpus | None):
-        self.an, self.corpus = an, corpus
+        self.corpus = corpus
         self.sizes = corpus.sizes if corpus is not None else [a.length for a in an]
         self.size = corpus.size if corpus is not None else sum(self.sizes)
-        self.lines = corpus.lines if corpus is not None else sum([a.lines for a in an])
+        self.lines_of = corpus.lines_of if corpus is not None else [a.lines for a in an]
+        self.lines = corpus.lines if corpus is not None else sum(self.lines_of)
         # the exchanges whose last line asks, ascending
         self.asking = corpus.asking if corpus is not None else [d for d, a in enumerate(an) if a.question]
 
@@ -331,8 +360,8 @@ class _Parts:
     def lines_held(self, tf: dict) -> int:
         """Its line frequency taken as ``min(count, lines)`` per exchange (a line seldom
         says a word twice)."""
-        an = self.an
-        return self._kept("lines", tf, lambda: sum(map(min, tf.values(), [an[d].lines for d in tf])))
+        lines = self.lines_of
+        return self._kept("lines", tf, lambda: sum(map(min, tf.values(), [lines[d] for d in tf])))
 
 
 def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) -> dict:
