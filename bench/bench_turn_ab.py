@@ -39,6 +39,9 @@ from bench_turn_chain import ASK as CHAIN_ASK, FROM, PLAIN, TURNS, chain_bodies 
 #: AB_SIZES (e.g. "200,800") runs fewer
 SIZES = tuple(int(x) for x in os.environ.get("AB_SIZES", "").split(",") if x) or (200, 800, 3000)
 ROUNDS = {200: 15, 800: 15, 3000: 5}
+#: AB_WINDOW (tokens, e.g. 32000): one window at every size, so that what grows is the
+#: history alone; else the benches' own, growing with it (max(32,000, 100 a exchange))
+WINDOW = int(os.environ.get("AB_WINDOW") or 0)
 #: (at 3,000 exchanges a session's turn is kept held once, its items as bytes: issue 45's
 #: seventh pass in bench/README.md; before it, no turn was kept there and every turn took the full path)
 CHAIN_SIZES = (200, 800, 3000)
@@ -137,7 +140,7 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     chained = ("steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain")
     med: dict = {}
     for n in SIZES:
-        budget = max(32000, 100 * n) - 1024 - 256
+        budget = (WINDOW or max(32000, 100 * n)) - 1024 - 256
         asked = roleplay_body(n)
         asked["messages"][-1]["content"] = ASK.format(n // 10)
         plain_raw = json.dumps(roleplay_body(n), ensure_ascii=False, separators=(",", ":")).encode()
@@ -181,8 +184,9 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
         for key, v in times.items():
             med[key + (n,)] = statistics.median(v) * 1000 if v else float("nan")
         gc.collect()
+    window = f"a {WINDOW:,}-token window at every size; " if WINDOW else ""
     print(f"steady turns, before / after in one run — {runtime} {sys.version.split()[0]} "
-          "(ms, medians of " + ", ".join(f"{ROUNDS[n]} rounds at {n:,}" for n in SIZES) + ", ABBA)")
+          f"({window}ms, medians of " + ", ".join(f"{ROUNDS[n]} rounds at {n:,}" for n in SIZES) + ", ABBA)")
     print("| turn | exchanges | before | after | after / before |")
     print("|---|---:|---:|---:|---:|")
     for row in rows:

@@ -48,6 +48,7 @@ import os, sys
 os.environ["AB_BEFORE_TREE"] = "/home/pyodide/before/multillm_edge"
 os.environ["AB_AFTER_TREE"] = "/home/pyodide/src/multillm_edge"
 os.environ["AB_SIZES"] = ${JSON.stringify(process.env.AB_SIZES || "")}
+os.environ["AB_WINDOW"] = ${JSON.stringify(process.env.AB_WINDOW || "")}
 sys.path.insert(0, "/home/pyodide/src"); sys.path.insert(0, "/home/pyodide/bench")
 import ${bench}
 ${bench}.main("Pyodide")

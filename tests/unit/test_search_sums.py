@@ -211,3 +211,27 @@ def test_the_best_among_the_kept_order_and_the_touched_are_the_best_of_all(data,
         scores[d] = data.draw(st.sampled_from([0.25, 1.0, 1.5, 3.0, 9.0]))
     order = ranker._best(sums, range(n), n)
     assert ranker._best_kept(scores, order, touched, k) == ranker._best(scores, range(n), k)
+
+
+def test_a_long_corpus_keeps_its_common_words_parts_between_rankings(monkeypatch):
+    """The memo's bound grows with the corpus (``MEMO_PER_EXCHANGE``): a ranking's lists
+    (norms, the common words' parts over exchanges and windows, their sums) are kept for
+    the next one, which makes only its new word's part. With the fixed bound alone
+    (here 64 entries, as 2^15 was for a 3,000-exchange chat) the memo is emptied by
+    every ranking and every part is made again."""
+    from multillm_edge.search import corpus as corpus_mod
+    docs = [[("user", f"the whales sing at port {i}"), ("assistant", f"whales, songs and port {i}")]
+            for i in range(60)]
+    keys = [("long corpus", i) for i in range(60)]
+    monkeypatch.setattr(corpus_mod, "MEMO_ENTRIES", 64)
+    made = []
+    real = bm25.part
+    monkeypatch.setattr(bm25, "part", lambda *a: made.append(1) or real(*a))
+    for per, again in ((corpus_mod.MEMO_PER_EXCHANGE, 2), (0, 5)):
+        monkeypatch.setattr(corpus_mod, "MEMO_PER_EXCHANGE", per)
+        STATE.reset()
+        ranker.rank("whales sing port 7", docs, 6, keys=keys, indexed=True, excerpts=False)
+        made.clear()
+        got = ranker.rank("whales sing port 9", docs, 6, keys=keys, indexed=True, excerpts=False)
+        assert got[0].doc == 9 and len(made) == again, (per, made)
+    STATE.reset()

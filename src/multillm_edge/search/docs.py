@@ -283,8 +283,19 @@ class Held(Sequence):
             raise IndexError(i)
         got = self._read.get(i)
         if got is None:
-            got = self._read[i] = analyses(_From(self._docs, i), [self._keys[i]], self._stems)[0]
+            key = self._keys[i]
+            got = CACHE.entries.get(key)
+            if got is not None and got.index is not None:
+                CACHE.entries.move_to_end(key)
+            else:
+                got = analyses(_From(self._docs, i), [key], self._stems)[0]
+            self._read[i] = got
         return got
+
+    def every(self) -> list:
+        """All of them, the held ones looked up at once (in C), else made: for a
+        ranking that reads every exchange's text (a CJK term's counts)."""
+        return analyses(self._docs, self._keys[:self._head], self._stems) + self._tail
 
 
 def _moved(old, key, out: list, i: int, stems) -> bool:

@@ -157,8 +157,9 @@ def _tfs(matcher: Matcher, an: list, corpus: Corpus | None) -> dict:
     if corpus is not None:
         matcher.pin(corpus)
         out = matcher.columns(corpus)
+        every = an.every() if matcher.cjk and type(an) is Held else an
         for t in matcher.cjk:
-            out[t] = {d: c for d, a in enumerate(an) if (c := a.text.count(t.value))}
+            out[t] = {d: c for d, a in enumerate(every) if (c := a.text.count(t.value))}
         return out
     out = {t: {} for t in matcher.terms}
     for d, a in enumerate(an):
