@@ -216,7 +216,7 @@ def test_the_best_among_the_kept_order_and_the_touched_are_the_best_of_all(data,
 def test_a_long_corpus_keeps_its_common_words_parts_between_rankings(monkeypatch):
     """The memo's bound grows with the corpus (``MEMO_PER_EXCHANGE``): a ranking's lists
     (norms, the common words' parts over exchanges and windows, their sums) are kept for
-    the next one, which makes only its new word's part. With the fixed bound alone
+    the next one, which makes only its new word's two. With the fixed bound alone
     (here 64 entries, as 2^15 was for a 3,000-exchange chat) the memo is emptied by
     every ranking and every part is made again."""
     from multillm_edge.search import corpus as corpus_mod

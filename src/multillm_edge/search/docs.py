@@ -273,6 +273,10 @@ class Held(Sequence):
         return self._head + len(self._tail)
 
     def __getitem__(self, i):
+        got = self._read.get(i)     # a passage reads its exchange's analysis a few times
+        return got if got is not None else self._find(i)
+
+    def _find(self, i):
         if type(i) is not int:
             raise TypeError("Held takes an exchange's index")
         if i < 0:
@@ -281,15 +285,13 @@ class Held(Sequence):
             return self._tail[i - self._head]
         if i < 0:
             raise IndexError(i)
-        got = self._read.get(i)
-        if got is None:
-            key = self._keys[i]
-            got = CACHE.entries.get(key)
-            if got is not None and got.index is not None:
-                CACHE.entries.move_to_end(key)
-            else:
-                got = analyses(_From(self._docs, i), [key], self._stems)[0]
-            self._read[i] = got
+        key = self._keys[i]
+        got = CACHE.entries.get(key)
+        if got is not None and got.index is not None:
+            CACHE.entries.move_to_end(key)
+        else:
+            got = analyses(_From(self._docs, i), [key], self._stems)[0]
+        self._read[i] = got
         return got
 
     def every(self) -> list:
