@@ -10,8 +10,10 @@ first turn the full path) and the turns from ``FROM`` on are timed, those betwee
 turn asked before, in any round (``bench_turn.new_words``, numbered by round).
 
 Beside them, in the same interleaved rounds: the first resumed turn (``bench_turn``'s
-"steady" rows) and a turn with and without recall in a new isolate (issue 45's third
-target). CPU time in CPython, wall-clock in Pyodide (no CPU clock there). Usage:
+"steady" rows), a turn with and without recall in a new isolate (issue 45's third
+target), and what of the plain steady turn is its body's compare with the kept one
+(``resume._shared``: every byte, in C — design §5.13 accepts a body only so), the part
+that grows with the history byte for byte. CPU time in CPython, wall-clock in Pyodide (no CPU clock there). Usage:
 ``python bench/bench_turn_chain.py`` or ``node bench/pyodide_bench.mjs bench_turn_chain``.
 """
 
@@ -29,9 +31,10 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import bench_turn as bt  # noqa: E402
+from multillm_edge.core import resume  # noqa: E402
 from multillm_edge.core.last_turns import LastTurns  # noqa: E402
 
-SIZES = (200, 800)
+SIZES = (200, 800, 3000)
 TURNS, FROM = 8, 3      # turns 0..7; 0 the full path, 1 the first resumed; timed from 3
 ROUNDS = 15
 ASK = b"\x01ASK\x01"      # the question's place in a chain's bodies (JSON-escaped, unique)
@@ -95,6 +98,27 @@ def first_resumed(n: int, recalling: bool, new: bool, clock):
     return run
 
 
+def compared(n: int, clock):
+    """The plain chain's compare of a steady turn's body with the session's kept one
+    (``resume._shared``), alone: the chain played up to ``FROM``, then the next body
+    compared."""
+    budget = max(32000, 100 * n) - 1024 - 256
+    bodies = [raw.replace(ASK, json.dumps(PLAIN).encode()) for raw in chain_bodies(n, False)]
+    figures = {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1}
+    memory = LastTurns()
+    for raw in bodies[:FROM + 1]:
+        bt.resumed_turn(raw, budget, figures, memory, False)
+    last, raw = memory.get(bt.KEY), bodies[FROM + 1]
+    assert resume._shared(last, raw) == len(last.groups) - 1     # all it can hold
+
+    def run() -> float:
+        gc.collect()
+        t0 = clock()
+        resume._shared(last, raw)
+        return clock() - t0
+    return run
+
+
 def isolate_turn(n: int, recalling: bool, clock):
     """The turn in a new isolate (no analysis, no stem made), with or without recall."""
     budget = max(32000, 100 * n) - 1024 - 256
@@ -118,6 +142,7 @@ ROWS = {
     "first resumed turn": lambda n, c: first_resumed(n, False, False, c),
     "steady turn, chain (3rd+ resumed)": lambda n, c: chain(n, False, c),
     "steady turn, chain, anchors": lambda n, c: chain(n, False, c, anchored=True),
+    "of which the body's compare": compared,
     "first resumed + recall, new words": lambda n, c: first_resumed(n, True, True, c),
     "steady + recall, new words, chain": lambda n, c: chain(n, True, c),
     "turn, new isolate": lambda n, c: isolate_turn(n, False, c),
@@ -137,11 +162,12 @@ def main(runtime: str = "CPython") -> int:
     load = f"; load at the end {os.getloadavg()[0]:.1f}" if runtime == "CPython" else ""
     print(f"steady turns in a chain — {runtime} {sys.version.split()[0]} (ms, {what}, medians of "
           f"{ROUNDS} interleaved rounds{load})")
-    print("| turn | " + " | ".join(f"{n:,}" for n in SIZES) + " | 800 / 200 |")
-    print("|---|" + "---:|" * (len(SIZES) + 1))
+    print("| turn | " + " | ".join(f"{n:,}" for n in SIZES) + " | "
+          + " | ".join(f"{n:,} / {SIZES[0]:,}" for n in SIZES[1:]) + " |")
+    print("|---|" + "---:|" * (2 * len(SIZES) - 1))
     for name in ROWS:
-        a, b = med[(name, SIZES[0])], med[(name, SIZES[-1])]
-        print(f"| {name} | " + " | ".join(f"{med[(name, n)]:.2f}" for n in SIZES) + f" | {b / a:.2f} |")
+        print(f"| {name} | " + " | ".join(f"{med[(name, n)]:.2f}" for n in SIZES) + " | "
+              + " | ".join(f"{med[(name, n)] / med[(name, SIZES[0])]:.2f}" for n in SIZES[1:]) + " |")
     for n in SIZES:
         print(f"| turn + recall, new isolate / turn, new isolate, {n:,} | "
               f"{med[('turn + recall, new isolate', n)] / med[('turn, new isolate', n)]:.2f} |")

@@ -51,6 +51,14 @@ def test_the_chain_times_turns_resumed_from_resumed_turns():
     assert any(fits[k] == fits[k - 1] for k in range(chain.FROM, len(fits)))
 
 
+def test_the_chain_bench_times_a_compare_of_every_kept_group():
+    """bench_turn_chain.py's "of which the body's compare" row compares a steady turn's
+    body with the session's kept one over every group the turn can resume."""
+    import time
+    import bench_turn_chain as chain
+    assert chain.compared(200, time.perf_counter)() > 0
+
+
 def test_the_first_recall_bench_wraps_steps_a_new_isolates_recall_takes():
     """bench/bench_first_recall.py times recall's steps by wrapping them by name: each
     is still there, and a new isolate's recalling turn goes through the index's ones."""
