@@ -52,6 +52,7 @@ EAGER = 64
 BLOCK = 128
 _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_KEYS, _OWN_WORDS = attrgetter("keys"), attrgetter("words")     # a corpus's
 _NONE: dict = {}                       # the posting of a word no exchange holds (never changed)
 
 # Bytes, estimated as CPython 3.11 (64-bit) allocates them, checked against tracemalloc
@@ -403,12 +404,18 @@ class Corpora:
         """(the kept corpus whose exchanges' keys share the longest start with ``keys``,
         that length), or (None, 0): those exchanges are the same (a key names an
         exchange's bytes), so a ranking need not analyse them to find its corpus."""
+        return self._sharing(_KEYS, keys)
+
+    def _sharing(self, of, items: list) -> tuple:
+        """(the kept corpus whose list ``of(corpus)`` shares the longest start with
+        ``items``, the most recently used first, that length), or (None, 0)."""
         best, common = None, 0
         for c in reversed(self.kept):
-            got = shared(c.keys, keys)
+            mine = of(c)
+            got = shared(mine, items)
             if got > common:
                 best, common = c, got
-                if got == len(c.keys) == len(keys):
+                if got == len(mine) == len(items):
                     break
         return best, common
 
@@ -421,12 +428,7 @@ class Corpora:
         words = list(map(_WORDS, tail))
         best, same = held, common
         if held is None:
-            for c in reversed(self.kept):
-                got = shared(c.words, words)
-                if got > same:
-                    best, same = c, got
-                    if got == len(c.words) == len(words):
-                        break
+            best, same = self._sharing(_OWN_WORDS, words)
         elif common < len(held.words):
             same += shared(held.words[common:], words)
         if best is None:
