@@ -76,7 +76,7 @@ def within_bounds() -> bool:
     return len(kept) <= corpus.CORPORA_KEPT and corpus.CORPORA.held_bytes() <= corpus.CORPORA.max_bytes and all(
         c.memo_entries <= max(corpus.MEMO_ENTRIES, corpus.MEMO_PER_EXCHANGE * len(c.words)) + 1
         and c.counted == sum(map(len, c.words))
-        and len(c.keys) == len(c.words) and c.keys_bytes >= corpus.keys_bytes(c.keys)
+        and len(c.keys) == len(c.words) and c.keys_bytes == corpus.keys_bytes(c.keys)
         and c.sized_counted == sum(map(len, c.words[:c.sized])) and c.sized_size == sum(c.sizes[:c.sized])
         and c.bound_bytes() >= c.held_bytes() == c._own_bytes() + sum(map(corpus.word_counts_bytes, c.words)) + sum(
             map(corpus.numbers_bytes, (c.sizes, c.lines_of, c.ids))) and c.ids == list(range(len(c.words)))

@@ -96,15 +96,17 @@ def word_counts_bytes(words: dict) -> int:
     return out + 34 * (n - sum(map(str.isascii, words))) + len(joined.encode("utf-8", "surrogatepass")) - len(joined)
 
 
-def keys_bytes(keys: list) -> int:
+def keys_bytes(keys: list, before: tuple | None = None) -> int:
     """Exchanges' keys (``docs.doc_key``: a page's SHA-256 and an offset): each one's
-    list slot, tuple and offset (an int past 256), and each page's string once (a
-    page's exchanges are consecutive; counted again where two slices meet, at most)."""
+    list slot, tuple and offset (an int past 256), and each page's string once, where
+    the key before it names another page (a page's exchanges are consecutive;
+    ``before``: the key before ``keys``, so that slices add up to the whole)."""
     if not keys:
         return 0
     pages = list(map(_FIRST, keys))
+    previous = [before[0] if before is not None else None] + pages[:-1]
     return ((8 + getsizeof(keys[0])) * len(keys) + numbers_bytes(list(map(_SECOND, keys)))
-            + getsizeof(pages[0]) * (1 + sum(map(ne, pages, pages[1:]))))
+            + getsizeof(pages[0]) * sum(map(ne, pages, previous)))
 
 
 def numbers_bytes(numbers: list) -> int:
@@ -184,8 +186,8 @@ class Corpus:
             return
         self.forget()
         if keys:
+            self.keys_bytes += keys_bytes(keys, self.keys[-1] if self.keys else None)
             self.keys += keys
-            self.keys_bytes += keys_bytes(keys)
         words = list(map(_WORDS, docs))
         d0 = len(self.words)
         self.ids += range(d0, d0 + len(words))
@@ -260,9 +262,9 @@ class Corpus:
             self.sized_counted -= sum(map(len, words[keep:self.sized]))
             self.sized_size -= sum(self.sizes[keep:self.sized])
             self.sized = keep
+        self.keys_bytes -= keys_bytes(self.keys[keep:], self.keys[keep - 1] if keep else None)
         del words[keep:], self.keys[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
-        self.keys_bytes = keys_bytes(self.keys)
 
     def _cut_blocks(self, keep: int) -> None:
         """Blocks end at ``keep``: those past it dropped, the one across it shortened
@@ -438,9 +440,10 @@ class Corpora:
         if self.kept:
             self.kept[-1].forget()
         best.cut(same)
-        if same > common:       # the same exchanges under new keys
+        if same > common:       # the same exchanges under new keys (none after them: cut)
+            before = keys[common - 1] if common else None
+            best.keys_bytes += keys_bytes(keys[common:same], before) - keys_bytes(best.keys[common:same], before)
             best.keys[common:same] = keys[common:same]
-            best.keys_bytes = keys_bytes(best.keys)
         best.extend(tail[same - common:], keys[same:])
         self.kept.append(best)
         return best
