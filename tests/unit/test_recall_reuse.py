@@ -78,10 +78,22 @@ def within_bounds() -> bool:
         and c.counted == sum(map(len, c.words))
         and len(c.keys) == len(c.words) and c.keys_bytes == corpus.keys_bytes(c.keys)
         and c.sized_counted == sum(map(len, c.words[:c.sized])) and c.sized_size == sum(c.sizes[:c.sized])
-        and c.bound_bytes() >= c.held_bytes() == c._own_bytes() + sum(map(corpus.word_counts_bytes, c.words)) + sum(
+        and c.bound_bytes() >= c.held_bytes() == c._own_bytes() + words_bytes(c) + sum(
             map(corpus.numbers_bytes, (c.sizes, c.lines_of, c.ids))) and c.ids == list(range(len(c.words)))
         and c.size == sum(c.sizes) and c.lines == sum(c.lines_of)
         and c.posted == sum(map(len, c.postings.values())) and postings_true(c) for c in kept)
+
+
+def words_bytes(c) -> int:
+    """Its word counts' bytes: a compacted exchange's table alone, its words once in
+    ``canon`` (their strings the corpus's own, counted there), another's with its words."""
+    if c.canon is not None:
+        assert c.compacted == len(c.words) and all(w is c.canon[w] for ws in c.words for w in ws)
+        assert c.canon_bytes == corpus.strings_bytes(c.canon)
+    else:
+        assert c.compacted == 0
+    return (sum(map(corpus.table_bytes, map(len, c.words[:c.compacted])))
+            + sum(map(corpus.word_counts_bytes, c.words[c.compacted:])))
 
 
 def postings_true(c) -> bool:
@@ -107,11 +119,12 @@ def blocks_true(c) -> bool:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start=st.lists(st.lists(exchange, min_size=0, max_size=30), min_size=3, max_size=3),
        turns=st.lists(turn, min_size=1, max_size=14), prompt_cache=st.booleans(),
-       budget=st.integers(900, 2500), eager=st.sampled_from([corpus.EAGER, 0, 3]))
-def test_a_plan_with_what_the_isolate_kept_is_the_plan_from_scratch(start, turns, prompt_cache, budget, eager):
+       budget=st.integers(900, 2500), eager=st.sampled_from([corpus.EAGER, 0, 3]), compact=st.booleans())
+def test_a_plan_with_what_the_isolate_kept_is_the_plan_from_scratch(start, turns, prompt_cache, budget, eager,
+                                                                   compact):
     sessions = [[list(ex), "Where did the whales sing, by the port?"] for ex in start]
     STATE.reset()
-    with posted_at_once_past(eager):
+    with posted_at_once_past(eager), compacted(compact):
         play_plans(sessions, turns, prompt_cache, budget)
 
 
@@ -127,6 +140,24 @@ def posted_at_once_past(eager: int):
         yield
     finally:
         corpus.EAGER, corpus.BLOCK = was
+
+
+@contextmanager
+def compacted(on: bool):
+    """When ``on``, every kept corpus compacted after each ranking, as the bound compacts
+    a long chat's (then extended, cut, found again: compacted as it goes)."""
+    trim = corpus.Corpora.trim
+
+    def compacting(self) -> None:
+        for c in self.kept:
+            c.compact()
+        trim(self)
+    if on:
+        corpus.Corpora.trim = compacting
+    try:
+        yield
+    finally:
+        corpus.Corpora.trim = trim
 
 
 def play_plans(sessions: list, turns: list, prompt_cache: bool, budget: int) -> None:
@@ -151,13 +182,13 @@ def ranked(docs: list, query: str, keyed: bool, scoring: Scoring) -> list:
 @given(start=st.lists(exchange, min_size=1, max_size=40), turns=st.lists(turn, min_size=1, max_size=20),
        scoring=st.sampled_from([Scoring(rerank=12), Scoring(), Scoring(window=0.0, lidf=False),
                                 Scoring(asked=False, passage=0.0), Scoring(stem=False, irregular=False)]),
-       eager=st.sampled_from([corpus.EAGER, 0, 3]))
-def test_every_hit_ranked_from_the_kept_corpus_is_the_hit_from_scratch(start, turns, scoring, eager):
+       eager=st.sampled_from([corpus.EAGER, 0, 3]), compact=st.booleans())
+def test_every_hit_ranked_from_the_kept_corpus_is_the_hit_from_scratch(start, turns, scoring, eager, compact):
     """The ranking alone, every hit of it, exchanges keyed by content as recall keys
     them (two sessions' equal exchanges share their analyses and may share a corpus)."""
     sessions = [[list(start), "whales"], [list(start[: len(start) // 2]), "port"], [[], "mill"]]
     STATE.reset()
-    with posted_at_once_past(eager):
+    with posted_at_once_past(eager), compacted(compact):
         rank_turns(sessions, turns, scoring)
 
 

@@ -85,12 +85,22 @@ _DICT_STR_BYTES = [dict_bytes(n, 16) for n in range(1024)]
 
 
 def word_counts_bytes(words: dict) -> int:
-    """An exchange's word counts: the dict and its words (an ASCII str is 41 bytes and
-    one a code point; another ~34 more and its code points' UTF-8 bytes past one),
-    counted in C."""
+    """An exchange's word counts: the dict (``table_bytes``) and its words' strings
+    (``strings_bytes``)."""
+    return table_bytes(len(words)) + strings_bytes(words)
+
+
+def table_bytes(n: int) -> int:
+    """A word-count dict of ``n`` entries, its words aside."""
+    return _DICT_STR_BYTES[n] if n < 1024 else dict_bytes(n, 16)
+
+
+def strings_bytes(words) -> int:
+    """Words' strings (an ASCII str is 41 bytes and one a code point; another ~34 more
+    and its code points' UTF-8 bytes past one), counted in C."""
     n = len(words)
     joined = "".join(words)
-    out = (_DICT_STR_BYTES[n] if n < 1024 else dict_bytes(n, 16)) + 41 * n + len(joined)
+    out = 41 * n + len(joined)
     if joined.isascii():
         return out
     return out + 34 * (n - sum(map(str.isascii, words))) + len(joined.encode("utf-8", "surrogatepass")) - len(joined)
@@ -117,7 +127,8 @@ def numbers_bytes(numbers: list) -> int:
 class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
     __slots__ = ("words", "keys", "keys_bytes", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
-                 "postings", "posted", "lazy", "filled", "blocks", "blocks_bytes", "mark", "memo", "memo_entries")
+                 "postings", "posted", "lazy", "filled", "blocks", "blocks_bytes", "mark", "memo", "memo_entries",
+                 "canon", "canon_bytes", "compacted")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
@@ -141,6 +152,9 @@ class Corpus:
         self.mark = None    # the vocabulary every exchange is registered in, when known
         self.memo: dict = {}    # what a ranking derived from it alone (``kept``), until it changes
         self.memo_entries = 0
+        self.canon: dict | None = None  # word -> its one string, once compacted (``compact``)
+        self.canon_bytes = 0    # those strings' bytes
+        self.compacted = 0      # exchanges 0..compacted-1 hold their words from ``canon``
         self.extend(docs)
 
     def held_bytes(self) -> int:
@@ -172,12 +186,48 @@ class Corpus:
         return (CORPUS_BYTES + EXCHANGE_BYTES * len(self.words) + self.keys_bytes
                 + POSTING_BYTES * len(self.postings)
                 + POSTING_ENTRY_BYTES * self.posted + FILLED_BYTES * len(self.filled)
-                + MEMO_ENTRY_BYTES * self.memo_entries + self.blocks_bytes)
+                + MEMO_ENTRY_BYTES * self.memo_entries + self.blocks_bytes
+                + (dict_bytes(len(self.canon), 16) + self.canon_bytes if self.canon is not None else 0))
 
     def _exchanges_bytes(self, a: int, b: int) -> int:
-        """Exchanges ``a:b``'s word counts and numbers."""
-        return (sum(map(word_counts_bytes, self.words[a:b])) + numbers_bytes(self.sizes[a:b])
-                + numbers_bytes(self.lines_of[a:b]) + numbers_bytes(self.ids[a:b]))
+        """Exchanges ``a:b``'s word counts (a compacted one's table alone: its words are
+        ``canon``'s) and numbers."""
+        c = min(max(a, self.compacted), b)
+        words = self.words
+        return (sum(map(table_bytes, map(len, words[a:c]))) + sum(map(word_counts_bytes, words[c:b]))
+                + numbers_bytes(self.sizes[a:b]) + numbers_bytes(self.lines_of[a:b]) + numbers_bytes(self.ids[a:b]))
+
+    def compact(self) -> None:
+        """Hold every exchange's word counts with one string per distinct word, the
+        corpus's own (``canon``), not the analyses' split's (one per exchange and word:
+        half a long chat's corpus, docs/design.md §6.2); the blocks' sets and the
+        postings' words with them. Once compacted, a corpus compacts what it is extended
+        by (O(the new words)). The same counts: nothing a ranking reads changes."""
+        a, n = self.compacted, len(self.words)
+        if a >= n:
+            return
+        sized = min(self.sized, n)
+        if a < sized:
+            self.words_bytes -= self._exchanges_bytes(a, sized)
+        if self.canon is None:
+            self.canon = {}
+        self.words[a:] = list(map(self._canonical, self.words[a:]))
+        self.compacted = n
+        if a < sized:
+            self.words_bytes += self._exchanges_bytes(a, sized)
+        canon, words = self.canon, self.words
+        self.postings = {canon.get(w, w): p for w, p in self.postings.items()}
+        self.blocks = [(f, e, set().union(*words[f:e])) for f, e, _ in self.blocks]
+        self.blocks_bytes = sum([getsizeof(held) + BLOCK_BYTES for _, _, held in self.blocks])
+
+    def _canonical(self, counts: dict) -> dict:
+        """``counts`` keyed by the corpus's own string of each word (new ones kept)."""
+        canon = self.canon
+        new = counts.keys() - canon.keys()
+        if new:
+            canon.update(zip(new, new))
+            self.canon_bytes += strings_bytes(new)
+        return dict(zip(map(canon.__getitem__, counts), counts.values()))
 
     def extend(self, docs: list, keys: list = ()) -> None:
         """Append the analyses ``docs`` (``keys``: theirs): their counts, sizes and
@@ -189,6 +239,8 @@ class Corpus:
             self.keys_bytes += keys_bytes(keys, self.keys[-1] if self.keys else None)
             self.keys += keys
         words = list(map(_WORDS, docs))
+        if self.canon is not None:
+            words = list(map(self._canonical, words))
         d0 = len(self.words)
         self.ids += range(d0, d0 + len(words))
         if self.lazy == d0 and len(words) > EAGER:     # none posted one by one: all per word
@@ -202,6 +254,8 @@ class Corpus:
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
         self.asking += [d for d, a in enumerate(docs, d0) if a.question]
         self.words += words
+        if self.canon is not None:
+            self.compacted = len(self.words)
         self.counted += sum(map(len, words))
         self.sizes += sizes
         self.lines_of += lines
@@ -262,6 +316,7 @@ class Corpus:
             self.sized_counted -= sum(map(len, words[keep:self.sized]))
             self.sized_size -= sum(self.sizes[keep:self.sized])
             self.sized = keep
+        self.compacted = min(self.compacted, keep)
         self.keys_bytes -= keys_bytes(self.keys[keep:], self.keys[keep - 1] if keep else None)
         del words[keep:], self.keys[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
@@ -393,9 +448,13 @@ class Corpora:
 
     def shrink(self, to_bytes: int) -> None:
         """Drop corpora, the least recently used first, until ``held_bytes() <=
-        to_bytes`` — their memos first (what rankings derived: made again in C passes,
-        where a corpus dropped is every exchange analysed again)."""
+        to_bytes`` — each compacted first (``Corpus.compact``: the same counts in about
+        half the bytes), then their memos emptied (what rankings derived: made again in
+        C passes, where a corpus dropped is every exchange analysed again)."""
         kept = self.kept
+        if kept and self.held_bytes() > to_bytes:
+            for c in kept:
+                c.compact()
         if kept and self.held_bytes() > to_bytes:
             for c in kept:
                 c.forget()
