@@ -649,15 +649,18 @@ def _with_client_breakpoints(fmt, body, where: list) -> dict:
     return body
 
 
-def _anchor_differences(fmt, client: list, sent: list) -> list:
+def _anchor_differences(fmt, client: list, sent: list, pages: list) -> list:
     """The client's items the plan sends with a breakpoint added (and nothing else).
     By identity: the plan sends the client's own objects where it changes nothing, and a
-    paged item equal to a sent one (a repeated message that carries the client's own
-    breakpoint) is not one the plan changed."""
+    paged item (a page holds the client's own objects) is not sent at all, even when
+    equal to one sent (a repeated message: the client's own breakpoint, or the anchor
+    the plan added to the later one)."""
     blocks = formats.get(fmt).ANCHOR_BLOCKS
     ids = {id(c) for c in client}
+    paged = {id(it) for p in pages for it in p.items}
     made = [s for s in sent if id(s) not in ids]
-    return [c for c in client if not any(c is s for s in sent) and breakpoints.anchored(c, blocks) in made]
+    return [c for c in client if id(c) not in paged and not any(c is s for s in sent)
+            and breakpoints.anchored(c, blocks) in made]
 
 
 @SETTINGS
@@ -690,7 +693,7 @@ def test_anchors_stay_within_four_change_only_cache_control_and_never_reach_a_pa
     if fmt == "chat":                                        # without the setting: none added
         assert breakpoints.count(plain.encoded()) <= theirs
     kept = [it for it in plan.body["messages"] if not is_recall(it)]
-    changed = _anchor_differences(fmt, items, kept)
+    changed = _anchor_differences(fmt, items, kept, plan.pages)
     assert len(changed) <= 1                                # one message, by cache_control only
     # the stable prefix's last message: before recall's, else the request's last (§5.7)
     end = truth_latest_start(items, fmt) - 1 if recalling or "cache_control" in body else -1
