@@ -46,7 +46,7 @@ def scaled(prep, budget, max_page_bytes, rule, query, anch=None, floor: bool = F
     least = paging._recall_room(budget) // recall.MAX_MOMENTS if floor else 0
     room = min(paging._recall_room(budget), budget - plan.size,
                max(least, int(LINE * budget) - added(prep)))
-    moments = recall.choose(query, paging._paged_exchanges(prep, plan.fit), room, paging._recall_size)
+    moments = recall.choose(query, paging._paged_exchanges(prep, plan.fit), None, room, paging._recall_size)
     if moments:
         paging._quote(prep, plan, moments)
     return plan

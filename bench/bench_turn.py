@@ -253,7 +253,7 @@ def recall_ranking(raw: bytes, budget: int, page_id_for) -> dict:
         elif how == "grown" and CORPORA.kept:     # its last exchange appended again
             CORPORA.kept[-1].cut(len(paged) - 1)
         query = f"*frowns* Port {next(asked) % len(paged)} again? What did the whales sing there?"
-        recall.choose(query, paged, recall.MAX_BYTES, paging._recall_size)
+        recall.choose(query, paged, None, recall.MAX_BYTES, paging._recall_size)
     return {f"recall ranking, {how}": partial(choose, how) for how in ("first", "grown", "steady")}
 
 
@@ -370,7 +370,7 @@ def corpus_memory(runtime: str) -> None:
         if tracemalloc:
             tracemalloc.start()
         for q in ("*frowns* Port 7 again? What did the whales sing there?", "The thunder and the velvet, captain?"):
-            recall.choose(q, paged, recall.MAX_BYTES, paging._recall_size)
+            recall.choose(q, paged, None, recall.MAX_BYTES, paging._recall_size)
         held = CORPORA.held_bytes()
         made = freed = None
         if tracemalloc:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from multillm_edge import formats
 from multillm_edge.formats import breakpoints
 from multillm_edge.base.errors import EdgeError
-from multillm_edge.core import compaction, last_turns, paging, prepared, resume, validation
+from multillm_edge.core import compaction, last_turns, paging, prepared, recall, resume, validation
 from multillm_edge.core.config import MAX_PAGE_BYTES
 from multillm_edge.core.last_turns import LastTurns
 from multillm_edge.core.pages import PageSigner, canonical_bytes
@@ -357,6 +357,33 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
     assert not kept.holed and kept.items == s.items
 
 
+def test_a_body_differing_at_a_pieces_edge_shares_only_the_groups_before():
+    """The pieces (block pages' bodies) compare the next body (§5.13): a body whose last
+    byte inside a piece differs, or that ends right there (no comma after it), shares
+    the groups before that piece's last one, not the piece; the same body whole shares
+    every group but the last."""
+    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
+    memory, s = LastTurns(max_bytes=350_000), Session("chat", True, "compact", caps)
+    for i in range(60):
+        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+    s.items.append(user("chat", "hello"))
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
+    resume.keep(memory, KEY, raw, body, prior)
+    kept = memory.get(KEY)
+    assert len(kept.pieces) > 1
+    s.items += [reply("chat", "*nods*"), user("chat", "and now?")]
+    raw = s.raw()
+    assert resume._shared(kept, raw) == len(kept.groups) - 1
+    for k, comma in enumerate(kept.piece_comma):
+        assert raw[comma:comma + 1] == b","
+        flipped = raw[:comma - 1] + bytes([raw[comma - 1] ^ 1]) + raw[comma:]
+        assert resume._shared(kept, flipped) == kept.piece_end[k] - 1, k
+        assert resume._shared(kept, raw[:comma]) == kept.piece_end[k] - 1, k
+        assert resume._shared(kept, raw[:comma] + b"]") == kept.piece_end[k] - 1, k
+
+
 def test_a_turn_without_paging_after_one_held_once_sends_the_history_the_full_path_does(monkeypatch):
     """Held once, a kept turn's items inside block pages are holes (§5.13). The
     session's next turn drops paging (no capability): it fits, and goes as received
@@ -394,6 +421,34 @@ def test_a_steady_session_reuses_its_history():
             caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_recall"]}
             # (a Messages history starts with one exchange: nothing to share before the second)
             assert run_sequence(fmt, first, "compact", caps, ops, [700], options) == 6 - (fmt == "messages")
+
+
+def test_a_steady_recalling_turn_ranks_with_the_keys_the_last_turn_kept(monkeypatch):
+    """Between steps a turn pages what the last one paged: recall takes that turn's
+    paged exchanges and their keys' list as they were (no key made again), and answers
+    as the full path."""
+    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache",
+                             "multillm_context_recall"]}
+    memory, s = LastTurns(), Session("chat", True, "compact", caps)
+    for i in range(60):
+        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+    seen, rank = [], recall.rank
+    monkeypatch.setattr(recall, "rank", lambda *a, **k: seen.append(k["keys"]) or rank(*a, **k))
+    fits = []
+    for turn in range(4):
+        s.items.append(user("chat", f"Where did the whales sing, by port {turn}?"))
+        raw = s.raw()
+        body, prior = resume.parse_request(memory, KEY, "chat", raw)
+        (plan,) = paging.plan_candidates("chat", body, [12000], IDS, prior=prior, prompt_cache=True,
+                                         recalling=True)
+        (full,) = paging.plan_candidates("chat", json.loads(raw), [12000], IDS, prompt_cache=True,
+                                         recalling=True)
+        assert plan.encoded("m") == full.encoded("m")
+        fits.append(plan.fit.k)
+        resume.keep(memory, KEY, raw, body, prior)
+        s.items.append(reply("chat", "*nods*"))
+    steady = [t for t in range(1, 4) if fits[t] == fits[t - 1]]
+    assert steady and all(seen[2 * t] is seen[2 * t - 2] for t in steady)
 
 
 def test_a_resumed_turn_counts_the_breakpoints_of_the_groups_it_reuses():

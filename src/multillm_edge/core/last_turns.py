@@ -245,12 +245,13 @@ _PAGED_ALONE = itemgetter(4)
 
 def _walk_bytes(walk) -> int:
     """A walk to a fit (core/paging.Walk: its tuples and pageable groups' list), or the
-    exchanges a fit pages, kept for recall (``(pageable, [recall.Paged])``: each one's
-    own objects and its items' list slots, its view of its block page's body). A
-    Paged's page is the entry's own page (the same object), counted there."""
+    exchanges a fit pages, kept for recall (``(pageable, [recall.Paged], their keys)``:
+    each one's own objects and its items' list slots, its view of its block page's
+    body, its key's list slot — the key is the Paged's). A Paged's page is the entry's
+    own page (the same object), counted there."""
     if type(walk) is tuple:
-        pageable, paged = walk
-        return (400 + 40 * len(pageable) + _PER_PAGED * len(paged)
+        pageable, paged, _ = walk
+        return (400 + 40 * len(pageable) + (_PER_PAGED + _P) * len(paged)
                 + _P * sum(map(len, filter(None, map(_PAGED_ITEMS, paged))))
                 + _VIEW * (len(paged) - list(map(_PAGED_ALONE, paged)).count(None)))
     runs = getattr(walk, "runs", None)

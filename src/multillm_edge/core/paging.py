@@ -475,7 +475,7 @@ def _plan_recalling(prep: Prepared, budget: int, max_page_bytes: int, rule: Bloc
     fit = _fit(prep, budget - reserve, rule)
     if not fit.k:
         return _plan(prep, budget, max_page_bytes, rule)
-    moments = recall.choose(query, _paged_kept(prep, fit), min(reserve, budget - fit.size),
+    moments = recall.choose(query, *_paged_kept(prep, fit), min(reserve, budget - fit.size),
                             _recall_size)
     if not moments:
         return _plan(prep, budget, max_page_bytes, rule)
@@ -501,26 +501,28 @@ def _plan_recalling_cached(prep: Prepared, budget: int, max_page_bytes: int, rul
     if plan.fit is None or not query:
         return plan
     room = min(_recall_room(budget), budget - plan.size)
-    moments = recall.choose(query, _paged_kept(prep, plan.fit), room, _recall_size)
+    moments = recall.choose(query, *_paged_kept(prep, plan.fit), room, _recall_size)
     if moments:
         _quote(prep, plan, moments)
     return plan
 
 
-def _paged_kept(prep: Prepared, fit: Fit) -> list:
-    """``_paged_exchanges(prep, fit)``, taken from the session's last turn when it paged
-    the same way (§5.13): the same positions and blocks, the same pageable groups up to
-    them, all reused (their items, bytes and pages are the last turn's)."""
+def _paged_kept(prep: Prepared, fit: Fit) -> tuple:
+    """(``_paged_exchanges(prep, fit)``, their keys), taken from the session's last turn
+    when it paged the same way (§5.13): the same positions and blocks, the same pageable
+    groups up to them, all reused (their items, bytes and pages are the last turn's; the
+    keys' list too, never changed: a steady turn makes none)."""
     key = ("paged", fit.k, tuple(fit.blocks))
     kept = prep.walked[0].get(key)
     pageable = prep.pageable
     if kept is not None and fit.k and pageable[fit.k - 1] < prep.walked[1] \
             and pageable[:fit.k] == kept[0][:fit.k]:
         prep.walks[key] = kept
-        return list(kept[1])
+        return list(kept[1]), kept[2]
     out = _paged_exchanges(prep, fit)
-    prep.walks[key] = (pageable, out)
-    return list(out)
+    keys = list(map(recall.KEY, out))
+    prep.walks[key] = (pageable, out, keys)
+    return list(out), keys
 
 
 def _paged_exchanges(prep: Prepared, fit: Fit) -> list:

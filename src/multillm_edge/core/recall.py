@@ -63,7 +63,7 @@ _INT = getsizeof(1 << 20) + 4
 _STARTS = STATE.part("exchange starts", lambda: Memo(STARTS_PAGES, STARTS_BYTES, _starts_size))
 
 
-_KEY = itemgetter(1)      # a Paged's key, in C
+KEY = itemgetter(1)       # a Paged's key, in C
 
 
 class Moment(NamedTuple):
@@ -125,15 +125,17 @@ def items_of(p: Paged) -> list:
     return p.page.items
 
 
-def choose(query: str, paged: list, room_bytes: int, size_of: Callable[[str], int]) -> list:
-    """The moments to recall (best first), ``size_of(text(moments))`` ≤ ``room_bytes``."""
+def choose(query: str, paged: list, keys: list | None, room_bytes: int, size_of: Callable[[str], int]) -> list:
+    """The moments to recall (best first), ``size_of(text(moments))`` ≤ ``room_bytes``;
+    ``keys``: the ``paged`` exchanges' keys when kept with them (else made)."""
     q = prepare(query, SCORING) if query else None     # analysed once: counted, then ranked
     terms = len(q.terms) if q else 0
     if terms < MIN_TERMS or not paged or room_bytes <= 0:
         return []
     floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
-    hits = rank(q, texts, RANKED, keys=list(map(_KEY, paged)), indexed=True, scoring=SCORING,
+    hits = rank(q, texts, RANKED, keys=keys if keys is not None else list(map(KEY, paged)), indexed=True,
+                scoring=SCORING,
                 excerpts=False, former=partial(_former_key, paged))
     out: list = []
     for hit in hits:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from itertools import accumulate, repeat
-from operator import add, and_, eq, getitem, itemgetter, sub
+from operator import add, and_, getitem, itemgetter, sub
 from sys import getsizeof
 
 from .. import formats as _formats
@@ -159,10 +159,12 @@ def _shared(last: LastTurn, raw: bytes) -> int:
         return 0
     pieces, end, comma = last.pieces, last.piece_end, last.piece_comma
     if pieces:
-        # each piece's bytes in raw, bracketed as the piece is: a copy, then one compare
-        # of two aligned buffers (wasm compares unaligned ones ~3.5x slower, byte by byte)
+        # each piece's bytes in raw after its "[": a copy, then one compare of two
+        # aligned buffers (wasm compares unaligned ones ~3.5x slower, byte by byte); all
+        # but the piece's "]", which raw holds as a comma, checked beside (a raw too short
+        # for a piece has none there)
         mv = memoryview(raw)
-        same = list(map(and_, map(eq, pieces, map(b"[%b]".__mod__, map(mv.__getitem__, map(slice, last.piece_at, comma)))),
+        same = list(map(and_, map(bytes.startswith, pieces, map(b"[".__add__, map(mv.__getitem__, map(slice, last.piece_at, comma)))),
                         map(raw.startswith, repeat(b","), comma)))
         if False in same:
             k = same.index(False)
@@ -377,14 +379,14 @@ def _hole_items(entry: LastTurn, prep, spans: list, reused: int) -> None:
 
 
 def _paged_without_items(entry: LastTurn, last: LastTurn | None) -> int:
-    """Recall's walks (``(pageable, [recall.Paged])``) without the items of the exchanges
+    """Recall's walks (``(pageable, [recall.Paged], their keys)``) without the items of the exchanges
     inside block pages (their bytes are there: ``recall.items_of``), unless the last
     turn, held once, let them go already → the bytes that frees."""
     freed, counted = 0, entry.walk_bytes
     for key, w in entry.walks.items():
         if type(w) is not tuple or (last is not None and last.pieces and last.walks.get(key) is w):
             continue
-        slim = (w[0], [p if p.alone is None or p.items is None else p._replace(items=None) for p in w[1]])
+        slim = (w[0], [p if p.alone is None or p.items is None else p._replace(items=None) for p in w[1]], w[2])
         entry.walks[key] = slim
         now = last_turns._walk_bytes(slim)
         freed += counted[key] - now

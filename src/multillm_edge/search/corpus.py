@@ -413,9 +413,10 @@ class Corpus:
 
 
 def shared(old: list, new: list) -> int:
-    """How many leading items ``old`` and ``new`` have in common (compared in C)."""
+    """How many leading items ``old`` and ``new`` have in common (compared in C; the
+    shorter whole, not a copy: a steady turn's keys are all in common)."""
     n = min(len(old), len(new))
-    if old[:n] == new[:n]:
+    if (old == new[:n]) if len(old) == n else (old[:n] == new):
         return n
     lo, hi = 0, n       # old[:lo] == new[:lo], old[:hi] != new[:hi]
     while hi - lo > 1:
