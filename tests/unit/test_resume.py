@@ -319,22 +319,35 @@ def test_turns_resumed_over_block_pages_answer_as_the_full_path(fmt, style, ops,
                       "anchors": anchors, "forget": forget}, 60, event)
 
 
+def port_session(max_bytes: int) -> tuple:
+    """(a LastTurns of ``max_bytes``, a 60-exchange chat session under the prompt cache)."""
+    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
+    memory, s = LastTurns(max_bytes=max_bytes), Session("chat", True, "compact", caps)
+    for i in range(60):
+        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+    return memory, s
+
+
+def kept_turn(memory: LastTurns, s: Session, text: str) -> tuple:
+    """The session's next turn asking ``text`` (resumed where it can be), planned with
+    recall on a 4,000-byte budget and kept: (its raw body, its Prior)."""
+    s.items.append(user("chat", text))
+    raw = s.raw()
+    body, prior = resume.parse_request(memory, KEY, "chat", raw)
+    paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
+    resume.keep(memory, KEY, raw, body, prior)
+    return raw, prior
+
+
 def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
     """When it would not fit whole (here: a bound it overflows), their bytes are the
     block pages' (the pages' bodies compare the next body), and the body is kept only
     past the verified groups: the history is held once, not three times (body, groups'
     bytes, block pages), and each next turn still reuses all it shares."""
-    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
-    memory, s = LastTurns(max_bytes=350_000), Session("chat", True, "compact", caps)
-    for i in range(60):
-        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+    memory, s = port_session(350_000)
     for turn in range(3):
-        s.items.append(user("chat", f"hello {turn}"))
-        raw = s.raw()
-        body, prior = resume.parse_request(memory, KEY, "chat", raw)
-        paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
+        raw, prior = kept_turn(memory, s, f"hello {turn}")
         assert prior.reused == (len(prior.prep.groups) - 2 if turn else 0)
-        resume.keep(memory, KEY, raw, body, prior)
         kept = memory.get(KEY)
         inside = [g for a, b in kept.blocks for g in range(a, b + 1)]
         assert inside and all(kept.group_raw[g] is None for g in inside)
@@ -347,11 +360,7 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
         s.items.append(reply("chat", f"*nods* {turn}"))
     # with room, the next turn keeps it whole again: one aligned compare, all its bytes
     memory.max_bytes = 1 << 30
-    s.items.append(user("chat", "and now?"))
-    raw = s.raw()
-    body, prior = resume.parse_request(memory, KEY, "chat", raw)
-    paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
-    resume.keep(memory, KEY, raw, body, prior)
+    raw, prior = kept_turn(memory, s, "and now?")
     kept = memory.get(KEY)
     assert prior.used and not kept.pieces and kept.raw == raw and None not in kept.group_raw
     assert not kept.holed and kept.items == s.items
@@ -362,15 +371,8 @@ def test_a_body_differing_at_a_pieces_edge_shares_only_the_groups_before():
     byte inside a piece differs, or that ends right there (no comma after it), shares
     the groups before that piece's last one, not the piece; the same body whole shares
     every group but the last."""
-    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
-    memory, s = LastTurns(max_bytes=350_000), Session("chat", True, "compact", caps)
-    for i in range(60):
-        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
-    s.items.append(user("chat", "hello"))
-    raw = s.raw()
-    body, prior = resume.parse_request(memory, KEY, "chat", raw)
-    paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
-    resume.keep(memory, KEY, raw, body, prior)
+    memory, s = port_session(350_000)
+    kept_turn(memory, s, "hello")
     kept = memory.get(KEY)
     assert len(kept.pieces) > 1
     s.items += [reply("chat", "*nods*"), user("chat", "and now?")]
