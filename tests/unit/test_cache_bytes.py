@@ -8,10 +8,13 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import re
 import tracemalloc
 import types
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from multillm_edge.core import last_turns, paging, recall, resume
 from multillm_edge.core.last_turns import LastTurns
@@ -181,6 +184,48 @@ def test_an_emoji_in_every_message_is_counted_at_4_bytes_a_character():
     calibration), which only makes the budget cautious."""
     held, claimed = held_and_claimed(lambda: chat(lambda i: f"*leans* Port {i}, «captain» 🌙 " * 20, 300))
     assert 0.95 * held <= claimed <= 1.35 * held, (claimed, held)
+
+
+_UCS4 = re.compile(rb"[\xf0-\xf4]").search
+_UCS2 = re.compile(rb"[\xc4-\xef]").search     # a character past U+00FF
+
+
+def wide(g: bytes) -> int:
+    """``last_turns._wides``' reading, one group at a time (as the edge counted it before
+    the count was mapped over the groups)."""
+    if g.isascii() or not (_UCS4(g) or _UCS2(g)):
+        return 0
+    n = len(g)
+    ascii_chars = max(0, len(g.translate(None, bytes(range(128, 256)))) - 4 * g.count(b'"'))
+    three = n - len(g.translate(None, bytes(range(0xE0, 0xF0))))
+    if not _UCS4(g):
+        return ascii_chars - three
+    return 3 * ascii_chars + 2 * (n - len(g.translate(None, bytes(range(0xC2, 0xE0))))) + three
+
+
+_texts = st.text(alphabet=st.sampled_from(list('ab"{}:,\\ 0\néÿß—夜ЖĀ🌙')), max_size=40).map(str.encode)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_texts, st.binary(max_size=24)), max_size=8))
+def test_each_groups_wide_characters_are_counted_as_one_by_one(groups):
+    assert last_turns._wides(groups) == [wide(g) for g in groups]
+
+
+def test_a_history_is_counted_a_run_of_groups_at_a_time(monkeypatch):
+    """A full path counts its whole history's items without joining it whole (a copy of
+    the history beside the request's: a large body's peak, §7.2): runs of at most
+    ``COUNT_CHUNK`` bytes (or one group), adding up to about the whole's count."""
+    groups = [json.dumps([{"role": "user", "content": f"*leans* Port {i}, «captain» 🌙 " * (1 + i % 9)}],
+                         ensure_ascii=False).encode() for i in range(400)]
+    whole = last_turns.group_sizes(groups, (), 0)
+    joined, count = [], last_turns.items_bytes
+    monkeypatch.setattr(last_turns, "items_bytes", lambda raw, n: joined.append(len(raw)) or count(raw, n))
+    monkeypatch.setattr(last_turns, "COUNT_CHUNK", 4096)
+    runs = last_turns.group_sizes(groups, (), 0)
+    assert len(joined) > 10 and max(joined) <= 4096 + max(map(len, groups))
+    assert sum(joined) == sum(map(len, groups))
+    assert all(abs(a - b) <= 0.01 * b for a, b in zip(runs, whole))
 
 
 @pytest.mark.parametrize("once", [False, True], ids=["whole", "held once"])

@@ -319,12 +319,14 @@ def test_turns_resumed_over_block_pages_answer_as_the_full_path(fmt, style, ops,
                       "anchors": anchors, "forget": forget}, 60, event)
 
 
-def port_session(max_bytes: int) -> tuple:
-    """(a LastTurns of ``max_bytes``, a 60-exchange chat session under the prompt cache)."""
+def port_session(max_bytes: int, scale: int = 1) -> tuple:
+    """(a LastTurns of ``max_bytes``, a 60-exchange chat session under the prompt cache,
+    its messages ``scale`` times as long)."""
     caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache"]}
     memory, s = LastTurns(max_bytes=max_bytes), Session("chat", True, "compact", caps)
     for i in range(60):
-        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+        s.items += [user("chat", f"*leans* Port {i}? " * 8 * scale),
+                    reply("chat", f"*Mira smiles* Port {i}. " * 12 * scale)]
     return memory, s
 
 
@@ -364,6 +366,27 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
     kept = memory.get(KEY)
     assert prior.used and not kept.pieces and kept.raw == raw and None not in kept.group_raw
     assert not kept.holed and kept.items == s.items
+
+
+def test_a_session_whose_body_and_group_bytes_pass_the_share_is_kept_held_once(monkeypatch):
+    """Held once (§5.13), an entry holds its body's bytes about once, not the body and
+    its groups' bytes: a turn whose body and groups' bytes together pass a session's
+    share, but whose entry held once fits it, is counted and kept, and the next turn
+    resumes from it (refused before it was counted: every turn of a 4,500-exchange
+    chat took the full path, bench/README.md)."""
+    with monkeypatch.context() as m:        # what it holds once, with room for it whole
+        m.setattr(resume, "_holds_once", lambda *_: True)
+        memory, s = port_session(1 << 30, scale=12)
+        raw, prior = kept_turn(memory, s, "hello")
+        once, both = memory.get(KEY).cost, len(raw) + prior.prep.sum_inner
+    assert once < both
+    memory, s = port_session(once + both, scale=12)     # its share between the two
+    raw, prior = kept_turn(memory, s, "hello")
+    kept = memory.get(KEY)
+    assert kept is not None and kept.pieces and kept.cost <= memory.max_bytes * last_turns.MAX_SHARE
+    assert len(raw) + prior.prep.sum_inner > memory.max_bytes * last_turns.MAX_SHARE
+    _, prior = kept_turn(memory, s, "and now?")
+    assert prior.used and prior.reused == len(prior.prep.groups) - 2
 
 
 def test_a_body_differing_at_a_pieces_edge_shares_only_the_groups_before():

@@ -240,11 +240,9 @@ def _verified(last: LastTurn, j: int) -> int:
 def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     """Keep this turn for the session's next one (or forget the last: nothing to reuse)."""
     prep = prior.prep
-    # a turn the cache would refuse (an entry holds its raw body and its groups' bytes
-    # at least) is not counted at all: for a large body, that walk of its items would
-    # be its peak (docs/design.md §7.2)
+    # a turn the cache would refuse is not counted at all (docs/design.md §7.2)
     if (prep is None or prep.items is None or len(prep.groups) < 2
-            or len(raw) + prep.sum_inner > memory.max_bytes * last_turns.MAX_SHARE):
+            or _least(raw, prep) > memory.max_bytes * last_turns.MAX_SHARE):
         memory.forget(key)
         return
     try:
@@ -277,6 +275,13 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
         prep.fill(range(len(prep.raw)))         # this one holds them all
         prep.fill_items(range(len(prep.groups)))
     memory.put(key, entry)
+
+
+def _least(raw: bytes, prep) -> int:
+    """The fewest bytes an entry of this turn holds: its raw body, and its groups' own
+    bytes unless it has block pages — then it may hold its history once (``_slim``: the
+    pieces and the body past them are the body's bytes, §5.13)."""
+    return len(raw) + (0 if prep.made()[1] else prep.sum_inner)
 
 
 def _holds_once(memory: LastTurns, key, entry: LastTurn) -> bool:
