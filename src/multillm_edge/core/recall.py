@@ -134,8 +134,9 @@ def choose(query: str, paged: list, keys: list | None, room_bytes: int, size_of:
         return []
     floor = 1 / terms           # the share of the query's weight an average term carries
     texts = _Texts(paged)
-    hits = rank(q, texts, RANKED, keys=keys if keys is not None else list(map(KEY, paged)), indexed=True,
-                scoring=SCORING,
+    if keys is None:
+        keys = list(map(KEY, paged))
+    hits = rank(q, texts, RANKED, keys=keys, indexed=True, scoring=SCORING,
                 excerpts=False, former=partial(_former_key, paged))
     out: list = []
     for hit in hits:
