@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench: the paging, turn, capacity, storage, prompt-cache and forward-guard benchmarks in CPython and in Pyodide (same code, same tables), then the runner benches (search, the isolate's memory).
+# npm run bench: the paging, turn, capacity, storage, prompt-cache, forward-guard, first-keep and long-chain benchmarks in CPython and in Pyodide (same code, same tables), then the runner benches (search, the isolate's memory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -14,6 +14,8 @@ echo "== CPython =="
 "$PY" bench/bench_cache.py || rc=1      # bytes, not time: the same in Pyodide
 "$PY" bench/bench_forward_guard.py || rc=1
 "$PY" bench/bench_waiting_request.py || rc=1   # what a waiting request holds (tracemalloc)
+"$PY" bench/bench_keep_first.py || rc=1     # a session's first turn in an isolate, kept
+"$PY" bench/bench_long_chain.py || rc=1     # recalling turns past the corpus's bound (3,000-6,000 exchanges)
 echo
 echo "== Pyodide =="
 node bench/pyodide_bench.mjs || rc=1
@@ -21,6 +23,8 @@ node bench/pyodide_bench.mjs bench_turn || rc=1
 node bench/pyodide_bench.mjs bench_recall || rc=1
 node bench/pyodide_bench.mjs bench_capacity || rc=1
 node bench/pyodide_bench.mjs bench_forward_guard || rc=1
+node bench/pyodide_bench.mjs bench_keep_first || rc=1
+node bench/pyodide_bench.mjs bench_long_chain || rc=1
 echo
 echo "== Search over a full session, through the runner =="
 "$PY" bench/bench_search.py || rc=1
