@@ -26,10 +26,9 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-SRC = os.path.abspath(ARGS[0] if ARGS else os.path.join(HERE, "..", "src"))
-sys.path[:0] = [SRC, HERE]
+import timed_tree  # (this folder: the script's own, first on the path)
+
+SRC = timed_tree.use()
 
 import multillm_edge  # noqa: E402  (first: the benches below put this tree's src on the path)
 import bench_recall  # noqa: E402
