@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import statistics
 import sys
-import time
 
 import timed_tree  # (this folder: the script's own, first on the path)
 
@@ -57,8 +55,7 @@ def first_turn(n: int, clock) -> tuple:
 
 
 def main(runtime: str = "CPython") -> int:
-    clock = time.process_time if runtime == "CPython" else time.perf_counter
-    sizes = [int(s) for s in os.environ.get("AB_SIZES", "").split(",") if s] or SIZES
+    clock, sizes = timed_tree.clock(runtime), timed_tree.sizes(SIZES)
     print(f"a session's first turn in an isolate, kept — {runtime} {sys.version.split()[0]}, {SRC} "
           f"(ms, medians of {ROUNDS})")
     print("| exchanges | turn with its keep | of which the keep |\n|---:|---:|---:|")

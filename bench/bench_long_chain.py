@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import statistics
 import sys
-import time
 
 import timed_tree  # (this folder: the script's own, first on the path)
 
@@ -60,13 +58,12 @@ def chain(n: int, clock) -> dict:
     return {"steady": statistics.median(times) * 1000 if times else float("nan"),
             "paged": fits[-1], "corpus": kept is not None,
             "corpus_mb": kept.held_bytes() / 2**20 if kept is not None else 0.0,
-            "compacted": kept is not None and getattr(kept, "compacted", 0) == len(kept.words),
+            "compacted": getattr(kept, "canon", None) is not None,
             "turn_kept": memory.get(bt.KEY) is not None}
 
 
 def main(runtime: str = "CPython") -> int:
-    clock = time.process_time if runtime == "CPython" else time.perf_counter
-    sizes = [int(s) for s in os.environ.get("AB_SIZES", "").split(",") if s] or SIZES
+    clock, sizes = timed_tree.clock(runtime), timed_tree.sizes(SIZES)
     print(f"recalling steady turns past the corpus's bound — {runtime} {sys.version.split()[0]}, "
           f"{SRC} (ms, medians of the steady turns of one chain)")
     print("| exchanges | paged | steady turn | corpus kept | its MB | compacted | turn kept |")

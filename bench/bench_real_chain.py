@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import timed_tree  # (this folder: the script's own, first on the path)
 
@@ -70,7 +69,7 @@ def bodies(msgs: list, questions: list, r: int) -> list:
 
 
 def main(runtime: str = "CPython") -> int:
-    clock = time.process_time if runtime == "CPython" else time.perf_counter
+    clock = timed_tree.clock(runtime)
     assert os.path.dirname(multillm_edge.__file__).startswith(SRC), multillm_edge.__file__
     if not bench_recall.locomo_conversations():
         print(f"real chain: LoCoMo not found at {bench_recall.LOCOMO}: skipped")

@@ -116,12 +116,12 @@ def test_a_corpus_compacted_then_extended_and_cut_counts_what_it_holds():
     (c,) = corpus.CORPORA.kept
     c.held_bytes()
     c.compact()
-    assert c.compacted == 50 and all(w is c.canon[w] for counts in c.words for w in counts)
+    assert len(c.words) == 50 and all(w is c.canon[w] for counts in c.words for w in counts)
     rank("word3x4 reply17", docs, 5, keys=keys, indexed=True, excerpts=False)
-    assert corpus.CORPORA.kept == [c] and c.compacted == 80
+    assert corpus.CORPORA.kept == [c] and len(c.words) == 80
     assert all(w is c.canon[w] for counts in c.words for w in counts)
     c.cut(60)
-    assert c.compacted == 60 and c.held_bytes() == c._own_bytes() + sum(
+    assert len(c.words) == 60 and c.held_bytes() == c._own_bytes() + sum(
         map(corpus.table_bytes, map(len, c.words))) + sum(map(corpus.numbers_bytes, (c.sizes, c.lines_of, c.ids)))
     STATE.reset()
 
@@ -151,7 +151,7 @@ def test_shrink_drops_the_least_recently_used_first():
     loose = corpus.CORPORA.held_bytes()
     corpus.CORPORA.shrink(loose - 1)        # compacted first: the same counts, fewer bytes
     assert corpus.CORPORA.kept == kept and kept[-1].memo_entries > 0
-    assert all(c.compacted == len(c.words) for c in kept) and corpus.CORPORA.held_bytes() < loose
+    assert all(c.canon is not None for c in kept) and corpus.CORPORA.held_bytes() < loose
     corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)
     assert corpus.CORPORA.kept == kept and kept[-1].memo_entries == 0   # then the memos
     one = kept[-1].held_bytes()

@@ -87,13 +87,11 @@ def within_bounds() -> bool:
 def words_bytes(c) -> int:
     """Its word counts' bytes: a compacted exchange's table alone, its words once in
     ``canon`` (their strings the corpus's own, counted there), another's with its words."""
-    if c.canon is not None:
-        assert c.compacted == len(c.words) and all(w is c.canon[w] for ws in c.words for w in ws)
-        assert c.canon_bytes == corpus.strings_bytes(c.canon)
-    else:
-        assert c.compacted == 0
-    return (sum(map(corpus.table_bytes, map(len, c.words[:c.compacted])))
-            + sum(map(corpus.word_counts_bytes, c.words[c.compacted:])))
+    if c.canon is None:
+        return sum(map(corpus.word_counts_bytes, c.words))
+    assert all(w is c.canon[w] for ws in c.words for w in ws)
+    assert c.canon_bytes == corpus.strings_bytes(c.canon)
+    return sum(map(corpus.table_bytes, map(len, c.words)))
 
 
 def postings_true(c) -> bool:

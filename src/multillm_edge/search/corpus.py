@@ -128,7 +128,7 @@ class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
     __slots__ = ("words", "keys", "keys_bytes", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
                  "postings", "posted", "lazy", "filled", "blocks", "blocks_bytes", "mark", "memo", "memo_entries",
-                 "canon", "canon_bytes", "compacted")
+                 "canon", "canon_bytes")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
@@ -152,9 +152,10 @@ class Corpus:
         self.mark = None    # the vocabulary every exchange is registered in, when known
         self.memo: dict = {}    # what a ranking derived from it alone (``kept``), until it changes
         self.memo_entries = 0
-        self.canon: dict | None = None  # word -> its one string, once compacted (``compact``)
+        # word -> its one string, once compacted (``compact``): then every exchange's
+        # word counts hold their words from it
+        self.canon: dict | None = None
         self.canon_bytes = 0    # those strings' bytes
-        self.compacted = 0      # exchanges 0..compacted-1 hold their words from ``canon``
         self.extend(docs)
 
     def held_bytes(self) -> int:
@@ -190,12 +191,13 @@ class Corpus:
                 + (dict_bytes(len(self.canon), 16) + self.canon_bytes if self.canon is not None else 0))
 
     def _exchanges_bytes(self, a: int, b: int) -> int:
-        """Exchanges ``a:b``'s word counts (a compacted one's table alone: its words are
-        ``canon``'s) and numbers."""
-        c = min(max(a, self.compacted), b)
-        words = self.words
-        return (sum(map(table_bytes, map(len, words[a:c]))) + sum(map(word_counts_bytes, words[c:b]))
-                + numbers_bytes(self.sizes[a:b]) + numbers_bytes(self.lines_of[a:b]) + numbers_bytes(self.ids[a:b]))
+        """Exchanges ``a:b``'s word counts (compacted, their tables alone: their words
+        are ``canon``'s) and numbers."""
+        words = self.words[a:b]
+        counts = (sum(map(table_bytes, map(len, words))) if self.canon is not None
+                  else sum(map(word_counts_bytes, words)))
+        return (counts + numbers_bytes(self.sizes[a:b]) + numbers_bytes(self.lines_of[a:b])
+                + numbers_bytes(self.ids[a:b]))
 
     def compact(self) -> None:
         """Hold every exchange's word counts with one string per distinct word, the
@@ -203,18 +205,12 @@ class Corpus:
         half a long chat's corpus, docs/design.md §6.2); the blocks' sets and the
         postings' words with them. Once compacted, a corpus compacts what it is extended
         by (O(the new words)). The same counts: nothing a ranking reads changes."""
-        a, n = self.compacted, len(self.words)
-        if a >= n:
+        if self.canon is not None:
             return
-        sized = min(self.sized, n)
-        if a < sized:
-            self.words_bytes -= self._exchanges_bytes(a, sized)
-        if self.canon is None:
-            self.canon = {}
-        self.words[a:] = list(map(self._canonical, self.words[a:]))
-        self.compacted = n
-        if a < sized:
-            self.words_bytes += self._exchanges_bytes(a, sized)
+        loose = self._exchanges_bytes(0, self.sized)
+        self.canon = {}
+        self.words[:] = list(map(self._canonical, self.words))
+        self.words_bytes += self._exchanges_bytes(0, self.sized) - loose
         canon, words = self.canon, self.words
         self.postings = {canon.get(w, w): p for w, p in self.postings.items()}
         self.blocks = [(f, e, set().union(*words[f:e])) for f, e, _ in self.blocks]
@@ -254,8 +250,6 @@ class Corpus:
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
         self.asking += [d for d, a in enumerate(docs, d0) if a.question]
         self.words += words
-        if self.canon is not None:
-            self.compacted = len(self.words)
         self.counted += sum(map(len, words))
         self.sizes += sizes
         self.lines_of += lines
@@ -316,7 +310,6 @@ class Corpus:
             self.sized_counted -= sum(map(len, words[keep:self.sized]))
             self.sized_size -= sum(self.sizes[keep:self.sized])
             self.sized = keep
-        self.compacted = min(self.compacted, keep)
         self.keys_bytes -= keys_bytes(self.keys[keep:], self.keys[keep - 1] if keep else None)
         del words[keep:], self.keys[keep:], self.ids[keep:], self.sizes[keep:], self.lines_of[keep:]
         del self.asking[bisect_left(self.asking, keep):]
