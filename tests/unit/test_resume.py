@@ -698,3 +698,67 @@ def test_a_memory_error_while_resuming_is_not_taken_for_doubt(monkeypatch):
         m.setattr(resume, "parse_json_counted", lambda raw, pairs=None: real_parse(raw) if pairs is None else 1 / 0)
         body, prior = resume.parse_request(memory, KEY, "chat", s.raw())
         assert prior.last is None and body == json.loads(s.raw())
+
+
+def test_a_session_counted_and_refused_is_refused_uncounted_until_it_may_fit(monkeypatch):
+    """A turn whose body fits a session's share but whose entry, counted, does not is
+    refused (§5.13). Its session's next turns are refused before they are counted — at
+    what that entry held per body byte they pass the share too — for at most
+    ``REFUSED_TURNS`` turns, then one is counted again; once the bound has room, the
+    next is counted, kept and resumed from. Another session's turns are counted."""
+    with monkeypatch.context() as m:        # what its entry holds, with room for it
+        m.setattr(resume, "_holds_once", lambda *_: True)
+        memory, s = port_session(1 << 30, scale=12)
+        raw, _ = kept_turn(memory, s, "hello")
+        once = memory.get(KEY).cost
+    assert len(raw) < once
+    memory, s = port_session(int((len(raw) + once) / 2 / last_turns.MAX_SHARE), scale=12)
+    counted = []
+    held = last_turns.held
+    monkeypatch.setattr(last_turns, "held", lambda *a: counted.append(len(a[0])) or held(*a))
+    kept_turn(memory, s, "hello")
+    assert memory.get(KEY) is None and len(counted) == 1      # counted, then refused
+    for turn in range(last_turns.REFUSED_TURNS):
+        s.items.append(reply("chat", f"*nods* {turn}"))
+        _, prior = kept_turn(memory, s, f"turn {turn}")
+        assert memory.get(KEY) is None and prior.last is None
+    assert len(counted) == 1                    # none of them counted
+    other = port_session(memory.max_bytes, scale=12)[1]
+    other_key = ("other digest",) + KEY[1:]
+    other.items.append(user("chat", "hello"))
+    raw = other.raw()
+    body, prior = resume.parse_request(memory, other_key, "chat", raw)
+    paging.plan_candidates("chat", body, [4000], IDS, prior=prior, prompt_cache=True, recalling=True)
+    resume.keep(memory, other_key, raw, body, prior)
+    assert len(counted) == 2                    # another session's: counted
+    s.items.append(reply("chat", "*nods*"))
+    kept_turn(memory, s, "counted again")
+    assert len(counted) == 3 and memory.get(KEY) is None
+    s.items.append(reply("chat", "*nods*"))
+    kept_turn(memory, s, "refused uncounted")
+    assert len(counted) == 3
+    memory.max_bytes = 1 << 30                  # room for it: counted and kept
+    s.items.append(reply("chat", "*nods*"))
+    kept_turn(memory, s, "kept")
+    assert len(counted) == 4 and memory.get(KEY) is not None
+    s.items.append(reply("chat", "*nods*"))
+    _, prior = kept_turn(memory, s, "resumed")
+    assert prior.used and prior.reused == len(prior.prep.groups) - 2
+
+
+def test_the_sessions_refused_are_remembered_within_a_bound():
+    """At most ``REFUSED_KEPT`` sessions' refusals are remembered, the least recently
+    refused forgotten first; a session kept is forgotten there, and so is every one
+    when the cache is emptied."""
+    from types import SimpleNamespace
+    memory = LastTurns(max_bytes=1000)
+    for i in range(last_turns.REFUSED_KEPT + 1):
+        memory.put(("d", i), SimpleNamespace(cost=600), 300)       # 2 bytes a body byte
+    assert not memory.refuses(("d", 0), 300)                        # forgotten
+    assert memory.refuses(("d", 1), 300) and memory.refuses(("d", last_turns.REFUSED_KEPT), 300)
+    assert not memory.refuses(("d", 1), 200)        # 400 bytes fit the 500-byte share
+    assert not memory.refuses(("d", 1), 300)        # and the refusal is forgotten
+    memory.put(("d", 2), SimpleNamespace(cost=400), 300)
+    assert memory.get(("d", 2)) is not None and not memory.refuses(("d", 2), 10_000)
+    memory.clear()
+    assert not memory.refuses(("d", 3), 300)

@@ -28,6 +28,11 @@ MAX_BYTES = 24 * 1024 * 1024
 #: A body whose estimate exceeds this share of the bound is not kept (it would evict
 #: every other session for one turn).
 MAX_SHARE = 0.5
+#: Sessions whose last turn was counted and then refused, remembered (``refuses``): at
+#: most this many (then the least recently refused forgotten), each for at most
+#: ``REFUSED_TURNS`` turns refused without counting; the next one is counted again.
+REFUSED_KEPT = 64
+REFUSED_TURNS = 8
 
 # What the runtime allocates for parsed JSON, read from it at import (CPython 3.11,
 # 64-bit: a string 49 bytes and its characters, a dict of 1-5 keys 184, of none 64, a
@@ -127,6 +132,8 @@ class LastTurns:
         self.max_bytes = max_bytes
         self.total = 0
         self._entries: OrderedDict = OrderedDict()
+        # key -> [what its refused entry held per body byte, turns left to refuse uncounted]
+        self._refused: OrderedDict = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -137,15 +144,39 @@ class LastTurns:
             self._entries.move_to_end(key)
         return last
 
-    def put(self, key, last: LastTurn) -> None:
+    def put(self, key, last: LastTurn, body_bytes: int = 0) -> None:
+        """Keep ``last`` (its turn's body ``body_bytes`` long); refused over a session's
+        share, and then remembered (``refuses``)."""
         self.forget(key)
         if last.cost > self.max_bytes * MAX_SHARE:
+            if body_bytes:
+                self._refused[key] = [last.cost / body_bytes, REFUSED_TURNS]
+                self._refused.move_to_end(key)
+                if len(self._refused) > REFUSED_KEPT:
+                    self._refused.popitem(last=False)
             return
+        self._refused.pop(key, None)
         self._entries[key] = last
         self.total += last.cost
         while self.total > self.max_bytes:
             _, old = self._entries.popitem(last=False)
             self.total -= old.cost
+
+    def refuses(self, key, body_bytes: int) -> bool:
+        """Whether ``key``'s turn of ``body_bytes`` is refused before it is counted: its
+        last turn was counted and refused, and at what that entry held per body byte
+        this one passes the share too (a long chat's turn costs the same structure
+        byte for byte: counting it was ~a fifth of a 7,000-exchange turn's CPU, every
+        turn, docs/design.md §5.13). Every ``REFUSED_TURNS``th, or once the bound has
+        room for it, it is counted again."""
+        got = self._refused.get(key)
+        if got is None:
+            return False
+        if got[1] and got[0] * body_bytes > self.max_bytes * MAX_SHARE:
+            got[1] -= 1
+            return True
+        del self._refused[key]
+        return False
 
     def cost_of(self, key) -> int:
         """What ``key``'s entry holds (0: none)."""
@@ -159,6 +190,7 @@ class LastTurns:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._refused.clear()
         self.total = 0
 
     def held_bytes(self) -> int:

@@ -240,9 +240,10 @@ def _verified(last: LastTurn, j: int) -> int:
 def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     """Keep this turn for the session's next one (or forget the last: nothing to reuse)."""
     prep = prior.prep
-    # a turn the cache would refuse is not counted at all (docs/design.md §7.2)
+    # a turn the cache would refuse is not counted at all (docs/design.md §5.13, §7.2)
     if (prep is None or prep.items is None or len(prep.groups) < 2
-            or _least(raw, prep) > memory.max_bytes * last_turns.MAX_SHARE):
+            or _least(raw, prep) > memory.max_bytes * last_turns.MAX_SHARE
+            or memory.refuses(key, len(raw))):
         memory.forget(key)
         return
     try:
@@ -274,7 +275,7 @@ def keep(memory: LastTurns, key, raw: bytes, body: dict, prior: Prior) -> None:
     elif prep.kept_turn is not None and prep.kept_turn.pieces:     # the last held them once
         prep.fill(range(len(prep.raw)))         # this one holds them all
         prep.fill_items(range(len(prep.groups)))
-    memory.put(key, entry)
+    memory.put(key, entry, len(raw))
 
 
 def _least(raw: bytes, prep) -> int:
