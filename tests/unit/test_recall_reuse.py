@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from multillm_edge.core import paging
 from multillm_edge.core.pages import PageSigner
 from multillm_edge.search import STATE, corpus, rank
+from multillm_edge.search import docs as docs_module
+from multillm_edge.search.docs import CACHE
 from multillm_edge.search.ranker import Scoring
 
 SIGNER = PageSigner(b"recall-reuse-signing-secret-0123456789")
@@ -180,17 +182,21 @@ def ranked(docs: list, query: str, keyed: bool, scoring: Scoring) -> list:
 @given(start=st.lists(exchange, min_size=1, max_size=40), turns=st.lists(turn, min_size=1, max_size=20),
        scoring=st.sampled_from([Scoring(rerank=12), Scoring(), Scoring(window=0.0, lidf=False),
                                 Scoring(asked=False, passage=0.0), Scoring(stem=False, irregular=False)]),
-       eager=st.sampled_from([corpus.EAGER, 0, 3]), compact=st.booleans())
-def test_every_hit_ranked_from_the_kept_corpus_is_the_hit_from_scratch(start, turns, scoring, eager, compact):
+       eager=st.sampled_from([corpus.EAGER, 0, 3]), compact=st.booleans(), lose=st.booleans())
+def test_every_hit_ranked_from_the_kept_corpus_is_the_hit_from_scratch(start, turns, scoring, eager, compact,
+                                                                       lose):
     """The ranking alone, every hit of it, exchanges keyed by content as recall keys
-    them (two sessions' equal exchanges share their analyses and may share a corpus)."""
+    them (two sessions' equal exchanges share their analyses and may share a corpus);
+    ``lose``: each turn ranked again with the analyses cache emptied (a long chat's pass
+    its bound), so those the kept corpus holds are made again from its word counts, then
+    again with the corpora dropped, so that a corpus is made of analyses made so."""
     sessions = [[list(start), "whales"], [list(start[: len(start) // 2]), "port"], [[], "mill"]]
     STATE.reset()
     with posted_at_once_past(eager), compacted(compact):
-        rank_turns(sessions, turns, scoring)
+        rank_turns(sessions, turns, scoring, lose)
 
 
-def rank_turns(sessions: list, turns: list, scoring: Scoring) -> None:
+def rank_turns(sessions: list, turns: list, scoring: Scoring, lose: bool = False) -> None:
     for op in turns:
         s = play(sessions, op)
         ex, query = sessions[s]
@@ -198,6 +204,11 @@ def rank_turns(sessions: list, turns: list, scoring: Scoring) -> None:
         if not docs:
             continue
         kept = ranked(docs, query, True, scoring)
+        if lose:
+            CACHE.clear()
+            assert ranked(docs, query, True, scoring) == kept
+            corpus.CORPORA.clear()
+            assert ranked(docs, query, True, scoring) == kept
         assert within_bounds()
         STATE.reset()
         assert kept == ranked(docs, query, False, scoring), op
@@ -234,4 +245,25 @@ def test_a_session_growing_extends_its_corpus_and_an_edit_cuts_it_back():
     assert corpus.CORPORA.kept == [c] and len(c.words) == 25
     assert c.posting("whales") == {d: 1 for d in range(25) if d != 10}
     assert c.size == sum(len("\n".join(t for _, t in d)) for d in edited)
+    STATE.reset()
+
+
+def test_an_exchange_the_kept_corpus_holds_is_read_again_without_counting_its_words(monkeypatch):
+    """Its analysis let go by the cache (a long chat's analyses pass their bound), an
+    exchange the kept corpus holds that a ranking reads (a passage, a question) is made
+    again from its text, its word counts the corpus's own (docs/design.md §6.2): no word
+    of the chat counted again, and the hits are those from scratch."""
+    docs = [[("user", f"did the whales sing at port {i}?"), ("assistant", f"a lantern {i} in the rain")]
+            for i in range(40)]
+    keys = [(f"read{i}", 0) for i in range(40)]
+    STATE.reset()
+    rank("whales port", docs, 5, keys=keys, indexed=True)
+    CACHE.clear()
+    counted = []
+    real = docs_module._index
+    monkeypatch.setattr(docs_module, "_index", lambda *a, **k: counted.append(1) or real(*a, **k))
+    got = rank("lantern rain 7", docs, 5, keys=keys, indexed=True)
+    assert not counted and CACHE.entries         # read, and kept again
+    STATE.reset()
+    assert got == rank("lantern rain 7", docs, 5, keys=keys, indexed=True)
     STATE.reset()

@@ -263,10 +263,13 @@ class Held(Sequence):
     """A ranking's analyses when a kept corpus holds the first ``head`` exchanges' word
     counts (docs/design.md §6.2: found by their keys): each of those is looked up, or
     made and kept, only when the ranking reads it (a passage, a question), not every
-    turn; the others are ``tail``, found or made as ``analyses`` does."""
+    turn — made from its text, its word counts the ``corpus``'s own (not counted again:
+    a long chat's analyses pass their cache's bound, and a ranking reads ones it let
+    go); the others are ``tail``, found or made as ``analyses`` does."""
 
-    def __init__(self, docs: Sequence, keys: list, stems, head: int, tail: list):
+    def __init__(self, docs: Sequence, keys: list, stems, head: int, tail: list, corpus=None):
         self._docs, self._keys, self._stems, self._head, self._tail = docs, keys, stems, head, tail
+        self._corpus = corpus
         self._read: dict = {}
 
     def __len__(self) -> int:
@@ -289,6 +292,11 @@ class Held(Sequence):
         got = CACHE.entries.get(key)
         if got is not None and got.index is not None:
             CACHE.entries.move_to_end(key)
+        elif self._corpus is not None:
+            got = (got or analyze(self._docs[i]))._replace(
+                index=Index(self._corpus.words[i], self._corpus.mark))
+            CACHE.keep(key, got)
+            CACHE.evict()
         else:
             got = analyses(_From(self._docs, i), [key], self._stems)[0]
         self._read[i] = got

@@ -105,7 +105,8 @@ def _kept_corpus(docs: Sequence, keys: list, stems, former) -> tuple:
     the ones it holds are read only where the ranking reads them (``docs.Held``)."""
     held, common = CORPORA.holding(keys)
     tail = analyses(docs, keys, stems, former, start=common)
-    return Held(docs, keys, stems, common, tail), CORPORA.of(tail, keys, held, common)
+    corpus = CORPORA.of(tail, keys, held, common)
+    return Held(docs, keys, stems, common, tail, corpus), corpus
 
 
 def _kept(terms: list, an: Sequence, corpus: Corpus | None) -> list:
