@@ -13,7 +13,8 @@ Beside them, in the same interleaved rounds: the first resumed turn (``bench_tur
 "steady" rows), a turn with and without recall in a new isolate (issue 45's third
 target), and what of the plain steady turn is its body's compare with the kept one
 (``resume._shared``: every byte, in C — design §5.13 accepts a body only so), the part
-that grows with the history byte for byte. CPU time in CPython, wall-clock in Pyodide (no CPU clock there). Usage:
+that grows with the history byte for byte; and the least a new isolate's first recall
+can cost with an index: every paged exchange's words counted (its C passes alone). CPU time in CPython, wall-clock in Pyodide (no CPU clock there). Usage:
 ``python bench/bench_turn_chain.py`` or ``node bench/pyodide_bench.mjs bench_turn_chain``.
 """
 
@@ -31,7 +32,8 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import bench_turn as bt  # noqa: E402
-from multillm_edge.core import resume  # noqa: E402
+from multillm_edge.core import recall, resume  # noqa: E402
+from multillm_edge.search.analysis import counts, fold_utf8, word_bag  # noqa: E402
 from multillm_edge.core.last_turns import LastTurns  # noqa: E402
 
 SIZES = (200, 800, 3000)
@@ -138,6 +140,34 @@ def isolate_turn(n: int, recalling: bool, clock):
     return run
 
 
+def words_counted(n: int, clock):
+    """The least an index of a new isolate's first recall costs (issue 45's third
+    target): every paged exchange's text folded, cut into words and counted — the C
+    passes its analysis makes, no cache, no object, no ranking — over the exchanges the
+    recalling turn in a new isolate pages (their texts made beforehand)."""
+    budget = max(32000, 100 * n) - 1024 - 256
+    asked = bt.roleplay_body(n)
+    asked["messages"][-1]["content"] = f"*frowns* Port {n // 10} again? What did the whales sing there?"
+    asked["capabilities"] = ["multillm_context_retrieve", "multillm_context_recall"]
+    got = {}
+    real = recall.rank
+    recall.rank = lambda q, texts, *a, **k: got.setdefault("paged", texts._paged) and []
+    try:
+        bt.one_turn(json.dumps(asked, ensure_ascii=False, separators=(",", ":")).encode(), budget, {}, True,
+                    new=True)
+    finally:
+        recall.rank = real
+    texts = ["\n".join([t for _, t in recall.page_texts(recall.items_of(p))]) for p in got["paged"]]
+
+    def run() -> float:
+        gc.collect()
+        t0 = clock()
+        for text in texts:
+            counts(word_bag(*fold_utf8(text)))
+        return clock() - t0
+    return run
+
+
 ROWS = {
     "first resumed turn": lambda n, c: first_resumed(n, False, False, c),
     "steady turn, chain (3rd+ resumed)": lambda n, c: chain(n, False, c),
@@ -147,6 +177,7 @@ ROWS = {
     "steady + recall, new words, chain": lambda n, c: chain(n, True, c),
     "turn, new isolate": lambda n, c: isolate_turn(n, False, c),
     "turn + recall, new isolate": lambda n, c: isolate_turn(n, True, c),
+    "of which every word counted (its least)": words_counted,
 }
 
 
@@ -171,6 +202,8 @@ def main(runtime: str = "CPython") -> int:
     for n in SIZES:
         print(f"| turn + recall, new isolate / turn, new isolate, {n:,} | "
               f"{med[('turn + recall, new isolate', n)] / med[('turn, new isolate', n)]:.2f} |")
+        print(f"| (turn + every word counted) / turn, new isolate, {n:,} | "
+              f"{1 + med[('of which every word counted (its least)', n)] / med[('turn, new isolate', n)]:.2f} |")
     sys.stdout.flush()
     return 0
 

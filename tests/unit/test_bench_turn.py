@@ -59,6 +59,23 @@ def test_the_chain_bench_times_a_compare_of_every_kept_group():
     assert chain.compared(200, time.perf_counter)() > 0
 
 
+def test_the_chain_bench_counts_the_words_of_the_exchanges_a_new_isolates_recall_ranks(monkeypatch):
+    """bench_turn_chain.py's "every word counted" row counts the words of the exchanges
+    a recalling turn in a new isolate ranks, each once, and leaves recall as it was."""
+    import time
+    import bench_turn_chain as chain
+    from multillm_edge.core import recall
+    from multillm_edge.search import analysis
+    ranked, real = [], recall.rank
+    monkeypatch.setattr(recall, "rank", lambda q, texts, *a, **k: ranked.append(len(texts)) or real(q, texts, *a, **k))
+    chain.isolate_turn(200, True, time.perf_counter)()
+    counted, real_counts = [], analysis.counts
+    monkeypatch.setattr(chain, "counts", lambda words: counted.append(1) or real_counts(words))
+    run = chain.words_counted(200, time.perf_counter)
+    assert run() > 0 and len(counted) == ranked[-1] > 100
+    assert recall.rank.__name__ == "<lambda>"       # ours, put back as it was
+
+
 def test_the_first_recall_bench_wraps_steps_a_new_isolates_recall_takes():
     """bench/bench_first_recall.py times recall's steps by wrapping them by name: each
     is still there, and a new isolate's recalling turn goes through the index's ones."""
