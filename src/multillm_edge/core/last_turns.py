@@ -167,8 +167,8 @@ class LastTurns:
         last turn was counted and refused, and at what that entry held per body byte
         this one passes the share too (a long chat's turn costs the same structure
         byte for byte: counting it was ~a fifth of a 7,000-exchange turn's CPU, every
-        turn, docs/design.md §5.13). Every ``REFUSED_TURNS``th, or once the bound has
-        room for it, it is counted again."""
+        turn, docs/design.md §5.13). After ``REFUSED_TURNS`` such turns, or once the
+        bound has room for it, the next is counted again."""
         got = self._refused.get(key)
         if got is None:
             return False
