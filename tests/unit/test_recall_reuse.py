@@ -267,3 +267,27 @@ def test_an_exchange_the_kept_corpus_holds_is_read_again_without_counting_its_wo
     STATE.reset()
     assert got == rank("lantern rain 7", docs, 5, keys=keys, indexed=True)
     STATE.reset()
+
+
+def test_a_corpus_found_by_equal_keys_takes_the_rankings_own(monkeypatch):
+    """A session whose kept turn was lost makes its exchanges' keys again: equal to the
+    kept corpus's, other objects. The corpus takes the ranking's, so that its next turn
+    finds it by identity (docs/design.md §6.2), not by comparing every key's strings;
+    the hits are those from scratch."""
+    docs = [[("user", f"the whales sang at port {i}"), ("assistant", f"a lantern {i} in the rain")]
+            for i in range(30)]
+
+    def keys():     # made anew: equal, not the same objects
+        return [("".join(["page", str(i)]), 0) for i in range(30)]
+    STATE.reset()
+    rank("whales port", docs, 5, keys=keys(), indexed=True)
+    (c,) = corpus.CORPORA.kept
+    again = keys()
+    assert all(a == b and a is not b for a, b in zip(c.keys, again))
+    before = c.keys_bytes
+    got = rank("lantern rain 7", docs, 5, keys=again, indexed=True)
+    assert corpus.CORPORA.kept == [c] and len(c.keys) == 30
+    assert all(a is b for a, b in zip(c.keys, again)) and c.keys_bytes == before
+    STATE.reset()
+    assert got == rank("lantern rain 7", docs, 5, keys=keys(), indexed=True)
+    STATE.reset()
