@@ -71,6 +71,9 @@ def one_turn(raw: bytes, budget: int, figures: dict, recalling: bool = False, co
 
 
 CACHE_CAPS = ["multillm_context_retrieve", "multillm_context_prompt_cache"]
+NON_ASCII_ANSWER = json.dumps({"id": "x", "choices": [{"index": 0, "message": {
+    "role": "assistant", "content": "\u201cAye,\u201d she says \u2014 the tide\u2019s turning. " * 40}}]},
+    ensure_ascii=False).encode()
 KEY = ("bench-digest", SESSION, "chat")
 
 
@@ -214,6 +217,9 @@ def steps(n: int) -> tuple[dict, int]:
         "plan": lambda: paging.plan_candidates("chat", body, [budget], ids(), strip=paging.EDGE_FIELDS),
         "upstream bytes": lambda: plan.encoded("provider-model"),
         "annotation": lambda: generation.annotate(b'{"id":"x"}', turn, "chat", figures),
+        # a roleplay answer's text is rarely ASCII (curly quotes, dashes): the page list
+        # beside it is encoded alone, never widened to its width (issue 45's twelfth pass)
+        "annotation, non-ASCII answer": lambda: generation.annotate(NON_ASCII_ANSWER, turn, "chat", figures),
         "turn": whole_turn,
         # issue 44: the turn and its answer's usage, read as it is relayed
         "usage meter, stream": lambda: metered(STREAM_READS, True),

@@ -74,8 +74,10 @@ def annotate(payload: bytes, pages_json: str | None, compacted: int,
         extra.append('"context_compaction":' + compact_text({"dropped_exchanges": compacted}))
     for k in ADDED_KEYS:   # a provider's own key of that name is replaced
         doc.pop(k, None)
-    tail = ("," if doc else "") + ",".join(extra) + "}"
     try:
-        return (compact_text(doc)[:-1] + tail).encode("utf-8")
+        head = compact_text(doc)[:-1].encode("utf-8")
     except UnicodeEncodeError:   # a lone surrogate escaped in the provider's JSON
-        return (compact_text(doc, ascii=True)[:-1] + tail).encode("utf-8")
+        head = compact_text(doc, ascii=True)[:-1].encode("utf-8")
+    # each part encoded alone: the page list (hundreds of entries, ASCII) is copied
+    # twice, never widened to the answer's non-ASCII text's width and encoded back
+    return b"".join([head, b"," if doc else b"", ",".join(extra).encode("utf-8"), b"}"])
