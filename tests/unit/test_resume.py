@@ -357,6 +357,9 @@ def test_a_kept_turn_holds_the_groups_inside_its_block_pages_once():
         assert len(kept.raw) < len(raw) - sum(kept.inner[:kept.piece_end[-1]])     # the body past the pieces
         assert b",".join(p[1:-1] for p in kept.pieces) == b",".join(r[1:-1] for r in prepared._group_bytes(
             s.items, kept.groups[:kept.piece_end[-1]]))
+        # each piece's comma where its bytes end in the body (the carried ones' kept)
+        assert kept.piece_comma == [a + len(p) - 2 for a, p in zip(kept.piece_at, kept.pieces)]
+        assert all(raw[c:c + 1] == b"," for c in kept.piece_comma)
         # nor parsed: their items are holes, parsed again when a turn reads them
         assert kept.holed > 0 and all(kept.items[kept.groups[g].start] is prepared.HOLE for g in inside)
         s.items.append(reply("chat", f"*nods* {turn}"))

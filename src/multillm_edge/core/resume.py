@@ -339,7 +339,10 @@ def _slim(entry: LastTurn, prep, last: LastTurn | None, reused: int) -> int:
         first = end[k - 1] if k else 0
         at.append(at0 + (ends[first - 1] if first else 0))
     entry.pieces, entry.piece_end, entry.piece_at, entry.inside = pieces, end, at, inside
-    entry.piece_comma = list(map(sub, map(add, at, map(len, pieces)), repeat(2)))
+    # where each piece's comma is: the last turn's pieces' as they were (a steady turn's
+    # pieces are all carried), the new ones' added
+    entry.piece_comma = (last.piece_comma[:carried] if carried else []) + list(
+        map(sub, map(add, at[carried:], map(len, pieces[carried:])), repeat(2)))
     held, pages = inside, entry.pages
     for gi in pages.keys() | set(prep.filled):     # a page's own, or made again this turn
         k = bisect_right(end, gi)
