@@ -121,6 +121,32 @@ def compared(n: int, clock):
     return run
 
 
+def branched(n: int, clock):
+    """A session's steady recalling turn with a turn of a branch of it between (its
+    first quarter then a new question: the same pages, so the same keys; issue 45's
+    twelfth pass): each round the branch's turn, then the session's, timed. Until then
+    each cut the other's corpus, and the session analysed its history again."""
+    budget = max(32000, 100 * n) - 1024 - 256
+    main, side = bt.roleplay_body(n), bt.roleplay_body(max(n // 4, 2))
+    for body, asked in ((main, 11), (side, 12)):
+        body["capabilities"] = bt.CACHE_CAPS + ["multillm_context_recall"]
+        body["messages"][-1]["content"] = bt.new_words(n, asked)
+    raws = [json.dumps(b, ensure_ascii=False, separators=(",", ":")).encode() for b in (main, side)]
+    figures = {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1}
+    memories = (LastTurns(), LastTurns())      # each session's kept turn
+
+    def turn(i: int):
+        return bt.resumed_turn(raws[i], budget, figures, memories[i], True)
+
+    def run() -> float:
+        turn(1)
+        gc.collect()
+        t0 = clock()
+        turn(0)
+        return clock() - t0
+    return run
+
+
 def isolate_turn(n: int, recalling: bool, clock):
     """The turn in a new isolate (no analysis, no stem made), with or without recall."""
     budget = max(32000, 100 * n) - 1024 - 256
@@ -175,6 +201,7 @@ ROWS = {
     "of which the body's compare": compared,
     "first resumed + recall, new words": lambda n, c: first_resumed(n, True, True, c),
     "steady + recall, new words, chain": lambda n, c: chain(n, True, c),
+    "steady + recall, a branch's turn between": branched,
     "turn, new isolate": lambda n, c: isolate_turn(n, False, c),
     "turn + recall, new isolate": lambda n, c: isolate_turn(n, True, c),
     "of which every word counted (its least)": words_counted,

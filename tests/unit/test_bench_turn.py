@@ -104,3 +104,22 @@ def test_the_first_recall_bench_wraps_steps_a_new_isolates_recall_takes():
             setattr(owner, name, f)
         STATE.reset()
     assert seen == {label for _, _, label in first.STEPS}
+
+
+def test_the_branch_row_times_a_session_turn_after_its_branchs_on_the_same_pages():
+    """bench_turn_chain.py's "a branch's turn between" row: the branch shares the
+    session's first pages (so their keys), and each has a corpus of its own that the
+    other's turn leaves whole."""
+    import time
+    import bench_turn_chain as chain
+    from multillm_edge.search import STATE
+    from multillm_edge.search.corpus import CORPORA
+    STATE.reset()
+    run = chain.branched(400, time.perf_counter)
+    for _ in range(3):
+        assert run() > 0
+    main, side = sorted(CORPORA.kept, key=lambda c: len(c.words), reverse=True)[:2]
+    assert len(CORPORA.kept) == 2 and len(side.words) < len(main.words) // 2
+    from multillm_edge.search.corpus import shared
+    assert shared(side.keys, main.keys) >= len(side.words) // 2    # the same pages, mostly
+    STATE.reset()

@@ -240,11 +240,46 @@ def test_a_session_growing_extends_its_corpus_and_an_edit_cuts_it_back():
     (c,) = corpus.CORPORA.kept
     rank("whales port", docs[:25], 5, keys=keys[:25], indexed=True)
     assert corpus.CORPORA.kept == [c] and len(c.words) == 25 and c.posting("whales") == {d: 1 for d in range(25)}
-    edited = docs[:10] + [[("user", "a storm over the mill")]] + docs[11:25]
-    rank("whales port", edited, 5, keys=keys[:10] + [("edited", 0)] + keys[11:25], indexed=True)
+    edited = docs[:20] + [[("user", "a storm over the mill")]] + docs[21:25]
+    rank("whales port", edited, 5, keys=keys[:20] + [("edited", 0)] + keys[21:25], indexed=True)
     assert corpus.CORPORA.kept == [c] and len(c.words) == 25
-    assert c.posting("whales") == {d: 1 for d in range(25) if d != 10}
+    assert c.posting("whales") == {d: 1 for d in range(25) if d != 20}
     assert c.size == sum(len("\n".join(t for _, t in d)) for d in edited)
+    STATE.reset()
+
+
+def test_a_branch_of_a_long_chat_takes_its_start_and_leaves_it_whole(monkeypatch):
+    """A ranking whose exchanges share a kept corpus's start, less than half of it (a
+    branch of a long chat: the same pages, the same keys), gets a corpus of its own made
+    from that start (docs/design.md §6.2); the long chat's is left as it was, so that
+    its next turn analyses nothing. Both rank as from scratch."""
+    docs = [[("user", f"did the whales sing at port {i}?"), ("assistant", f"a lantern {i} in the rain")]
+            for i in range(300)]
+    keys = [(f"long{i}", 0) for i in range(300)]
+    STATE.reset()
+    rank("whales port", docs[:100], 5, keys=keys[:100], indexed=True)     # posted per word when asked,
+    for n in range(150, 301, 50):                                           # then one by one
+        rank("whales port", docs[:n], 5, keys=keys[:n], indexed=True)
+    (long,) = corpus.CORPORA.kept
+    assert long.lazy == 100 and len(long.words) == 300
+    whole = (len(long.words), long.size, dict(long.posting("whales")), dict(long.posting("lantern")))
+    branch = docs[:140] + [[("user", "a storm over the mill")]]
+    got = rank("whales storm mill", branch, 5, keys=keys[:140] + [("branch", 0)], indexed=True)
+    assert len(corpus.CORPORA.kept) == 2 and corpus.CORPORA.kept[0] is long
+    mine = corpus.CORPORA.kept[1]
+    assert len(mine.words) == 141 and mine.words[:140] == long.words[:140]
+    assert mine.posting("whales") == {d: 1 for d in range(140)} and mine.posting("storm") == {140: 1}
+    assert (len(long.words), long.size, long.posting("whales"), long.posting("lantern")) == whole
+    counted = []
+    real = docs_module._index
+    monkeypatch.setattr(docs_module, "_index", lambda *a, **k: counted.append(1) or real(*a, **k))
+    again = rank("whales port 250", docs, 5, keys=keys, indexed=True)
+    assert not counted and corpus.CORPORA.kept[-1] is long
+    monkeypatch.undo()
+    STATE.reset()
+    assert got == rank("whales storm mill", branch, 5, keys=keys[:140] + [("branch", 0)], indexed=True)
+    STATE.reset()
+    assert again == rank("whales port 250", docs, 5, keys=keys, indexed=True)
     STATE.reset()
 
 

@@ -261,6 +261,25 @@ class Corpus:
             mark = None
         self.mark = mark
 
+    def prefix(self, k: int) -> "Corpus":
+        """A new corpus of this one's first ``k`` exchanges, this one unchanged: its
+        lists' starts (their word counts the same dicts, which no corpus changes), every
+        exchange posted per word when asked, in this one's blocks (a block across ``k``
+        keeps the set of its words: looked in for nothing at most) and new ones over
+        those it posted one by one. Its bytes are counted as its own."""
+        c = Corpus()
+        c.words, c.keys, c.ids = self.words[:k], self.keys[:k], self.ids[:k]
+        c.keys_bytes = keys_bytes(c.keys)
+        c.sizes, c.lines_of = self.sizes[:k], self.lines_of[:k]
+        c.asking = self.asking[:bisect_left(self.asking, k)]
+        c.counted, c.size, c.lines = sum(map(len, c.words)), sum(c.sizes), sum(c.lines_of)
+        c.blocks = [(a, min(b, k), held) for a, b, held in self.blocks if a < k]
+        c.blocks_bytes = sum([getsizeof(held) + BLOCK_BYTES for _, _, held in c.blocks])
+        if k > self.lazy:
+            c._block(c.words[self.lazy:], self.lazy)
+        c.lazy, c.mark = k, self.mark
+        return c
+
     def _block(self, words: list, d0: int) -> None:
         """Keep ``words`` (exchanges ``d0``… of those posted per word) in blocks, each
         with the set of its words (in C)."""
@@ -488,6 +507,11 @@ class Corpora:
             same += shared(held.words[common:], words)
         if best is None:
             best = Corpus()
+        elif len(best.words) - same > same:
+            # it would drop more than it keeps: another ranking's, most likely (a branch
+            # of a long chat shares its start, its keys too): left as it is for it, and
+            # its start taken (in C; a cut is a Python step per dropped word)
+            best = best.prefix(same)
         else:
             self.kept.remove(best)
         if self.kept:
