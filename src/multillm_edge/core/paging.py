@@ -434,12 +434,12 @@ def _build(prep: Prepared, prefix: _Prefix, size: int, budget: int,
     latest, recall_at = prep.latest, None
     window_paged = anch is not None and _paged(prefix, anch.group)
     anchored = anch.group if anch and anch.on_window(window_paged) else -1
-    lo, n = prefix.end, len(groups)
-    if lo < n and prep.holey and HOLE in items[groups[lo].start:]:     # held as bytes only
-        prep.fill_items(range(lo, n))                               # by the kept turn (§5.13)
+    lo, n_groups = prefix.end, len(groups)
+    if lo < n_groups and prep.holey and HOLE in items[groups[lo].start:]:
+        prep.fill_items(range(lo, n_groups))    # held as bytes only by the kept turn (§5.13)
     # the groups after the prefix as they are, in runs of C slices (groups are
     # consecutive): cut only at recall's place and at the window's anchor
-    for gi in sorted({gi for gi in (latest, anchored) if gi is not None and lo <= gi < n}):
+    for gi in sorted({gi for gi in (latest, anchored) if gi is not None and lo <= gi < n_groups}):
         out_items.extend(items[groups[lo].start:groups[gi].start])
         parts += range(lo, gi)
         g, lo = groups[gi], gi + 1
@@ -452,9 +452,9 @@ def _build(prep: Prepared, prefix: _Prefix, size: int, budget: int,
         else:
             out_items.extend(items[g.start:g.end])
             parts.append(gi)
-    if lo < n:
+    if lo < n_groups:
         out_items.extend(items[groups[lo].start:groups[-1].end])
-        parts += range(lo, n)
+        parts += range(lo, n_groups)
     runs = prefix.runs
     on_marker = anch is not None and anch.on_marker(window_paged)
     for n, (at, part, ids) in enumerate(runs, 1):

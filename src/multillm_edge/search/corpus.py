@@ -518,10 +518,10 @@ class Corpora:
             self.kept[-1].forget()
         best.cut(same)
         if common and best.keys[common - 1] is not keys[common - 1]:
-            # equal keys, other objects (a session whose kept turn was lost makes them
-            # again): the ranking's are taken, so that its next turns' compare
-            # (``holding``) is by identity — 3,000 keys: 0.4 ms in Pyodide as strings,
-            # 9 µs by identity
+            # equal keys, other objects (made again by a step's walk, or by a session
+            # whose kept turn was lost): the ranking's are taken, so that its next
+            # turns' compare (``holding``) is by identity — 3,000 keys: 0.4 ms in
+            # Pyodide as strings, 9 µs by identity
             best.keys[:common] = keys[:common]
         if same > common:       # the same exchanges under new keys (none after them: cut)
             before = keys[common - 1] if common else None
