@@ -147,13 +147,18 @@ def test_shrink_drops_the_least_recently_used_first():
         rank("whales port", docs, 5, keys=[(f"lru{s}-{i}", 0) for i in range(20)], indexed=True)
     kept = list(corpus.CORPORA.kept)
     assert len(kept) == 3
-    assert kept[-1].memo_entries > 0        # the last used keeps what its ranking derived
+    assert all(c.memo_entries > 0 for c in kept)    # each keeps what its rankings derived
+    corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)     # the memos of those not in
+    assert corpus.CORPORA.kept == kept and [c.memo_entries > 0 for c in kept] == [False, True, True]
+    corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)     # use, least recently used first
+    assert [c.memo_entries > 0 for c in kept] == [False, False, True]
+    assert all(c.canon is None for c in kept)
     loose = corpus.CORPORA.held_bytes()
-    corpus.CORPORA.shrink(loose - 1)        # compacted first: the same counts, fewer bytes
+    corpus.CORPORA.shrink(loose - 1)        # then compacted: the same counts, fewer bytes
     assert corpus.CORPORA.kept == kept and kept[-1].memo_entries > 0
     assert all(c.canon is not None for c in kept) and corpus.CORPORA.held_bytes() < loose
     corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)
-    assert corpus.CORPORA.kept == kept and kept[-1].memo_entries == 0   # then the memos
+    assert corpus.CORPORA.kept == kept and kept[-1].memo_entries == 0   # then the last one's memo
     one = kept[-1].held_bytes()
     corpus.CORPORA.shrink(corpus.CORPORA.held_bytes() - 1)
     assert corpus.CORPORA.kept == kept[1:]

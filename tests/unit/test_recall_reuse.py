@@ -326,3 +326,27 @@ def test_a_corpus_found_by_equal_keys_takes_the_rankings_own(monkeypatch):
     STATE.reset()
     assert got == rank("lantern rain 7", docs, 5, keys=keys(), indexed=True)
     STATE.reset()
+
+
+def test_sessions_taking_turns_keep_what_their_rankings_derived():
+    """Two sessions' turns interleave in a busy isolate: each corpus keeps its memo (the
+    norms and parts its rankings derived) while the other ranks, so a session's next
+    turn derives nothing again (docs/design.md §6.2); the hits are those from scratch."""
+    a = [[("user", f"did the whales sing at port {i}?"), ("assistant", f"a lantern {i} in the rain")]
+         for i in range(120)]
+    b = [[("user", f"the caravan crossed the mill road {i}"), ("assistant", f"silver storm {i}")]
+         for i in range(90)]
+    ka, kb = [(f"a{i}", 0) for i in range(120)], [(f"b{i}", 0) for i in range(90)]
+    STATE.reset()
+    first = rank("whales port lantern", a, 5, keys=ka, indexed=True)
+    mine = corpus.CORPORA.kept[-1]
+    memo = dict(mine.memo)
+    assert memo
+    rank("caravan storm road", b, 5, keys=kb, indexed=True)
+    assert mine.memo == memo                    # the other session's turn left it whole
+    again = rank("whales port lantern", a, 5, keys=ka, indexed=True)
+    assert corpus.CORPORA.kept[-1] is mine and again == first
+    assert mine.memo.keys() == memo.keys() and all(mine.memo[k] is v for k, v in memo.items())
+    STATE.reset()
+    assert again == rank("whales port lantern", a, 5, keys=ka, indexed=True)
+    STATE.reset()

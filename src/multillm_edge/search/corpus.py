@@ -443,7 +443,8 @@ def shared(old: list, new: list) -> int:
 class Corpora:
     """The kept corpora, least recently used first: at most ``CORPORA_KEPT``, their
     bytes together at most ``max_bytes`` (the isolate's budget may lower it: the cache
-    protocol, ``held_bytes`` / ``shrink``); only the last used keeps a memo."""
+    protocol, ``held_bytes`` / ``shrink``); each keeps its memo while it is not changed
+    (sessions' turns interleave in an isolate), those not in use emptied first."""
 
     def __init__(self):
         self.kept: list = []
@@ -461,16 +462,20 @@ class Corpora:
 
     def shrink(self, to_bytes: int) -> None:
         """Drop corpora, the least recently used first, until ``held_bytes() <=
-        to_bytes`` — each compacted first (``Corpus.compact``: the same counts in about
-        half the bytes), then their memos emptied (what rankings derived: made again in
-        C passes, where a corpus dropped is every exchange analysed again)."""
+        to_bytes`` — first the memos of those not in use emptied, the least recently
+        used first (what rankings derived: made again in C passes), then each compacted
+        (``Corpus.compact``: the same counts in about half the bytes), then the last
+        one's memo emptied (a corpus dropped is every exchange analysed again)."""
         kept = self.kept
+        for c in kept[:-1]:     # the memos of those not in use, least recently used first
+            if self.held_bytes() <= to_bytes:
+                return
+            c.forget()
         if kept and self.held_bytes() > to_bytes:
             for c in kept:
                 c.compact()
         if kept and self.held_bytes() > to_bytes:
-            for c in kept:
-                c.forget()
+            kept[-1].forget()
         while kept and self.held_bytes() > to_bytes:
             kept.pop(0)
 
@@ -514,8 +519,6 @@ class Corpora:
             best = best.prefix(same)
         else:
             self.kept.remove(best)
-        if self.kept:
-            self.kept[-1].forget()
         best.cut(same)
         if common and best.keys[common - 1] is not keys[common - 1]:
             # equal keys, other objects (made again by a step's walk, or by a session
