@@ -140,8 +140,9 @@ def branched(n: int, clock):
     def turn(i: int):
         return bt.resumed_turn(raws[i], budget, figures, memories[i], True)
 
-    def run() -> float:     # the first two turns settle what a new isolate's rows reset
-        turn(1), turn(0), turn(1)
+    def run() -> float:
+        for i in (1, 0, 1):     # settle what a new isolate's rows reset
+            turn(i)
         gc.collect()
         t0 = clock()
         turn(0)

@@ -273,8 +273,8 @@ class Corpus:
         c.sizes, c.lines_of = self.sizes[:k], self.lines_of[:k]
         c.asking = self.asking[:bisect_left(self.asking, k)]
         c.counted, c.size, c.lines = sum(map(len, c.words)), sum(c.sizes), sum(c.lines_of)
-        c.blocks = [(a, min(b, k), held) for a, b, held in self.blocks if a < k]
-        c.blocks_bytes = sum([getsizeof(held) + BLOCK_BYTES for _, _, held in c.blocks])
+        c.blocks, c.blocks_bytes = list(self.blocks), self.blocks_bytes
+        c._cut_blocks(k)
         if k > self.lazy:
             c._block(c.words[self.lazy:], self.lazy)
         c.lazy, c.mark = k, self.mark
