@@ -395,8 +395,8 @@ def test_a_session_whose_body_and_group_bytes_pass_the_share_is_kept_held_once(m
 def test_a_body_differing_at_a_pieces_edge_shares_only_the_groups_before():
     """The pieces (block pages' bodies) compare the next body (§5.13): a body whose last
     byte inside a piece differs, or that ends right there (no comma after it), shares
-    the groups before that piece's last one, not the piece; the same body whole shares
-    every group but the last."""
+    the groups before that piece's last one, not the piece; one whose first byte
+    differs, none of the piece's; the same body whole shares every group but the last."""
     memory, s = port_session(350_000)
     kept_turn(memory, s, "hello")
     kept = memory.get(KEY)
@@ -408,6 +408,9 @@ def test_a_body_differing_at_a_pieces_edge_shares_only_the_groups_before():
         assert raw[comma:comma + 1] == b","
         flipped = raw[:comma - 1] + bytes([raw[comma - 1] ^ 1]) + raw[comma:]
         assert resume._shared(kept, flipped) == kept.piece_end[k] - 1, k
+        at = kept.piece_at[k]       # its first byte: no group of it
+        flipped = raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:]
+        assert resume._shared(kept, flipped) == (kept.piece_end[k - 1] if k else 0), k
         assert resume._shared(kept, raw[:comma]) == kept.piece_end[k] - 1, k
         assert resume._shared(kept, raw[:comma] + b"]") == kept.piece_end[k] - 1, k
 
