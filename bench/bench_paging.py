@@ -90,6 +90,30 @@ def roleplay_body(n: int) -> dict:
             "capabilities": ["multillm_context_retrieve"]}
 
 
+def roleplay_body_ru(n: int) -> dict:
+    """``roleplay_body``'s chat in Russian (~2.4 KB an exchange: Cyrillic is two UTF-8
+    bytes a letter): a text most of whose characters are not ASCII, its words stemmed
+    by the Russian Snowball (issue 45's thirteenth pass: such a text's words were cut
+    ~10x slower than a Latin one's)."""
+    body = roleplay_body(n)
+    body["messages"][0]["content"] = ("Ты — капитан Мира с небесного корабля «Аврора». "
+                                      "Не выходи из роли; рассказывай ярко, во втором лице. ") * 8
+    body["messages"][1]["content"] = "*Палуба качается под ногами.* Добро пожаловать на борт! 🌬️"
+    for m in body["messages"][2:-1]:
+        if m["role"] == "user":
+            i = m["content"].split("port ", 1)[1].split(",", 1)[0]
+            m["content"] = (f"*опирается на поручень* Расскажи мне о порте {i}, капитан. "
+                            "Что там поют небесные киты? 港口の歌\n") * 4
+        elif m["role"] == "assistant" and type(m["content"]) is str:
+            i = m["content"].split("Port ", 1)[1].split(" ", 1)[0]
+            m["content"] = (f"*Мира улыбается и указывает на горизонт.* Порт {i} — ах, поющая гавань. "
+                            "Киты поднимаются в сумерках, и их песни катятся по облачному морю, как гром, "
+                            "завёрнутый в бархат. Моряки говорят: если прислушаться, услышишь своё имя. "
+                            "«Какое чудо!» — шепчут они до самого рассвета. ") * 3 + "\r\n"
+    body["messages"][-1]["content"] = "*глубоко вздыхает* Поднимаем паруса."
+    return body
+
+
 def plan_one(fmt, body, budget, page_id_for):
     """The edge's plan for one candidate (``paging.plan_candidates`` with one budget)."""
     return paging.plan_candidates(fmt, body, [budget], page_id_for)[0]

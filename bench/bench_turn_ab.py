@@ -11,7 +11,8 @@ medians of CPU time (CPython; Pyodide's clock is the wall's); each figure's afte
 before is measured in one run, and each tree's ratios between sizes too. The "first
 resumed" rows are bench_turn's steady pair (the second turn of a pair: the first one
 resumed from a full-path turn); the "chain" rows a production session's steady turns
-(bench_turn_chain.py: the 3rd+ resumed of a chain). Usage:
+(bench_turn_chain.py: the 3rd+ resumed of a chain); the "Russian chat" rows the new
+isolate's turns on ``bench_paging.roleplay_body_ru`` (most characters not ASCII). Usage:
 
     python bench/bench_turn_ab.py BEFORE/src/multillm_edge AFTER/src/multillm_edge
     AB_BEFORE=BEFORE/src/multillm_edge node bench/pyodide_bench.mjs bench_turn_ab
@@ -32,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_paging import roleplay_body  # noqa: E402
+from bench_paging import roleplay_body, roleplay_body_ru  # noqa: E402
 from bench_turn import CACHE_CAPS, new_words  # noqa: E402
 from bench_turn_chain import ASK as CHAIN_ASK, FROM, PLAIN, TURNS, chain_bodies  # noqa: E402
 
@@ -46,6 +47,7 @@ WINDOW = int(os.environ.get("AB_WINDOW") or 0)
 #: seventh pass in bench/README.md; before it, no turn was kept there and every turn took the full path)
 CHAIN_SIZES = (200, 800, 3000)
 ASK = "*frowns* Port {} again? What did the whales sing there?"
+ASK_RU = "*хмурится* Снова порт {}? Что там пели киты?"
 #: CPU seconds where the process has its own clock (CPython on Linux: a loaded machine
 #: shares its cores), else the wall clock (Pyodide).
 CLOCK = time.perf_counter if sys.platform == "emscripten" else time.process_time
@@ -136,7 +138,8 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     trees = {"before": Tree(before, "edge_before", into), "after": Tree(after, "edge_after", into)}
     rows = ("first resumed turn", "first resumed + recall, warm", "first resumed + recall, new words",
             "steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain",
-            "turn, new isolate", "turn + recall, new isolate")
+            "turn, new isolate", "turn + recall, new isolate",
+            "turn, new isolate, Russian chat", "turn + recall, new isolate, Russian chat")
     chained = ("steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain")
     med: dict = {}
     for n in SIZES:
@@ -146,6 +149,12 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
         plain_raw = json.dumps(roleplay_body(n), ensure_ascii=False, separators=(",", ":")).encode()
         asked["capabilities"] = ["multillm_context_retrieve", "multillm_context_recall"]
         asked_raw = json.dumps(asked, ensure_ascii=False, separators=(",", ":")).encode()
+        # the same in Russian: a text most of whose characters are not ASCII
+        plain_ru = json.dumps(roleplay_body_ru(n), ensure_ascii=False, separators=(",", ":")).encode()
+        asked_ru = roleplay_body_ru(n)
+        asked_ru["messages"][-1]["content"] = ASK_RU.format(n // 10)
+        asked_ru["capabilities"] = asked["capabilities"]
+        asked_ru = json.dumps(asked_ru, ensure_ascii=False, separators=(",", ":")).encode()
         fns = {}
         chains = {r: chain_bodies(n, r) for r in (False, True)} if n in CHAIN_SIZES else {}
 
@@ -173,6 +182,8 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
                 "steady + recall, new words, chain": lambda t=tree: chain_of(t, True),
                 "turn, new isolate": lambda t=tree: t.new_isolate(plain_raw, budget, False),
                 "turn + recall, new isolate": lambda t=tree: t.new_isolate(asked_raw, budget, True),
+                "turn, new isolate, Russian chat": lambda t=tree: t.new_isolate(plain_ru, budget, False),
+                "turn + recall, new isolate, Russian chat": lambda t=tree: t.new_isolate(asked_ru, budget, True),
             }
         times = {(k, row): [] for k in trees for row in rows}
         for r in range(ROUNDS[n]):
@@ -203,6 +214,9 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     for n in [n for n in SIZES if n in CHAIN_SIZES]:
         print(f"| new isolate, recall / none, {n:,} | " + " | ".join(
             f"{med[(k, 'turn + recall, new isolate', n)] / med[(k, 'turn, new isolate', n)]:.2f}" for k in trees) + " |")
+        print(f"| new isolate, recall / none, {n:,}, Russian chat | " + " | ".join(
+            f"{med[(k, 'turn + recall, new isolate, Russian chat', n)] / med[(k, 'turn, new isolate, Russian chat', n)]:.2f}"
+            for k in trees) + " |")
     sys.stdout.flush()
     return 0
 

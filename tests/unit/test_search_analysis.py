@@ -101,6 +101,38 @@ def test_word_bag_holds_the_words_each_as_often(text):
         Counter(analysis.words(line)) for line in text.split("\n")]
 
 
+# Texts holding more non-ASCII bytes than the cuts' memo keys (``CUT_KEY_BYTES``), most
+# of them Cyrillic (their cutting characters found by ``_MAY_CUT_RE``) or CJK (a set of
+# every character); digits that make no number (², ①), non-ASCII digits that do.
+long_bag_text = st.tuples(st.lists(st.sampled_from(list(
+    "ab Z9_.,:'’—“…é\u0301\u00a0\u2028港口のчёрныйЖΣσ²①١٢ \ud800-?\n") + [
+        "3.5", "огонь", "ночь", "λόγος", "١.٢"]), max_size=200).map("".join),
+    st.sampled_from([" огонь ночь" * 30, " 港口の歌を聴く、" * 30])).map("".join)
+
+
+@settings(max_examples=800, deadline=None)
+@given(text=long_bag_text)
+def test_a_long_non_ascii_texts_word_bag_holds_the_words_each_as_often(text):
+    folded = analysis.fold(text)
+    assert len(folded.encode("utf-8", "surrogatepass").translate(None, bytes(range(128)))) > analysis.CUT_KEY_BYTES
+    assert Counter(analysis.word_bag(folded)) == Counter(analysis.words(folded))
+    assert [Counter(b) for b in analysis.line_bags(folded)] == [
+        Counter(analysis.words(line)) for line in folded.split("\n")]
+
+
+def test_a_long_cyrillic_text_is_cut_by_its_few_cutting_characters():
+    """Issue 45: a text of many non-ASCII bytes (a Russian chat's) is cut in C by the
+    few characters in it that cut a word, not by WORD_RE."""
+    text = analysis.fold("«Ночь», — сказала она… Огонь горел ярко; ² и ① — не числа. " * 8)
+    raw = text.encode()
+    assert len(raw.translate(None, bytes(range(128)))) > analysis.CUT_KEY_BYTES
+    spaced = analysis._spaced(text, analysis._ASCII_SPACE)
+    assert spaced is not None and Counter(spaced.split()) == Counter(analysis.words(text))
+    assert analysis._spaced(text + " ١.٢", analysis._ASCII_SPACE) is None     # a number of ١, ٢
+    cjk = analysis.fold("港口の歌を聴く、tea and 夜cake。" * 30)      # mostly CJK: a set of every character
+    assert Counter(analysis._spaced(cjk, analysis._ASCII_SPACE).split()) == Counter(analysis.words(cjk))
+
+
 def test_word_bag_cuts_many_cjk_characters_and_numbers_as_words_does():
     cjk = "".join(chr(0x4E00 + i) for i in range(40)) + " tea and 夜cake"
     assert sorted(analysis.word_bag(cjk)) == sorted(analysis.words(cjk)) == ["and", "cake", "tea"]
