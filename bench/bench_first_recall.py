@@ -7,7 +7,8 @@ the same turn without recall. Times are inclusive (a step's figure holds those o
 steps it calls) and the wrappers add their own (~1 µs a call: the per-exchange steps,
 756 calls at 800 exchanges, read ~1 ms high). Medians of ``RUNS`` rounds. Usage:
 ``python bench/bench_first_recall.py`` or ``node bench/pyodide_bench.mjs
-bench_first_recall`` (``AB_SIZES=200`` for another size; 800 by default).
+bench_first_recall`` (``AB_SIZES=200`` for another size; 800 by default; ``AB_CHAT=ru``
+for the same chat in Russian, ``bench_paging.roleplay_body_ru``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import bench_turn as bt  # noqa: E402
+from bench_paging import roleplay_body_ru  # noqa: E402
 from multillm_edge.core import paging, recall  # noqa: E402
 from multillm_edge.search import docs, ranker, stems  # noqa: E402
 
@@ -71,8 +73,10 @@ def main(runtime: str = "CPython") -> int:
     for owner, name, label in STEPS:
         wrap(owner, name, label)
     budget = max(32000, 100 * n) - 1024 - 256
-    body = bt.roleplay_body(n)
-    body["messages"][-1]["content"] = f"*frowns* Port {n // 10} again? What did the whales sing there?"
+    russian = os.environ.get("AB_CHAT") == "ru"
+    body = (roleplay_body_ru if russian else bt.roleplay_body)(n)
+    body["messages"][-1]["content"] = (f"*хмурится* Снова порт {n // 10}? Что там пели киты?" if russian else
+                                       f"*frowns* Port {n // 10} again? What did the whales sing there?")
     raws = {}
     for recalling in (True, False):
         body["capabilities"] = ["multillm_context_retrieve"] + (["multillm_context_recall"] if recalling else [])
@@ -94,7 +98,7 @@ def main(runtime: str = "CPython") -> int:
                     for k, v in ACC.items():
                         steps.setdefault(k, []).append(v)
     with_recall, without = (statistics.median(turns[x]) * 1000 for x in (True, False))
-    print(f"a new isolate's first recall, {n:,} exchanges — {runtime} {sys.version.split()[0]} "
+    print(f"a new isolate's first recall, {n:,} exchanges{', Russian chat' if russian else ''} — {runtime} {sys.version.split()[0]} "
           f"(ms, wall-clock, medians of {RUNS}, steps wrapped)")
     print(f"turn + recall {with_recall:.1f}, turn {without:.1f}, ratio {with_recall / without:.2f}")
     print("| step (inclusive) | ms |\n|---|---:|")

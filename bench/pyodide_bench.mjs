@@ -49,6 +49,7 @@ os.environ["AB_BEFORE_TREE"] = "/home/pyodide/before/multillm_edge"
 os.environ["AB_AFTER_TREE"] = "/home/pyodide/src/multillm_edge"
 os.environ["AB_SIZES"] = ${JSON.stringify(process.env.AB_SIZES || "")}
 os.environ["AB_WINDOW"] = ${JSON.stringify(process.env.AB_WINDOW || "")}
+os.environ["AB_CHAT"] = ${JSON.stringify(process.env.AB_CHAT || "")}
 sys.path.insert(0, "/home/pyodide/src"); sys.path.insert(0, "/home/pyodide/bench")
 import ${bench}
 ${bench}.main("Pyodide")
