@@ -114,6 +114,26 @@ def roleplay_body_ru(n: int) -> dict:
     return body
 
 
+def roleplay_body_ja(n: int) -> dict:
+    """``roleplay_body``'s chat in Japanese: no spaces, its terms CJK bigrams counted in
+    each exchange's text (docs/design.md §6.1; issue 45's thirteenth pass: a recalling
+    turn counted each of them in every exchange, every turn)."""
+    body = roleplay_body(n)
+    body["messages"][0]["content"] = "あなたは飛空艇オーロラ号のミラ船長。役を崩さず、二人称で生き生きと語ること。" * 8
+    body["messages"][1]["content"] = "*足元で甲板が揺れる。* ようこそ、乗船を歓迎するわ！🌬️"
+    for m in body["messages"][2:-1]:
+        if m["role"] == "user":
+            i = m["content"].split("port ", 1)[1].split(",", 1)[0]
+            m["content"] = f"*手すりにもたれて* 船長、港{i}のことを教えて。そこで空の鯨は何を歌うの？ 港口の歌\n" * 4
+        elif m["role"] == "assistant" and type(m["content"]) is str:
+            i = m["content"].split("Port ", 1)[1].split(" ", 1)[0]
+            m["content"] = (f"*ミラは微笑んで地平線を指さす。* 港{i}——ああ、歌う港ね。鯨たちは夕暮れに昇り、"
+                            "その歌はビロードに包まれた雷のように雲の海を転がっていく。耳を澄ませば自分の名前が"
+                            "聞こえると船乗りたちは言う。「なんて素敵！」と夜明けまでささやくのよ。") * 3 + "\r\n"
+    body["messages"][-1]["content"] = "*深呼吸して* さあ、出航しよう。"
+    return body
+
+
 def plan_one(fmt, body, budget, page_id_for):
     """The edge's plan for one candidate (``paging.plan_candidates`` with one budget)."""
     return paging.plan_candidates(fmt, body, [budget], page_id_for)[0]

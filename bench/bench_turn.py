@@ -99,6 +99,18 @@ def new_words(n: int, i: int) -> str:
     return f"*frowns* Port {(37 * i + 11) % n} or {(53 * i + 5) % n}, by the tern{i}? What did the whales sing there?"
 
 
+BIRDS = "雀鷹鷲鳩燕鴎鶴鷺梟鴉雁鴨鵜鶏雉鶯鵡鸚鷸鴫"
+
+
+def new_words_ja(n: int, i: int) -> str:
+    """``new_words`` for ``bench_paging.roleplay_body_ja``: two ports' numbers and a
+    bigram no exchange holds (two birds' kanji, 397 pairs in turn: ``i`` mod a prime, so
+    that rounds numbered by thousands ask others), beside bigrams asked before."""
+    k = i % 397
+    birds = BIRDS[k % 20] + BIRDS[k // 20]
+    return f"*眉をひそめる* 港{(37 * i + 11) % n}か港{(53 * i + 5) % n}、{birds}のそばで？鯨はそこで何を歌った？"
+
+
 def turn_pairs(n: int, budget: int, recalling: bool, cache: bool = True, new: bool = False) -> tuple:
     """Two pairs of consecutive turns of one session near ``n`` exchanges, each the
     second one exchange longer: one between steps (the same exchanges paged), one

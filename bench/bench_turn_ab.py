@@ -11,8 +11,10 @@ medians of CPU time (CPython; Pyodide's clock is the wall's); each figure's afte
 before is measured in one run, and each tree's ratios between sizes too. The "first
 resumed" rows are bench_turn's steady pair (the second turn of a pair: the first one
 resumed from a full-path turn); the "chain" rows a production session's steady turns
-(bench_turn_chain.py: the 3rd+ resumed of a chain); the "Russian chat" rows the new
-isolate's turns on ``bench_paging.roleplay_body_ru`` (most characters not ASCII). Usage:
+(bench_turn_chain.py: the 3rd+ resumed of a chain); the "Russian chat" and
+"Japanese chat" rows those turns on ``bench_paging.roleplay_body_ru`` (most characters
+not ASCII) and ``roleplay_body_ja`` (CJK: its terms bigrams; new words
+``bench_turn.new_words_ja``). Usage:
 
     python bench/bench_turn_ab.py BEFORE/src/multillm_edge AFTER/src/multillm_edge
     AB_BEFORE=BEFORE/src/multillm_edge node bench/pyodide_bench.mjs bench_turn_ab
@@ -33,8 +35,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_paging import roleplay_body, roleplay_body_ru  # noqa: E402
-from bench_turn import CACHE_CAPS, new_words  # noqa: E402
+from bench_paging import roleplay_body, roleplay_body_ja, roleplay_body_ru  # noqa: E402
+from bench_turn import CACHE_CAPS, new_words, new_words_ja  # noqa: E402
 from bench_turn_chain import ASK as CHAIN_ASK, FROM, PLAIN, TURNS, chain_bodies  # noqa: E402
 
 #: AB_SIZES (e.g. "200,800") runs fewer
@@ -48,6 +50,7 @@ WINDOW = int(os.environ.get("AB_WINDOW") or 0)
 CHAIN_SIZES = (200, 800, 3000)
 ASK = "*frowns* Port {} again? What did the whales sing there?"
 ASK_RU = "*хмурится* Снова порт {}? Что там пели киты?"
+ASK_JA = "*眉をひそめる* また港{}？そこで鯨は何を歌った？"
 #: CPU seconds where the process has its own clock (CPython on Linux: a loaded machine
 #: shares its cores), else the wall clock (Pyodide).
 CLOCK = time.perf_counter if sys.platform == "emscripten" else time.process_time
@@ -139,8 +142,11 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     rows = ("first resumed turn", "first resumed + recall, warm", "first resumed + recall, new words",
             "steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain",
             "turn, new isolate", "turn + recall, new isolate",
-            "turn, new isolate, Russian chat", "turn + recall, new isolate, Russian chat")
-    chained = ("steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain")
+            "turn, new isolate, Russian chat", "turn + recall, new isolate, Russian chat",
+            "steady + recall, new words, chain, Japanese chat",
+            "turn, new isolate, Japanese chat", "turn + recall, new isolate, Japanese chat")
+    chained = ("steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain",
+               "steady + recall, new words, chain, Japanese chat")
     med: dict = {}
     for n in SIZES:
         budget = (WINDOW or max(32000, 100 * n)) - 1024 - 256
@@ -155,14 +161,24 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
         asked_ru["messages"][-1]["content"] = ASK_RU.format(n // 10)
         asked_ru["capabilities"] = asked["capabilities"]
         asked_ru = json.dumps(asked_ru, ensure_ascii=False, separators=(",", ":")).encode()
+        # and in Japanese: no spaces, its terms CJK bigrams
+        plain_ja = json.dumps(roleplay_body_ja(n), ensure_ascii=False, separators=(",", ":")).encode()
+        asked_ja = roleplay_body_ja(n)
+        asked_ja["messages"][-1]["content"] = ASK_JA.format(n // 10)
+        asked_ja["capabilities"] = asked["capabilities"]
+        asked_ja = json.dumps(asked_ja, ensure_ascii=False, separators=(",", ":")).encode()
         fns = {}
         chains = {r: chain_bodies(n, r) for r in (False, True)} if n in CHAIN_SIZES else {}
+        if chains:
+            chains["ja"] = chain_bodies(n, True, roleplay_body_ja)
 
-        def chain_of(t, recalling, anchored=False, r=[0]):      # every round its own new words
+        def chain_of(t, recalling, anchored=False, ja=False, r=[0]):      # every round its own new words
             r[0] += 1
-            asks = [json.dumps(new_words(n, 1000 * r[0] + i) if recalling else PLAIN).encode() for i in range(TURNS)]
-            return t.chain([b.replace(CHAIN_ASK, a) for b, a in zip(chains[recalling], asks)], budget, recalling,
-                           anchored)
+            words = new_words_ja if ja else new_words
+            asks = [json.dumps(words(n, 1000 * r[0] + i) if recalling else PLAIN, ensure_ascii=False).encode()
+                    for i in range(TURNS)]
+            return t.chain([b.replace(CHAIN_ASK, a) for b, a in zip(chains["ja" if ja else recalling], asks)],
+                           budget, recalling, anchored)
         for name, tree in trees.items():
             plain = pairs(tree, n, budget, False, False)
             warm = pairs(tree, n, budget, True, False)
@@ -184,6 +200,9 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
                 "turn + recall, new isolate": lambda t=tree: t.new_isolate(asked_raw, budget, True),
                 "turn, new isolate, Russian chat": lambda t=tree: t.new_isolate(plain_ru, budget, False),
                 "turn + recall, new isolate, Russian chat": lambda t=tree: t.new_isolate(asked_ru, budget, True),
+                "steady + recall, new words, chain, Japanese chat": lambda t=tree: chain_of(t, True, ja=True),
+                "turn, new isolate, Japanese chat": lambda t=tree: t.new_isolate(plain_ja, budget, False),
+                "turn + recall, new isolate, Japanese chat": lambda t=tree: t.new_isolate(asked_ja, budget, True),
             }
         times = {(k, row): [] for k in trees for row in rows}
         for r in range(ROUNDS[n]):
@@ -214,9 +233,10 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     for n in [n for n in SIZES if n in CHAIN_SIZES]:
         print(f"| new isolate, recall / none, {n:,} | " + " | ".join(
             f"{med[(k, 'turn + recall, new isolate', n)] / med[(k, 'turn, new isolate', n)]:.2f}" for k in trees) + " |")
-        print(f"| new isolate, recall / none, {n:,}, Russian chat | " + " | ".join(
-            f"{med[(k, 'turn + recall, new isolate, Russian chat', n)] / med[(k, 'turn, new isolate, Russian chat', n)]:.2f}"
-            for k in trees) + " |")
+        for lang in ("Russian", "Japanese"):
+            print(f"| new isolate, recall / none, {n:,}, {lang} chat | " + " | ".join(
+                f"{med[(k, f'turn + recall, new isolate, {lang} chat', n)] / med[(k, f'turn, new isolate, {lang} chat', n)]:.2f}"
+                for k in trees) + " |")
     sys.stdout.flush()
     return 0
 

@@ -43,10 +43,10 @@ ASK = b"\x01ASK\x01"      # the question's place in a chain's bodies (JSON-escap
 PLAIN = "*takes a deep breath* Let's set sail."
 
 
-def chain_bodies(n: int, recalling: bool) -> list:
-    """``TURNS`` bodies of one session from ``n`` exchanges, each the last plus one
-    exchange; the latest user message is ``ASK``'s place (filled per round)."""
-    body = bt.roleplay_body(n)
+def chain_bodies(n: int, recalling: bool, chat=bt.roleplay_body) -> list:
+    """``TURNS`` bodies of one session from ``n`` exchanges (``chat(n)``), each the last
+    plus one exchange; the latest user message is ``ASK``'s place (filled per round)."""
+    body = chat(n)
     body["capabilities"] = bt.CACHE_CAPS + (["multillm_context_recall"] if recalling else [])
     raws = []
     for i in range(TURNS):

@@ -40,14 +40,19 @@ def wide_words(i: int) -> list:     # words of non-ASCII letters, long ones, CJK
             ("assistant", "港口の歌" * 50 + " 🌬️ " * 20 + "Ж" * 3000)]
 
 
+def japanese(i: int) -> list:     # CJK runs kept for its CJK queries' postings
+    return [("user", f"港{i}のことを教えて。" * 20), ("assistant", "鯨たちは夕暮れに昇り、その歌は雲の海を転がっていく。" * 30)]
+
+
 def prose(i: int) -> list:
     return [("user", f"*leans on the rail* Tell me about port {i}, captain. What do the whales sing?"),
             ("assistant", f"Port {i} — the whales rise at dusk, their songs rolling like thunder. " * 3)]
 
 
 KINDS = {"blank lines": blank_lines, "tiny messages": tiny, "very long words": long_words,
-         "[{}] content": empty, "many distinct words": many_words, "wide words": wide_words, "prose": prose}
-QUERIES = ("whales port sing", "thing1 word3x4 reply17", "a k3 ok", "aaaa b3 w7")
+         "[{}] content": empty, "many distinct words": many_words, "wide words": wide_words, "prose": prose,
+         "japanese": japanese}
+QUERIES = ("whales port sing", "thing1 word3x4 reply17", "a k3 ok", "aaaa b3 w7", "港口の歌 の港 鯨たち")
 
 
 def fill(make, n: int, sessions: int = 1) -> None:

@@ -18,6 +18,7 @@ from multillm_edge.core import paging
 from multillm_edge.core.pages import PageSigner
 from multillm_edge.search import STATE, corpus, rank
 from multillm_edge.search import docs as docs_module
+from multillm_edge.search import stems as stems_module
 from multillm_edge.search.docs import CACHE
 from multillm_edge.search.ranker import Scoring
 
@@ -83,7 +84,21 @@ def within_bounds() -> bool:
         and c.bound_bytes() >= c.held_bytes() == c._own_bytes() + words_bytes(c) + sum(
             map(corpus.numbers_bytes, (c.sizes, c.lines_of, c.ids))) and c.ids == list(range(len(c.words)))
         and c.size == sum(c.sizes) and c.lines == sum(c.lines_of)
-        and c.posted == sum(map(len, c.postings.values())) and postings_true(c) for c in kept)
+        and c.posted == sum(map(len, c.postings.values())) and postings_true(c) and cjk_true(c) for c in kept)
+
+
+def cjk_true(c) -> bool:
+    """Its CJK runs: blocks of ``BLOCK`` exchanges, one each, in order, their bytes
+    counted; each kept CJK posting the one counted from them anew."""
+    if c.cjk is None:
+        return not c.cjk_postings and c.cjk_bytes == 0
+    firsts = [b[0] for b in c.cjk]
+    sizes = [len(b[2]) for b in c.cjk]
+    return (firsts == list(range(0, len(c.words), corpus.BLOCK)) and sum(sizes) == len(c.words)
+            and all(k == corpus.BLOCK for k in sizes[:-1])
+            and c.cjk_bytes == sum(map(corpus._cjk_block_bytes, c.cjk))
+            and c.cjk_posted == sum(map(len, c.cjk_postings.values()))
+            and all(p == c._cjk_fill(v) and list(p) == sorted(p) for v, p in c.cjk_postings.items()))
 
 
 def words_bytes(c) -> int:
@@ -246,6 +261,65 @@ def test_a_session_growing_extends_its_corpus_and_an_edit_cuts_it_back():
     assert c.posting("whales") == {d: 1 for d in range(25) if d != 20}
     assert c.size == sum(len("\n".join(t for _, t in d)) for d in edited)
     STATE.reset()
+
+
+CJK_SAID = ["港口の歌", "鯨は歌った", "ああああ", "港", "夜", "tea 港 cake", "", "の歌の歌", "歌"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["grow", "cut"]), st.integers(1, 9)), min_size=1, max_size=12),
+       block=st.sampled_from([1, 3, 128]), said=st.lists(st.sampled_from(CJK_SAID), min_size=60, max_size=60))
+def test_a_cjk_terms_posting_is_its_count_in_each_exchanges_text(steps, block, said):
+    """A CJK term's posting (docs/design.md §6.2) — kept from the turn it is first
+    asked, extended as exchanges are appended (into the last block while it has room,
+    then new ones), cut back on an edit — is ``str.count`` of the term in each
+    exchange's text, "ああ" in "ああああ" twice (no overlap), a lone character
+    wherever it stands; the exchanges' texts are read only the first time."""
+    was, corpus.BLOCK = corpus.BLOCK, block
+    try:
+        cjk_postings_counted(steps, said)
+    finally:
+        corpus.BLOCK = was
+
+
+def cjk_postings_counted(steps: list, said: list) -> None:
+    docs = [[("user", f"{said[i]} {i}"), ("assistant", said[(i * 7) % 60])] for i in range(60)]
+    terms = ["港口", "の歌", "ああ", "港", "歌", "夜", "鯨は"]
+    c = corpus.Corpus()
+    n, read = 0, []
+
+    def texts():
+        read.append(n)
+        return ["\n".join(t for _, t in d) for d in docs[:n]]
+
+    def analysed(lo, hi):
+        return [docs_module.analyze(d, stems_module.Stems()) for d in docs[lo:hi]]
+    for what, k in steps:
+        if what == "grow":
+            c.extend(analysed(n, min(60, n + k)), [(f"cjk{i}", 0) for i in range(n, min(60, n + k))])
+            n = min(60, n + k)
+        else:
+            n = max(0, n - k)
+            c.cut(n)
+        for v in terms[:1 + n % len(terms)]:       # more terms asked as it goes
+            assert c.cjk_tf(v, texts) == {d: got for d in range(n)
+                                          if (got := "\n".join(t for _, t in docs[d]).count(v))}, (v, n)
+        assert cjk_true(c)
+    assert len(read) <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs=st.lists(st.tuples(st.sampled_from(CJK_SAID + list(WORDS)), st.sampled_from(CJK_SAID + list(WORDS))),
+                     min_size=1, max_size=30),
+       query=st.lists(st.sampled_from(CJK_SAID + list(WORDS)), min_size=1, max_size=3).map(" ".join))
+def test_a_ranking_of_cjk_terms_from_the_corpus_is_the_scans(docs, query):
+    """The corpus's CJK postings rank as the scan counts (``str.count`` in each
+    exchange's text), every hit."""
+    docs = [[("user", u), ("assistant", r)] for u, r in docs]
+    STATE.reset()
+    indexed = rank(query, docs, 10_000, indexed=True, excerpts=False)
+    STATE.reset()
+    assert indexed == rank(query, docs, 10_000, indexed=False, excerpts=False)
 
 
 def test_a_branch_of_a_long_chat_takes_its_start_and_leaves_it_whole(monkeypatch):

@@ -21,6 +21,12 @@ it changed otherwise. Everything in it is a function of those counts alone, so a
 from it is the ranking from scratch; it holds nothing a principal or session could
 tell apart.
 
+A query's CJK terms (bigrams and lone characters, counted as ``str.count`` counts them
+in an exchange's text) are counted in the exchanges' CJK runs, kept per block of
+``BLOCK`` exchanges as one string (made when a ranking first asks one: ``cjk_tf``); each
+term asked keeps its posting, extended as exchanges are appended, so a CJK question's
+terms cost what is new, not a count in every exchange's text every turn.
+
 Its memory is counted in bytes (``held_bytes``, docs/design.md §6.2), estimated from
 what it holds: exchanges, word-count entries and their words' code points (sized when
 first asked), postings, the memo's entries (CPython 3.11, 64-bit; checked against
@@ -34,6 +40,7 @@ from itertools import compress, repeat
 from operator import attrgetter, gt as _past, itemgetter, ne
 from sys import getsizeof
 
+from .analysis import CJK_RE
 from .state import STATE
 
 #: Corpora kept at most, the least recently used dropped first.
@@ -128,7 +135,7 @@ class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
     __slots__ = ("words", "keys", "keys_bytes", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
                  "postings", "posted", "lazy", "filled", "blocks", "blocks_bytes", "mark", "memo", "memo_entries",
-                 "canon", "canon_bytes")
+                 "canon", "canon_bytes", "cjk", "cjk_bytes", "cjk_postings", "cjk_posted")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
@@ -156,6 +163,12 @@ class Corpus:
         # word counts hold their words from it
         self.canon: dict | None = None
         self.canon_bytes = 0    # those strings' bytes
+        # the exchanges' CJK runs, once a CJK term is asked: per block of BLOCK exchanges
+        # (first, their runs, "\n"-joined, each exchange's start and end there), else None
+        self.cjk: list | None = None
+        self.cjk_bytes = 0
+        self.cjk_postings: dict = {}    # CJK term -> {exchange: count}, exchanges ascending
+        self.cjk_posted = 0             # their entries
         self.extend(docs)
 
     def held_bytes(self) -> int:
@@ -188,7 +201,8 @@ class Corpus:
                 + POSTING_BYTES * len(self.postings)
                 + POSTING_ENTRY_BYTES * self.posted + FILLED_BYTES * len(self.filled)
                 + MEMO_ENTRY_BYTES * self.memo_entries + self.blocks_bytes
-                + (dict_bytes(len(self.canon), 16) + self.canon_bytes if self.canon is not None else 0))
+                + (dict_bytes(len(self.canon), 16) + self.canon_bytes if self.canon is not None else 0)
+                + self.cjk_bytes + POSTING_BYTES * len(self.cjk_postings) + POSTING_ENTRY_BYTES * self.cjk_posted)
 
     def _exchanges_bytes(self, a: int, b: int) -> int:
         """Exchanges ``a:b``'s word counts (compacted, their tables alone: their words
@@ -247,6 +261,8 @@ class Corpus:
             self._block(words, d0)
         else:
             self._post(words, d0)
+        if self.cjk is not None:
+            self._cjk_extend([a.text for a in docs], d0)
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
         self.asking += [d for d, a in enumerate(docs, d0) if a.question]
         self.words += words
@@ -316,6 +332,8 @@ class Corpus:
                         self.posted -= 1
                         if not p:
                             del postings[w]
+        if self.cjk is not None:
+            self._cjk_cut(keep)
         if keep < self.lazy:
             self.lazy = keep
             self._cut_blocks(keep)
@@ -389,6 +407,77 @@ class Corpus:
                 got[d] = got.get(d, 0) + c
         return dict(sorted(got.items()))
 
+    def cjk_tf(self, value: str, texts) -> dict:
+        """{exchange: ``text.count(value)``} of a CJK term (a bigram or a lone
+        character: CJK characters only), exchanges ascending, the same dict while the
+        corpus is (never to be changed); ``texts()``: every exchange's folded text, read
+        only when no CJK term was asked of this corpus yet."""
+        key = ("cjk", value)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.cjk_postings.get(value)
+            if got is None:
+                if self.cjk is None:
+                    self._cjk_extend(texts(), 0)
+                got = self.cjk_postings[value] = self._cjk_fill(value)
+                self.cjk_posted += len(got)
+            got = self._keep(key, got, 1)
+            self.memo[id(got)] = got
+        return got
+
+    def _cjk_fill(self, value: str, since: int = 0) -> dict:
+        """``value``'s posting over exchanges ``since``…, counted in C: a CJK term's
+        count in an exchange's text is its count in that exchange's CJK runs joined by
+        newlines (no CJK character: no occurrence spans two runs or two exchanges); a
+        whole block looked in only when it holds the term."""
+        got: dict = {}
+        for b0, text, starts, ends in self.cjk:
+            skip = since - b0
+            if skip >= len(starts) or (skip <= 0 and value not in text):
+                continue
+            skip = max(skip, 0)
+            got.update(filter(_SECOND, zip(range(b0 + skip, b0 + len(starts)),
+                                           map(text.count, repeat(value), starts[skip:], ends[skip:]))))
+        return got
+
+    def _cjk_extend(self, texts: list, d0: int) -> None:
+        """Append the CJK runs of exchanges ``d0``… (their folded ``texts``): into the
+        last block while it has room, then in new ones; each kept posting counted in
+        them (in their spans only: O(the new exchanges) a term)."""
+        if self.cjk is None:
+            self.cjk = []
+        cjk, runs, i = self.cjk, ["\n".join(CJK_RE.findall(t)) for t in texts], 0
+        if cjk and len(cjk[-1][2]) < BLOCK:
+            last = cjk.pop()
+            self.cjk_bytes -= _cjk_block_bytes(last)
+            i = BLOCK - len(last[2])
+            cjk.append(_cjk_block(last[0], runs[:i], last))
+            self.cjk_bytes += _cjk_block_bytes(cjk[-1])
+        for k in range(i, len(runs), BLOCK):
+            cjk.append(_cjk_block(d0 + k, runs[k:k + BLOCK]))
+            self.cjk_bytes += _cjk_block_bytes(cjk[-1])
+        for value, posting in self.cjk_postings.items():
+            added = self._cjk_fill(value, d0)
+            self.cjk_posted += len(added)
+            posting.update(added)
+
+    def _cjk_cut(self, keep: int) -> None:
+        """Drop the CJK runs of exchanges ``keep``… and their postings' entries (the
+        last ones of each: exchanges ascending)."""
+        cjk = self.cjk
+        while cjk and cjk[-1][0] >= keep:
+            self.cjk_bytes -= _cjk_block_bytes(cjk.pop())
+        if cjk and cjk[-1][0] + len(cjk[-1][2]) > keep:
+            b0, text, starts, ends = last = cjk.pop()
+            self.cjk_bytes -= _cjk_block_bytes(last)
+            j = keep - b0
+            cjk.append((b0, text[:ends[j - 1]], starts[:j], ends[:j]))
+            self.cjk_bytes += _cjk_block_bytes(cjk[-1])
+        for posting in self.cjk_postings.values():
+            while posting and next(reversed(posting)) >= keep:
+                posting.popitem()
+                self.cjk_posted -= 1
+
     def kept(self, kind, tf: dict, make, named: tuple = ()):
         """``make()``, kept under (``kind``, ``tf``) while the corpus is, when ``tf`` is
         one of its own (``tf``) or None: what depends on a term's counts (if any) and
@@ -422,6 +511,26 @@ class Corpus:
         """Empty the memo (the corpus changed, or it is no longer the one in use)."""
         self.memo.clear()
         self.memo_entries = 0
+
+
+def _cjk_block(first: int, runs: list, block: tuple | None = None) -> tuple:
+    """(first exchange, the CJK runs of its exchanges "\\n"-joined, each one's start and
+    end there): ``block``'s with ``runs`` (exchanges' runs, each "\\n"-joined) appended."""
+    text, starts, ends = (block[1], list(block[2]), list(block[3])) if block else ("", [], [])
+    at = len(text) + 1 if starts else 0
+    for r in runs:
+        starts.append(at)
+        ends.append(at + len(r))
+        at += len(r) + 1
+    joined = "\n".join(runs)
+    return first, (text + "\n" + joined if block and block[2] else joined), starts, ends
+
+
+def _cjk_block_bytes(block: tuple) -> int:
+    """A block of CJK runs: its string, its lists and their numbers, its tuple."""
+    _, text, starts, ends = block
+    return (BLOCK_BYTES + getsizeof(text) + getsizeof(starts) + getsizeof(ends)
+            + numbers_bytes(starts) + numbers_bytes(ends))
 
 
 def shared(old: list, new: list) -> int:

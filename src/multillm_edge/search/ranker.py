@@ -158,9 +158,11 @@ def _tfs(matcher: Matcher, an: list, corpus: Corpus | None) -> dict:
     if corpus is not None:
         matcher.pin(corpus)
         out = matcher.columns(corpus)
-        every = an.every() if matcher.cjk and type(an) is Held else an
-        for t in matcher.cjk:
-            out[t] = {d: c for d, a in enumerate(every) if (c := a.text.count(t.value))}
+        if matcher.cjk:     # every exchange's text read only for the corpus's first CJK term
+            def texts() -> list:
+                return [a.text for a in (an.every() if type(an) is Held else an)]
+            for t in matcher.cjk:
+                out[t] = corpus.cjk_tf(t.value, texts)
         return out
     out = {t: {} for t in matcher.terms}
     for d, a in enumerate(an):
