@@ -17,7 +17,8 @@ found by the exchanges' keys (their analyses' cache keys, which name their bytes
 compared in C), so the exchanges it holds are neither analysed nor looked up again;
 where the keys part, by the word counts of the rest (a block page closed over
 exchanges paged alone names them anew); extended by what was appended, cut back where
-it changed otherwise. Everything in it is a function of those counts alone, so a ranking
+it changed otherwise. Everything in it is a function of those counts (and of the
+exchanges' CJK runs, below) alone, so a ranking
 from it is the ranking from scratch; it holds nothing a principal or session could
 tell apart.
 
