@@ -91,10 +91,10 @@ def roleplay_body(n: int) -> dict:
 
 
 def roleplay_body_ru(n: int) -> dict:
-    """``roleplay_body``'s chat in Russian (~2.4 KB an exchange: Cyrillic is two UTF-8
+    """``roleplay_body``'s chat in Russian (~2.3 KB an exchange: Cyrillic is two UTF-8
     bytes a letter): a text most of whose characters are not ASCII, its words stemmed
     by the Russian Snowball (issue 45's thirteenth pass: such a text's words were cut
-    ~10x slower than a Latin one's)."""
+    ~4x slower than a Latin one's, their cutting characters found ~9x slower)."""
     body = roleplay_body(n)
     body["messages"][0]["content"] = ("Ты — капитан Мира с небесного корабля «Аврора». "
                                       "Не выходи из роли; рассказывай ярко, во втором лице. ") * 8

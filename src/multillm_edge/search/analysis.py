@@ -210,7 +210,7 @@ def _spaced(folded: str, table: bytes, raw: bytes | None = None, others: bytes |
         others = raw.translate(None, _ASCII_BYTES)
     if len(others) > CUT_KEY_BYTES:
         # many: a Cyrillic, Greek, … text's, most of it (a set of every character, a
-        # string each, was ~6x the cost of the rest of its cutting in Pyodide), those
+        # string each, was ~3x the cost of the rest of its cutting in Pyodide), those
         # that may cut a word found in C; a CJK text's (most from U+3000 on, 3-4 bytes
         # each, nearly all cutting) in one set, ~2x cheaper there
         chars = others.decode("utf-8", "surrogatepass")
