@@ -430,9 +430,11 @@ class Corpus:
         """``value``'s posting over exchanges ``since``…, counted in C: a CJK term's
         count in an exchange's text is its count in that exchange's CJK runs joined by
         newlines (no CJK character: no occurrence spans two runs or two exchanges); a
-        whole block looked in only when it holds the term."""
+        whole block looked in only when it holds the term. The blocks start at multiples
+        of ``BLOCK``: those before ``since``'s are not looked at (an append's count costs
+        the new exchanges, not one step a block of the chat)."""
         got: dict = {}
-        for b0, text, starts, ends in self.cjk:
+        for b0, text, starts, ends in self.cjk[since // BLOCK:]:
             skip = since - b0
             if skip >= len(starts) or (skip <= 0 and value not in text):
                 continue
