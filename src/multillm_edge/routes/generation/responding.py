@@ -29,7 +29,8 @@ def annotate(payload: bytes, turn: Turn, fmt: str, session: dict | None = None) 
     """Add `context_pages` / `context_session` / `context_compaction` to a complete JSON response."""
     pages = recalled = None
     if turn.pages:
-        pages = annotation.pages_text(turn.pages, turn.rows, format_module(fmt).tool_schema())
+        pages = annotation.pages_text(turn.pages, turn.rows,
+                                       annotation.schema_text(format_module(fmt).tool_schema))
         if turn.recalled is not None:
             recalled = annotation.recall_list(turn.recalled)
     return annotation.annotate(payload, pages, turn.compacted, session, recalled)
