@@ -73,21 +73,23 @@ def annotate(payload: bytes, pages_json: str | None, compacted: int,
         return payload
     if not isinstance(doc, dict):
         return payload
-    extra = []
+    extra = []      # each added key's name, then its value's text
     if pages_json is not None:
-        extra.append('"context_pages":' + pages_json)
+        extra += ['"context_pages":', pages_json]
         if recalled is not None:
-            extra.append('"context_recall":' + compact_text(recalled))
+            extra += [',"context_recall":', compact_text(recalled)]
         if session is not None:
-            extra.append('"context_session":' + compact_text(session))
+            extra += [',"context_session":', compact_text(session)]
     if compacted:
-        extra.append('"context_compaction":' + compact_text({"dropped_exchanges": compacted}))
+        extra += [',"context_compaction":' if extra else '"context_compaction":',
+                  compact_text({"dropped_exchanges": compacted})]
     for k in ADDED_KEYS:   # a provider's own key of that name is replaced
         doc.pop(k, None)
     try:
         head = compact_text(doc)[:-1].encode("utf-8")
     except UnicodeEncodeError:   # a lone surrogate escaped in the provider's JSON
         head = compact_text(doc, ascii=True)[:-1].encode("utf-8")
-    # each part encoded alone: the page list (hundreds of entries, ASCII) is copied
-    # twice, never widened to the answer's non-ASCII text's width and encoded back
-    return b"".join([head, b"," if doc else b"", ",".join(extra).encode("utf-8"), b"}"])
+    # each part encoded alone, then joined once: the page list (hundreds of entries,
+    # ASCII) is copied twice, never widened to the answer's non-ASCII text's width and
+    # encoded back, nor concatenated with its key first
+    return b"".join([head, b"," if doc else b"", *map(str.encode, extra), b"}"])
