@@ -203,6 +203,30 @@ def _resumable(prep: Prepared, key: tuple, base: int) -> Walk | None:
     return walk
 
 
+#: A walk from the start: nothing paged
+_FRESH = WalkState(0, 0, None, None, 0, 0, False, 0)
+
+
+def _start(prep: Prepared, key: tuple, base: int, fixed: int, budget: int):
+    """Where ``_fit``'s walk for ``key`` starts: ``(position, WalkState, blocks, fits,
+    first fit, size)`` — from nothing, or on from where the last turn's walk returned
+    (§5.13, ``_resumable``: its fits that still fit kept) — or that walk's ``Fit`` when
+    its return fits again (a stop, with a step), kept for this turn."""
+    walk = _resumable(prep, key, base) if prep.walked[0] else None
+    if walk is None:
+        return 0, _FRESH, [], [], None, prep.total
+    blocks, fits = list(walk.blocks), list(walk.fits)
+    if fits and max(map(_SIZE, fits)) + base > budget:     # all of them, as a rule: in C
+        fits = [f for f in fits if f[1] + base <= budget]
+    first = Fit(fits[0][0] + 1, fits[0][1] + base, blocks[:fits[0][2]]) if fits else None
+    n_units = len(prep.groups) + walk.state.d_groups
+    size = fixed + prep.sum_inner + walk.state.d_units + (n_units - 1 if n_units else 0)
+    if size <= budget:
+        prep.walks[key] = walk._replace(base=base, fits=tuple(fits), pageable=prep.pageable)
+        return Fit(walk.k + 1, size, blocks, first)
+    return walk.k + 1, walk.state, blocks, fits, first, size
+
+
 def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
          anch: _anchors.Anchors | None = None) -> Fit:
     """The first k that fits (``Fit``; with k == 0, ``size`` is with every pageable group
@@ -224,26 +248,13 @@ def _fit(prep: Prepared, budget: int, rule: BlockRule, step: int = 0,
     sum_inner, n_groups = prep.sum_inner, len(prep.groups)
     base = fixed + sum_inner + n_groups - 1
     key = (budget, step, rule, mbase, sep, length)
-    walk = _resumable(prep, key, base) if prep.walked[0] else None
-    if walk is None:
-        start, first, fits, blocks = 0, None, [], []
-        sum_units, n_units, line = sum_inner, n_groups, 0
-        prev = None           # the group paged last (its run goes on at prev + 1)
-        seg = None            # position in `pageable` of the open block's first group
-        seg_bytes = seg_ids = 0
-        synced = False        # the run has passed a content boundary: blocks may open
-        size = prep.total
-    else:
-        ds, dn, prev, seg, seg_bytes, seg_ids, synced, line = walk.state       # a WalkState
-        sum_units, n_units, blocks = sum_inner + ds, n_groups + dn, list(walk.blocks)
-        fits = list(walk.fits)      # those that still fit (all of them, as a rule: checked in C)
-        if fits and max(map(_SIZE, fits)) + base > budget:
-            fits = [f for f in fits if f[1] + base <= budget]
-        first = Fit(fits[0][0] + 1, fits[0][1] + base, blocks[:fits[0][2]]) if fits else None
-        start, size = walk.k + 1, fixed + sum_units + (n_units - 1 if n_units else 0)
-        if size <= budget:      # where the last walk returned (a stop, with a step) fits
-            prep.walks[key] = walk._replace(base=base, fits=tuple(fits), pageable=pageable)
-            return Fit(start, size, blocks, first)
+    started = _start(prep, key, base, fixed, budget)
+    if type(started) is Fit:    # where the last walk returned fits again: nothing to walk
+        return started
+    start, state, blocks, fits, first, size = started
+    # the walk's state in locals, read and written once per group (WalkState's fields)
+    ds, dn, prev, seg, seg_bytes, seg_ids, synced, line = state
+    sum_units, n_units = sum_inner + ds, n_groups + dn
     prep.fill(pageable[start:])     # the walk reads the bytes of each group it pages
     for k, gi in enumerate(pageable[start:] if start else pageable, start):
         il = length if length is not None else _id_len(prep.pages([gi])[0].page_id)
