@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from multillm_edge.core import paging
 from multillm_edge.core.pages import PageSigner
 from multillm_edge.search import STATE, corpus, rank
+from multillm_edge.search import bm25 as bm25_module
 from multillm_edge.search import docs as docs_module
 from multillm_edge.search import stems as stems_module
 from multillm_edge.search.docs import CACHE
@@ -423,4 +424,43 @@ def test_sessions_taking_turns_keep_what_their_rankings_derived():
     assert mine.memo.keys() == memo.keys() and all(mine.memo[k] is v for k, v in memo.items())
     STATE.reset()
     assert again == rank("whales port lantern", a, 5, keys=ka, indexed=True)
+    STATE.reset()
+
+
+def test_a_question_of_many_common_terms_keeps_their_parts_turn_after_turn(monkeypatch):
+    """A question holding many words every exchange holds (a Japanese one's bigrams of
+    particles: issue 45, fourteenth pass) has a part over every exchange for each, and
+    the corpus keeps them (as doubles, docs/design.md §6.2): the next question asking
+    them again with a new rare word makes none of them again, where lists of floats
+    emptied the memo each turn (a turn over 3,000 exchanges then derived every part
+    anew). The hits are those from scratch."""
+    monkeypatch.setattr(corpus, "MEMO_ENTRIES", 64)     # the bound: 16 entries an exchange
+    common = "alpha bravo charlie delta echo foxtrot golf"
+    docs = [[("user", f"{common} kilo{i}"), ("assistant", f"lima{i} {common}")] for i in range(60)]
+    keys = [(f"common {i}", 0) for i in range(60)]
+    made = []
+    real_part, real_column = bm25_module.part, bm25_module.column_part
+
+    def part(weight, norm, tf, n):
+        got = real_part(weight, norm, tf, n)
+        made.append(type(got) is not dict)
+        return got
+
+    def column_part(weight, norm, counts):
+        made.append(True)
+        return real_column(weight, norm, counts)
+    monkeypatch.setattr(bm25_module, "part", part)
+    monkeypatch.setattr(bm25_module, "column_part", column_part)
+    STATE.reset()
+    hits = {}
+    for i in (3, 7, 11):
+        made.clear()
+        hits[i] = rank(f"{common} kilo{i}", docs, 5, keys=keys, indexed=True)
+        if i == 3:
+            assert made.count(True) == 14       # each common word's part and its window's
+        else:
+            assert made.count(True) == 0        # kept: only the rare word's parts made
+    for i, got in hits.items():
+        STATE.reset()
+        assert got == rank(f"{common} kilo{i}", docs, 5, keys=keys, indexed=True)
     STATE.reset()

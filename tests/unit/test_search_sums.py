@@ -22,7 +22,7 @@ from test_search_top import WORDS, chats
 def _from_zeros(scores, got, n):
     """What the ranking did before: every part added to a list of 0.0."""
     scores = [0.0] * n if scores is None else scores
-    if type(got) is list:
+    if type(got) is not dict:       # a list, or the corpus's array of it
         scores[:] = map(add, scores, got)
     else:
         for d, v in got.items():

@@ -52,7 +52,7 @@ def added(scores: list | None, got, n: int) -> list:
     """``scores`` with a term's ``part`` added (a list part in C, making a new list);
     None: nothing added yet, so from 0.0 — a list part then copied, not added: 0.0 + x
     is x for every part (never -0.0: an idf and a count are positive, a zero is 0.0)."""
-    if type(got) is list:
+    if type(got) is not dict:      # a list, or the corpus's array of it (ranker._packed)
         return list(got) if scores is None else list(map(_plus, scores, got))
     if scores is None:
         scores = [0.0] * n

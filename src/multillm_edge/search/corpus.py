@@ -36,6 +36,7 @@ lower ``CORPORA.max_bytes`` (the cache protocol: ``held_bytes``, ``shrink``)."""
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from itertools import compress, repeat
 from operator import attrgetter, gt as _past, itemgetter, ne
@@ -49,8 +50,9 @@ CORPORA_KEPT = 8
 #: The corpora's bytes together (``Corpora.max_bytes``; the isolate's budget may lower it).
 MAX_BYTES = 16 << 20
 #: What a corpus keeps of its rankings (``Corpus.kept``), in entries, then emptied: at
-#: least this many, and ``MEMO_PER_EXCHANGE`` an exchange (a ranking's norms, its common
-#: words' parts over exchanges and windows and their sums are a list each).
+#: least this many, and ``MEMO_PER_EXCHANGE`` an exchange (a ranking's norms and its
+#: common words' parts over exchanges and windows are an array of doubles each, an
+#: item 8 bytes of an entry's ``MEMO_ENTRY_BYTES``; their sums and order a list each).
 MEMO_ENTRIES = 1 << 15
 MEMO_PER_EXCHANGE = 16
 #: Exchanges appended at once to a corpus holding none posted one by one (its first
@@ -501,7 +503,9 @@ class Corpus:
         emptied they may be freed and their ids reused by other counts, which the key
         would then name."""
         if size is None:
-            size = len(value) if type(value) in (dict, list) else 1
+            kind = type(value)
+            size = (len(value) if kind is dict or kind is list
+                    else -(-len(value) * value.itemsize // MEMO_ENTRY_BYTES) if kind is array else 1)
         if self.memo_entries + size > max(MEMO_ENTRIES, MEMO_PER_EXCHANGE * len(self.words)):
             self.forget()       # its own counts with it: what a ranking holds is made anew
             if named:
