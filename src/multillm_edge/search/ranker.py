@@ -312,8 +312,8 @@ def _packed(value):
     """A list of floats (every exchange's part or norm) as the corpus keeps it: an
     ``array("d")`` of the same doubles, 8 bytes each where a list holds a float object
     and a slot (~4x that): a query's common terms' parts then fit its memo (a Japanese
-    question's dozen common bigrams emptied it every turn at 3,000 exchanges: issue 45,
-    fourteenth pass). Anything else as it is."""
+    question's six bigrams of particles, held by every exchange, emptied it every turn
+    at 3,000 exchanges: issue 45, fourteenth pass). Anything else as it is."""
     return array("d", value) if type(value) is list else value
 
 
