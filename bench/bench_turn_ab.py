@@ -89,9 +89,12 @@ class Tree:
         self.turn(memory, pair[1], budget, recalling)
         return CLOCK() - t0
 
-    def chain(self, bodies: list, budget: int, recalling: bool, anchored: bool = False) -> float:
+    def chain(self, bodies: list, budget: int, recalling: bool, anchored: bool = False,
+              steps: bool = False) -> float:
         """Seconds of a chain's steady turns from ``FROM`` on (bench_turn_chain.py: the
-        3rd+ resumed, each body the last plus an exchange), their median."""
+        3rd+ resumed, each body the last plus an exchange), their median; ``steps``: of
+        its turns that cross a step instead (more paged than the turn before; NaN when
+        none does)."""
         memory, fits, times = self.last_turns.LastTurns(), [], []
         for k, raw in enumerate(bodies):
             gc.collect()
@@ -99,9 +102,9 @@ class Tree:
             fit = self.turn(memory, raw, budget, recalling, anchored).fit.k
             dt = CLOCK() - t0
             fits.append(fit)
-            if k >= FROM and fits[-1] == fits[-2]:
+            if k >= FROM and (fits[-1] != fits[-2]) == steps:
                 times.append(dt)
-        return statistics.median(times)
+        return statistics.median(times) if times else float("nan")
 
     def new_isolate(self, raw: bytes, budget: int, recalling: bool) -> float:
         """Seconds of ``raw``'s turn in a new isolate (nothing kept, nothing analysed)."""
@@ -141,11 +144,13 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
     trees = {"before": Tree(before, "edge_before", into), "after": Tree(after, "edge_after", into)}
     rows = ("first resumed turn", "first resumed + recall, warm", "first resumed + recall, new words",
             "steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain",
+            "recall, new words, chain, a turn crossing a step",
             "turn, new isolate", "turn + recall, new isolate",
             "turn, new isolate, Russian chat", "turn + recall, new isolate, Russian chat",
             "steady + recall, new words, chain, Japanese chat",
             "turn, new isolate, Japanese chat", "turn + recall, new isolate, Japanese chat")
     chained = ("steady turn, chain", "steady turn, chain, anchors", "steady + recall, new words, chain",
+               "recall, new words, chain, a turn crossing a step",
                "steady + recall, new words, chain, Japanese chat")
     med: dict = {}
     for n in SIZES:
@@ -172,13 +177,13 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
         if chains:
             chains["ja"] = chain_bodies(n, True, roleplay_body_ja)
 
-        def chain_of(t, recalling, anchored=False, ja=False, r=[0]):      # every round its own new words
+        def chain_of(t, recalling, anchored=False, ja=False, steps=False, r=[0]):   # every round its own new words
             r[0] += 1
             words = new_words_ja if ja else new_words
             asks = [json.dumps(words(n, 1000 * r[0] + i) if recalling else PLAIN, ensure_ascii=False).encode()
                     for i in range(TURNS)]
             return t.chain([b.replace(CHAIN_ASK, a) for b, a in zip(chains["ja" if ja else recalling], asks)],
-                           budget, recalling, anchored)
+                           budget, recalling, anchored, steps)
         for name, tree in trees.items():
             plain = pairs(tree, n, budget, False, False)
             warm = pairs(tree, n, budget, True, False)
@@ -196,6 +201,7 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
                 "steady turn, chain": lambda t=tree: chain_of(t, False),
                 "steady turn, chain, anchors": lambda t=tree: chain_of(t, False, True),
                 "steady + recall, new words, chain": lambda t=tree: chain_of(t, True),
+                "recall, new words, chain, a turn crossing a step": lambda t=tree: chain_of(t, True, steps=True),
                 "turn, new isolate": lambda t=tree: t.new_isolate(plain_raw, budget, False),
                 "turn + recall, new isolate": lambda t=tree: t.new_isolate(asked_raw, budget, True),
                 "turn, new isolate, Russian chat": lambda t=tree: t.new_isolate(plain_ru, budget, False),
@@ -212,6 +218,7 @@ def main(runtime: str = "CPython", before: str | None = None, after: str | None 
                 for k in (("before", "after") if r % 2 == 0 else ("after", "before")):
                     times[(k, row)].append(fns[k][row]())
         for key, v in times.items():
+            v = [x for x in v if x == x]        # a chain with no turn crossing a step: none
             med[key + (n,)] = statistics.median(v) * 1000 if v else float("nan")
         gc.collect()
     window = f"a {WINDOW:,}-token window at every size; " if WINDOW else ""

@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from zlib import crc32
 
 from .. import formats as _formats
@@ -530,7 +530,8 @@ def _paged_kept(prep: Prepared, fit: Fit) -> tuple:
     """(``_paged_exchanges(prep, fit)``, their keys), taken from the session's last turn
     when it paged the same way (§5.13): the same positions and blocks, the same pageable
     groups up to them, all reused (their items, bytes and pages are the last turn's; the
-    keys' list too, never changed: a steady turn makes none)."""
+    keys' list too, never changed: a steady turn makes none); else those of the pages it
+    shares with the last turn's (``_paged_before``) and the rest made."""
     key = ("paged", fit.k, tuple(fit.blocks))
     kept = prep.walked[0].get(key)
     pageable = prep.pageable
@@ -538,14 +539,62 @@ def _paged_kept(prep: Prepared, fit: Fit) -> tuple:
             and pageable[:fit.k] == kept[0][:fit.k]:
         prep.walks[key] = kept
         return list(kept[1]), kept[2]
-    out = _paged_exchanges(prep, fit)
-    keys = list(map(recall.KEY, out))
+    spans = _spans(fit)
+    kept_out, kept_keys, m = _paged_before(prep, spans)
+    out = kept_out + _paged_of(prep, spans[m:])
+    keys = kept_keys + list(map(recall.KEY, out[len(kept_out):]))
     prep.walks[key] = (pageable, out, keys)
     return list(out), keys
 
 
+def _spans(fit: Fit) -> list:
+    """The ``(first, last)`` positions in ``pageable`` of each page ``fit`` makes, in
+    order: its blocks, and a single between them."""
+    spans, at = [], 0
+    for a, b in fit.blocks:
+        spans.extend([(i, i) for i in range(at, a)])
+        spans.append((a, b))
+        at = b + 1
+    spans.extend([(i, i) for i in range(at, fit.k)])
+    return spans
+
+
+def _paged_before(prep: Prepared, spans: list) -> tuple:
+    """(the ``Paged`` and keys the last turn made of this fit's first ``m`` pages, ``m``):
+    a turn that crosses a step pages what the last one did and more (§5.7: blocks stay
+    put), so the exchanges of the pages both make — the same groups, all reused, each
+    page the same — are the last turn's (§5.13); the rest are made (O(what the step
+    adds), not one ``Paged`` per paged exchange again). ``([], [], 0)`` when none."""
+    walks, reused = prep.walked
+    pageable, best = prep.pageable, ([], [], 0)
+    for key, kept in walks.items():
+        if key[0] != "paged" or type(kept) is not tuple:
+            continue
+        old = _spans(Fit(key[1], 0, key[2]))
+        m = 0
+        for x, y in zip(old, spans):
+            if x != y:
+                break
+            m += 1
+        p = spans[m - 1][1] + 1 if m else 0
+        if m > best[2] and pageable[p - 1] < reused and pageable[:p] == kept[0][:p]:
+            groups = prep.groups
+            cut = list(map(_KIND, map(groups.__getitem__, pageable[:p]))).count(_formats.EXCHANGE)
+            best = (kept[1][:cut], kept[2][:cut], m)
+    return best
+
+
+_KIND = attrgetter("kind")
+
+
 def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
-    """The genuine exchanges ``fit`` pages, oldest first, as recall ranks them: each
+    """The genuine exchanges ``fit`` pages, oldest first, as recall ranks them
+    (``_paged_of`` its pages)."""
+    return _paged_of(prep, _spans(fit))
+
+
+def _paged_of(prep: Prepared, spans: list) -> list:
+    """The genuine exchanges of the pages at ``spans`` (``_spans``), oldest first, as recall ranks them: each
     with its page (its own or its block's: the pages this fit's plan is made of, so
     no digest is computed twice) and its item offset there; its analysis is cached
     under (the page's SHA-256, that offset) — or, the turn a block page closes over it,
@@ -553,12 +602,6 @@ def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     page's body: the group holds no bytes of its own once kept, §5.13). Made page by
     page, each ``Paged`` with no Python frame (a steady turn makes one per paged exchange)."""
     groups, items, pageable = prep.groups, prep.items, prep.pageable
-    spans, at = [], 0       # (first, last) positions in ``pageable``: blocks, singles between
-    for a, b in fit.blocks:
-        spans.extend([(i, i) for i in range(at, a)])
-        spans.append((a, b))
-        at = b + 1
-    spans.extend([(i, i) for i in range(at, fit.k)])
     singles = [pageable[a] for a, b in spans if a == b]
     own = dict(zip(singles, prep.pages(singles)))
     out, paged, exchange, ends, inner = [], tuple.__new__, _formats.EXCHANGE, prep.ends, prep.inner
