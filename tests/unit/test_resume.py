@@ -482,6 +482,41 @@ def test_a_steady_recalling_turn_ranks_with_the_keys_the_last_turn_kept(monkeypa
     assert steady and all(seen[2 * t] is seen[2 * t - 2] for t in steady)
 
 
+def test_a_recalling_turn_crossing_a_step_takes_the_last_turns_paged_exchanges_it_shares(monkeypatch):
+    """A turn that crosses a step pages what the last one did and more (§5.7): recall
+    takes the last turn's paged exchanges of the pages both make (their keys the same
+    objects, none made again) and makes only the rest, and answers as the full path."""
+    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache",
+                             "multillm_context_recall"]}
+    memory, s = LastTurns(), Session("chat", True, "compact", caps)
+    for i in range(60):
+        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
+    seen, rank = [], recall.rank
+    monkeypatch.setattr(recall, "rank", lambda *a, **k: seen.append(k["keys"]) or rank(*a, **k))
+    fits, steps = [], []
+    for turn in range(40):
+        s.items.append(user("chat", f"Where did the whales sing, by port {turn}?"))
+        raw = s.raw()
+        body, prior = resume.parse_request(memory, KEY, "chat", raw)
+        (plan,) = paging.plan_candidates("chat", body, [12000], IDS, prior=prior, prompt_cache=True,
+                                         recalling=True)
+        (full,) = paging.plan_candidates("chat", json.loads(raw), [12000], IDS, prompt_cache=True,
+                                         recalling=True)
+        assert plan.encoded("m") == full.encoded("m")
+        fits.append(plan.fit.k)
+        resume.keep(memory, KEY, raw, body, prior)
+        s.items.append(reply("chat", "*Mira smiles* On we sail. " * 12))
+        if turn and fits[-1] != fits[-2]:
+            steps.append(turn)
+            if len(steps) == 2:
+                break
+    assert len(steps) == 2
+    for t in steps:
+        now, last = seen[2 * t], seen[2 * t - 2]       # each turn ranks twice: resumed, full
+        shared = next((i for i, (a, b) in enumerate(zip(now, last)) if a is not b), len(last))
+        assert len(now) > len(last) and shared >= len(last) // 2, (shared, len(last))
+
+
 def test_a_resumed_turn_counts_the_breakpoints_of_the_groups_it_reuses():
     """Anthropic takes 4 breakpoints a request: the edge fills what the client leaves
     (§5.7). Three of the client's sit in the latest replies the window keeps, which a
