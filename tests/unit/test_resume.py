@@ -454,10 +454,11 @@ def test_a_steady_session_reuses_its_history():
             assert run_sequence(fmt, first, "compact", caps, ops, [700], options) == 6 - (fmt == "messages")
 
 
-def test_a_steady_recalling_turn_ranks_with_the_keys_the_last_turn_kept(monkeypatch):
-    """Between steps a turn pages what the last one paged: recall takes that turn's
-    paged exchanges and their keys' list as they were (no key made again), and answers
-    as the full path."""
+def recalling_turns(monkeypatch, answer: str):
+    """A 60-exchange chat under the prompt cache with recall, asked turn after turn:
+    (the keys each ranking is given — two a turn: resumed, then the full path —, an
+    iterator of each turn's fit: planned resumed, answered as the full path, kept,
+    then ``answer``ed)."""
     caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache",
                              "multillm_context_recall"]}
     memory, s = LastTurns(), Session("chat", True, "compact", caps)
@@ -465,19 +466,29 @@ def test_a_steady_recalling_turn_ranks_with_the_keys_the_last_turn_kept(monkeypa
         s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
     seen, rank = [], recall.rank
     monkeypatch.setattr(recall, "rank", lambda *a, **k: seen.append(k["keys"]) or rank(*a, **k))
-    fits = []
-    for turn in range(4):
-        s.items.append(user("chat", f"Where did the whales sing, by port {turn}?"))
-        raw = s.raw()
-        body, prior = resume.parse_request(memory, KEY, "chat", raw)
-        (plan,) = paging.plan_candidates("chat", body, [12000], IDS, prior=prior, prompt_cache=True,
-                                         recalling=True)
-        (full,) = paging.plan_candidates("chat", json.loads(raw), [12000], IDS, prompt_cache=True,
-                                         recalling=True)
-        assert plan.encoded("m") == full.encoded("m")
-        fits.append(plan.fit.k)
-        resume.keep(memory, KEY, raw, body, prior)
-        s.items.append(reply("chat", "*nods*"))
+
+    def turns():
+        for turn in range(40):
+            s.items.append(user("chat", f"Where did the whales sing, by port {turn}?"))
+            raw = s.raw()
+            body, prior = resume.parse_request(memory, KEY, "chat", raw)
+            (plan,) = paging.plan_candidates("chat", body, [12000], IDS, prior=prior, prompt_cache=True,
+                                             recalling=True)
+            (full,) = paging.plan_candidates("chat", json.loads(raw), [12000], IDS, prompt_cache=True,
+                                             recalling=True)
+            assert plan.encoded("m") == full.encoded("m")
+            resume.keep(memory, KEY, raw, body, prior)
+            s.items.append(reply("chat", answer))
+            yield plan.fit.k
+    return seen, turns()
+
+
+def test_a_steady_recalling_turn_ranks_with_the_keys_the_last_turn_kept(monkeypatch):
+    """Between steps a turn pages what the last one paged: recall takes that turn's
+    paged exchanges and their keys' list as they were (no key made again), and answers
+    as the full path."""
+    seen, turns = recalling_turns(monkeypatch, "*nods*")
+    fits = [next(turns) for _ in range(4)]
     steady = [t for t in range(1, 4) if fits[t] == fits[t - 1]]
     assert steady and all(seen[2 * t] is seen[2 * t - 2] for t in steady)
 
@@ -486,33 +497,17 @@ def test_a_recalling_turn_crossing_a_step_takes_the_last_turns_paged_exchanges_i
     """A turn that crosses a step pages what the last one did and more (§5.7): recall
     takes the last turn's paged exchanges of the pages both make (their keys the same
     objects, none made again) and makes only the rest, and answers as the full path."""
-    caps = {"capabilities": ["multillm_context_retrieve", "multillm_context_prompt_cache",
-                             "multillm_context_recall"]}
-    memory, s = LastTurns(), Session("chat", True, "compact", caps)
-    for i in range(60):
-        s.items += [user("chat", f"*leans* Port {i}? " * 8), reply("chat", f"*Mira smiles* Port {i}. " * 12)]
-    seen, rank = [], recall.rank
-    monkeypatch.setattr(recall, "rank", lambda *a, **k: seen.append(k["keys"]) or rank(*a, **k))
+    seen, turns = recalling_turns(monkeypatch, "*Mira smiles* On we sail. " * 12)
     fits, steps = [], []
-    for turn in range(40):
-        s.items.append(user("chat", f"Where did the whales sing, by port {turn}?"))
-        raw = s.raw()
-        body, prior = resume.parse_request(memory, KEY, "chat", raw)
-        (plan,) = paging.plan_candidates("chat", body, [12000], IDS, prior=prior, prompt_cache=True,
-                                         recalling=True)
-        (full,) = paging.plan_candidates("chat", json.loads(raw), [12000], IDS, prompt_cache=True,
-                                         recalling=True)
-        assert plan.encoded("m") == full.encoded("m")
-        fits.append(plan.fit.k)
-        resume.keep(memory, KEY, raw, body, prior)
-        s.items.append(reply("chat", "*Mira smiles* On we sail. " * 12))
+    for turn, fit in enumerate(turns):
+        fits.append(fit)
         if turn and fits[-1] != fits[-2]:
             steps.append(turn)
             if len(steps) == 2:
                 break
     assert len(steps) == 2
     for t in steps:
-        now, last = seen[2 * t], seen[2 * t - 2]       # each turn ranks twice: resumed, full
+        now, last = seen[2 * t], seen[2 * t - 2]
         shared = next((i for i, (a, b) in enumerate(zip(now, last)) if a is not b), len(last))
         assert len(now) > len(last) and shared >= len(last) // 2, (shared, len(last))
 
