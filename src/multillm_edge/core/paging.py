@@ -32,6 +32,7 @@ from . import anchors as _anchors, recall
 from .config import MAX_PAGE_BYTES
 from ..base.errors import EdgeError
 from ..formats import breakpoints as _bp
+from ..search.corpus import shared
 from ..base.jsonbytes import compact, compact_with_list
 from .prepared import (EDGE_FIELDS, HOLE, EncodedHistory, Page, Prepared, dumps,  # noqa: F401
                        strip_edge_fields, utf8_len)
@@ -539,7 +540,7 @@ def _paged_kept(prep: Prepared, fit: Fit) -> tuple:
             and pageable[:fit.k] == kept[0][:fit.k]:
         prep.walks[key] = kept
         return list(kept[1]), kept[2]
-    spans = _spans(fit)
+    spans = _spans(fit.k, fit.blocks)
     kept_out, kept_keys, m = _paged_before(prep, spans)
     out = kept_out + _paged_of(prep, spans[m:])
     keys = kept_keys + list(map(recall.KEY, out[len(kept_out):]))
@@ -547,15 +548,15 @@ def _paged_kept(prep: Prepared, fit: Fit) -> tuple:
     return list(out), keys
 
 
-def _spans(fit: Fit) -> list:
-    """The ``(first, last)`` positions in ``pageable`` of each page ``fit`` makes, in
-    order: its blocks, and a single between them."""
+def _spans(k: int, blocks) -> list:
+    """The ``(first, last)`` positions in ``pageable`` of each page a fit paging its
+    first ``k`` with ``blocks`` makes, in order: its blocks, and a single between them."""
     spans, at = [], 0
-    for a, b in fit.blocks:
+    for a, b in blocks:
         spans.extend([(i, i) for i in range(at, a)])
         spans.append((a, b))
         at = b + 1
-    spans.extend([(i, i) for i in range(at, fit.k)])
+    spans.extend([(i, i) for i in range(at, k)])
     return spans
 
 
@@ -570,12 +571,7 @@ def _paged_before(prep: Prepared, spans: list) -> tuple:
     for key, kept in walks.items():
         if key[0] != "paged" or type(kept) is not tuple:
             continue
-        old = _spans(Fit(key[1], 0, key[2]))
-        m = 0
-        for x, y in zip(old, spans):
-            if x != y:
-                break
-            m += 1
+        m = shared(_spans(key[1], key[2]), spans)
         p = spans[m - 1][1] + 1 if m else 0
         if m > best[2] and pageable[p - 1] < reused and pageable[:p] == kept[0][:p]:
             groups = prep.groups
@@ -590,7 +586,7 @@ _KIND = attrgetter("kind")
 def _paged_exchanges(prep: Prepared, fit: Fit) -> list:
     """The genuine exchanges ``fit`` pages, oldest first, as recall ranks them
     (``_paged_of`` its pages)."""
-    return _paged_of(prep, _spans(fit))
+    return _paged_of(prep, _spans(fit.k, fit.blocks))
 
 
 def _paged_of(prep: Prepared, spans: list) -> list:
