@@ -85,7 +85,16 @@ def within_bounds() -> bool:
         and c.bound_bytes() >= c.held_bytes() == c._own_bytes() + words_bytes(c) + sum(
             map(corpus.numbers_bytes, (c.sizes, c.lines_of, c.ids))) and c.ids == list(range(len(c.words)))
         and c.size == sum(c.sizes) and c.lines == sum(c.lines_of)
-        and c.posted == sum(map(len, c.postings.values())) and postings_true(c) and cjk_true(c) for c in kept)
+        and c.posted == sum(map(len, c.postings.values())) and postings_true(c) and cjk_true(c)
+        and merged_true(c) for c in kept)
+
+
+def merged_true(c) -> bool:
+    """Its merged postings: at most ``MERGED_KEPT``, each its forms' counts summed in
+    every exchange holding one (exchanges ascending), their entries counted."""
+    return len(c.merged) <= corpus.MERGED_KEPT and c.merged_posted == sum(map(len, c.merged.values())) and all(
+        p == {d: sum([ws.get(f, 0) for f in forms]) for d, ws in enumerate(c.words) if not ws.keys().isdisjoint(forms)}
+        and list(p) == sorted(p) for forms, p in c.merged.items())
 
 
 def cjk_true(c) -> bool:
@@ -261,6 +270,36 @@ def test_a_session_growing_extends_its_corpus_and_an_edit_cuts_it_back():
     assert corpus.CORPORA.kept == [c] and len(c.words) == 25
     assert c.posting("whales") == {d: 1 for d in range(25) if d != 20}
     assert c.size == sum(len("\n".join(t for _, t in d)) for d in edited)
+    STATE.reset()
+
+
+def test_a_step_extends_the_merged_postings_of_a_terms_forms_and_an_edit_cuts_them():
+    """A word term of several forms (whale, whales; sang, singing: one stem, one verb)
+    has their postings merged once, kept with the corpus (docs/design.md §6.2): a turn
+    crossing a step (more exchanges paged) extends the kept merge by the new exchanges
+    instead of merging over the chat again, an edit cuts it back; the hits are those
+    from scratch."""
+    docs = [[("user", f"did the whales sing at port {i}?"), ("assistant", f"a whale sang {i}")]
+            for i in range(40)]
+    keys = [(f"merge{i:02d}", 0) for i in range(40)]      # one size: keys_bytes sizes by the first
+    STATE.reset()
+    rank("whales singing", docs[:30], 5, keys=keys[:30], indexed=True)
+    (c,) = corpus.CORPORA.kept
+    merges = {forms: p for forms, p in c.merged.items()}
+    assert len(merges) == 2 and all(len(p) == 30 for p in merges.values())
+    got = rank("whales singing", docs[:36], 5, keys=keys[:36], indexed=True)
+    assert corpus.CORPORA.kept == [c] and c.merged == merges
+    assert all(c.merged[forms] is p and len(p) == 36 for forms, p in merges.items())      # extended, not made again
+    assert within_bounds()
+    edited = docs[:33] + [[("user", "a storm over the mill")]] + docs[34:36]
+    edited_keys = keys[:33] + [("merge-e", 0)] + keys[34:36]
+    cut = rank("whales singing", edited, 5, keys=edited_keys, indexed=True)
+    assert all(c.merged[forms] is p and 33 not in p and len(p) == 35 for forms, p in merges.items())
+    assert within_bounds()
+    STATE.reset()
+    assert got == rank("whales singing", docs[:36], 5, keys=keys[:36], indexed=True)
+    STATE.reset()
+    assert cut == rank("whales singing", edited, 5, keys=edited_keys, indexed=True)
     STATE.reset()
 
 

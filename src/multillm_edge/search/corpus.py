@@ -26,7 +26,11 @@ A query's CJK terms (bigrams and lone characters, counted as ``str.count`` count
 in an exchange's text) are counted in the exchanges' CJK runs, kept per block of
 ``BLOCK`` exchanges as one string (made when a ranking first asks one: ``cjk_tf``); each
 term asked keeps its posting, extended as exchanges are appended, so a CJK question's
-terms cost what is new, not a count in every exchange's text every turn.
+terms cost what is new, not a count in every exchange's text every turn. A word term
+of several forms (a stem's, an irregular verb's) has its forms' postings merged once
+and kept the same way (``merged``): extended as exchanges are appended and cut back,
+so a turn crossing a step (the prompt cache's, more exchanges paged) does not merge
+them again over the chat.
 
 Its memory is counted in bytes (``held_bytes``, docs/design.md §6.2), estimated from
 what it holds: exchanges, word-count entries and their words' code points (sized when
@@ -60,6 +64,8 @@ MEMO_PER_EXCHANGE = 16
 EAGER = 64
 #: Exchanges per block of those posted per word when asked (``Corpus.blocks``).
 BLOCK = 128
+#: Merged postings of word terms of several forms a corpus keeps (``Corpus.merged``).
+MERGED_KEPT = 64
 _WORDS = attrgetter("index.words")     # an indexed analysis's word counts, in C
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _KEYS, _OWN_WORDS = attrgetter("keys"), attrgetter("words")     # a corpus's
@@ -74,6 +80,8 @@ CORPUS_BYTES = 1000
 EXCHANGE_BYTES = 32
 POSTING_BYTES = 180
 POSTING_ENTRY_BYTES = 42
+#: A merged posting's dict and its key (a frozenset of a few words, theirs the corpus's)
+MERGED_BYTES = POSTING_BYTES + 250
 MEMO_ENTRY_BYTES = 48
 FILLED_BYTES = 60
 #: A block's own objects: its tuple and two ints, a list slot, the set's object
@@ -138,7 +146,8 @@ class Corpus:
     """The corpus of indexed analyses (oldest first), built as they come."""
     __slots__ = ("words", "keys", "keys_bytes", "ids", "counted", "words_bytes", "sized", "sized_counted", "sized_size", "sizes", "lines_of", "asking", "size", "lines",
                  "postings", "posted", "lazy", "filled", "blocks", "blocks_bytes", "mark", "memo", "memo_entries",
-                 "canon", "canon_bytes", "cjk", "cjk_bytes", "cjk_postings", "cjk_posted")
+                 "canon", "canon_bytes", "cjk", "cjk_bytes", "cjk_postings", "cjk_posted",
+                 "merged", "merged_posted")
 
     def __init__(self, docs: list = ()):
         self.words: list = []       # each exchange's word counts (its index's)
@@ -172,6 +181,10 @@ class Corpus:
         self.cjk_bytes = 0
         self.cjk_postings: dict = {}    # CJK term -> {exchange: count}, exchanges ascending
         self.cjk_posted = 0             # their entries
+        # a word term's forms (a frozenset of words) -> {exchange: their counts summed},
+        # exchanges ascending (``tf``); at most MERGED_KEPT, the oldest dropped first
+        self.merged: dict = {}
+        self.merged_posted = 0          # their entries
         self.extend(docs)
 
     def held_bytes(self) -> int:
@@ -205,7 +218,8 @@ class Corpus:
                 + POSTING_ENTRY_BYTES * self.posted + FILLED_BYTES * len(self.filled)
                 + MEMO_ENTRY_BYTES * self.memo_entries + self.blocks_bytes
                 + (dict_bytes(len(self.canon), 16) + self.canon_bytes if self.canon is not None else 0)
-                + self.cjk_bytes + POSTING_BYTES * len(self.cjk_postings) + POSTING_ENTRY_BYTES * self.cjk_posted)
+                + self.cjk_bytes + POSTING_BYTES * len(self.cjk_postings) + POSTING_ENTRY_BYTES * self.cjk_posted
+                + MERGED_BYTES * len(self.merged) + POSTING_ENTRY_BYTES * self.merged_posted)
 
     def _exchanges_bytes(self, a: int, b: int) -> int:
         """Exchanges ``a:b``'s word counts (compacted, their tables alone: their words
@@ -266,6 +280,8 @@ class Corpus:
             self._post(words, d0)
         if self.cjk is not None:
             self._cjk_extend([a.text for a in docs], d0)
+        if self.merged:
+            self._merged_extend(words, d0)
         sizes, lines = [a.length for a in docs], [a.lines for a in docs]
         self.asking += [d for d, a in enumerate(docs, d0) if a.question]
         self.words += words
@@ -337,6 +353,8 @@ class Corpus:
                             del postings[w]
         if self.cjk is not None:
             self._cjk_cut(keep)
+        for merged in self.merged.values():
+            self.merged_posted -= _cut_posting(merged, keep)
         if keep < self.lazy:
             self.lazy = keep
             self._cut_blocks(keep)
@@ -391,24 +409,40 @@ class Corpus:
 
     def tf(self, forms) -> dict:
         """{exchange: count} of a term's ``forms`` (one word, or a tuple of them),
-        exchanges ascending; the same dict while the corpus is (never to be changed): one
-        word's is its posting (changed only with the corpus, which empties the memo)."""
+        exchanges ascending; the same dict while the corpus is (never to be changed by
+        the caller): one word's is its posting, several words' their merged posting
+        (``merged``), each changed only with the corpus, which empties the memo."""
         key = ("tf", forms if type(forms) is str else frozenset(forms))
         got = self.memo.get(key)
         if got is None:
-            if type(forms) is str:
-                got = self._keep(key, self.posting(forms), 1)
-            else:
-                got = self._keep(key, self._tf(forms))
+            got = self.posting(forms) if type(forms) is str else self._merged(key[1])
+            self._keep(key, got, 1)
             self.memo[id(got)] = got
         return got
 
-    def _tf(self, forms: tuple) -> dict:
-        got: dict = {}
-        for f in forms:
-            for d, c in self.posting(f).items():
-                got[d] = got.get(d, 0) + c
-        return dict(sorted(got.items()))
+    def _merged(self, forms: frozenset) -> dict:
+        """The kept merged posting of ``forms``, made when first asked: the oldest
+        dropped past ``MERGED_KEPT``."""
+        got = self.merged.get(forms)
+        if got is None:
+            got = {}
+            for f in forms:
+                for d, c in self.posting(f).items():
+                    got[d] = got.get(d, 0) + c
+            got = self.merged[forms] = dict(sorted(got.items()))
+            self.merged_posted += len(got)
+            if len(self.merged) > MERGED_KEPT:
+                self.merged_posted -= len(self.merged.pop(next(iter(self.merged))))
+        return got
+
+    def _merged_extend(self, words: list, d0: int) -> None:
+        """The kept merged postings with exchanges ``d0``… (their word counts ``words``)
+        appended: O(the new exchanges' words) each."""
+        for forms, got in self.merged.items():
+            for d, counts in enumerate(words, d0):
+                if not counts.keys().isdisjoint(forms):
+                    got[d] = sum([counts.get(f, 0) for f in forms])
+                    self.merged_posted += 1
 
     def cjk_tf(self, value: str, texts) -> dict:
         """{exchange: ``text.count(value)``} of a CJK term (a bigram or a lone
@@ -479,9 +513,7 @@ class Corpus:
             cjk.append((b0, text[:ends[j - 1]], starts[:j], ends[:j]))
             self.cjk_bytes += _cjk_block_bytes(cjk[-1])
         for posting in self.cjk_postings.values():
-            while posting and next(reversed(posting)) >= keep:
-                posting.popitem()
-                self.cjk_posted -= 1
+            self.cjk_posted -= _cut_posting(posting, keep)
 
     def kept(self, kind, tf: dict, make, named: tuple = ()):
         """``make()``, kept under (``kind``, ``tf``) while the corpus is, when ``tf`` is
@@ -538,6 +570,15 @@ def _cjk_block_bytes(block: tuple) -> int:
     _, text, starts, ends = block
     return (BLOCK_BYTES + getsizeof(text) + getsizeof(starts) + getsizeof(ends)
             + numbers_bytes(starts) + numbers_bytes(ends))
+
+
+def _cut_posting(posting: dict, keep: int) -> int:
+    """Drop ``posting``'s entries from exchange ``keep`` on (the last ones: exchanges
+    ascending); how many."""
+    n = len(posting)
+    while posting and next(reversed(posting)) >= keep:
+        posting.popitem()
+    return n - len(posting)
 
 
 def shared(old: list, new: list) -> int:
