@@ -19,7 +19,7 @@ from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
-from operator import add, itemgetter, mul, not_, sub
+from operator import add, is_not, itemgetter, mul, not_, sub
 from struct import calcsize
 from sys import getsizeof
 
@@ -284,7 +284,8 @@ def _walk_bytes(walk) -> int:
         pageable, paged, _ = walk
         return (400 + 40 * len(pageable) + (_PER_PAGED + _P) * len(paged)
                 + _P * sum(map(len, filter(None, map(_PAGED_ITEMS, paged))))
-                + _VIEW * (len(paged) - list(map(_PAGED_ALONE, paged)).count(None)))
+                # by identity: ``count(None)`` compares each view with None (~5x slower)
+                + _VIEW * sum(map(is_not, map(_PAGED_ALONE, paged), repeat(None))))
     runs = getattr(walk, "runs", None)
     if runs is not None:    # a kept upstream prefix (core/paging._Prefix): lists of pointers
         # to items and pages the entry holds already, a group index (an int) per part,
