@@ -273,6 +273,41 @@ def test_a_session_growing_extends_its_corpus_and_an_edit_cuts_it_back():
     STATE.reset()
 
 
+def test_a_question_moved_to_its_answer_keeps_every_part_of_the_others(monkeypatch):
+    """Real chats ask: an exchange whose last line asks and holds a query term lends it
+    to the next one (*asked*, docs/design.md §6.2). Only those two exchanges are scored
+    anew; every term's parts over the others are the corpus's, kept: a later question
+    asking the same words with a new rare one makes none of them again (where the
+    lengths a moved line changed made every exchange's norm and every part anew, each
+    turn: O(the chat) on most real questions). The hits are those from scratch."""
+    docs = [[("user", f"Did the whales sing at port {i}?"), ("assistant", f"The whales sang {i}. Lantern rain {i}?")]
+            for i in range(40)]
+    keys = [(f"asked {i:02d}", 0) for i in range(40)]
+    made = []
+    real_part, real_column = bm25_module.part, bm25_module.column_part
+
+    def part(weight, norm, tf, n):
+        made.append(1)
+        return real_part(weight, norm, tf, n)
+
+    def column_part(weight, norm, counts):
+        made.append(1)
+        return real_column(weight, norm, counts)
+    monkeypatch.setattr(bm25_module, "part", part)
+    monkeypatch.setattr(bm25_module, "column_part", column_part)
+    STATE.reset()
+    hits = {}
+    for i in (3, 7, 11):
+        made.clear()
+        hits[i] = rank(f"whales lantern kilo{i}", docs, 5, keys=keys, indexed=True)
+        assert len(made) == (4 if i == 3 else 0)        # whales', lantern's; the rare one held by none
+    for i, got in hits.items():
+        STATE.reset()
+        assert got == rank(f"whales lantern kilo{i}", docs, 5, keys=keys, indexed=True)
+        assert got == rank(f"whales lantern kilo{i}", docs, 5)
+    STATE.reset()
+
+
 def test_a_step_extends_the_merged_postings_of_a_terms_forms_and_an_edit_cuts_them():
     """A word term of several forms (whale, whales; sang, singing: one stem, one verb)
     has their postings merged once, kept with the corpus (docs/design.md §6.2): a turn

@@ -96,6 +96,31 @@ def test_the_window_lifts_the_answer_to_a_question_asked_before_it():
     assert rank("crown river oak", docs, 1, scoring=Scoring(passage=0.0))[0].doc in (2, 3)
 
 
+def test_an_answer_scores_its_question_against_the_exchanges_own_statistics():
+    """*asked* (docs/design.md §6.2): the exchange answering a question scores that
+    line's terms and length as its own, against the exchanges' statistics as they are —
+    their df, mean length and windows — so that a moved question changes only the
+    exchanges it moves between (their parts over the others are the corpus's, kept)."""
+    docs = [doc("Did the whales sing at the port?"), doc("They did, all night long."),
+            doc("The port was quiet; the whales rested."), doc(FILLER)]
+    an = [search_docs.analyze(d) for d in docs]
+    n, avg = 4, sum(a.length for a in an) / 4
+    question = an[0].question
+    assert question
+    for indexed in (False, True):
+        STATE.reset()
+        hits = {h.doc: h.score for h in rank("whales sing", docs, 4, scoring=Scoring(window=0.0, passage=0.0),
+                                             keys=[(f"q{i}", 0) for i in range(4)] if indexed else None,
+                                             indexed=indexed)}
+        whales, sing = bm25.idf(n, 2), bm25.idf(n, 1)       # held by 0 and 2; by 0 (not by 1: its question)
+        answer = bm25.score_in_order({"w": whales, "s": sing}, {"w": 1, "s": 1},
+                                     bm25.norm(an[1].length + len(question), avg))
+        asker = bm25.score_in_order({"w": whales, "s": sing}, {"w": 1, "s": 1}, bm25.norm(an[0].length, avg))
+        assert hits[1] == round(answer, 4) and hits[0] == round(asker, 4)
+        assert hits[2] == round(whales * (1 * bm25._K / (1 + bm25.norm(an[2].length, avg))), 4)
+    STATE.reset()
+
+
 def test_the_term_cap_keeps_the_rarest():
     docs = [doc(f"common word {i} zyx") for i in range(30)] + [doc("rare needle")]
     query = " ".join(f"common word{i}" for i in range(40)) + " needle"

@@ -65,3 +65,14 @@ def score(tf: dict, length: int, weights: dict, avg: float) -> float:
     """The BM25 of one document (a passage): its terms' counts and its length."""
     n = norm(length, avg)
     return sum([weights[t] * (c * _K / (c + n)) for t, c in tf.items()])
+
+
+def score_in_order(weights: dict, counts: dict, norm: float) -> float:
+    """A document's sum of its terms' ``part`` (``norm``: its length normalization),
+    added in ``weights``' order from 0.0, as the parts of many are (``added``)."""
+    out = 0.0
+    for t, weight in weights.items():
+        c = counts.get(t)
+        if c:
+            out += weight * (c * _K / (c + norm))
+    return out

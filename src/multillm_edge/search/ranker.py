@@ -196,36 +196,38 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
     while the corpus is."""
     n, terms = len(an), matcher.terms
     parts = _Parts(an, corpus)
-    asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
-    per_doc, moved = _expanded(terms, tfs, asked)
-    held = _holding(per_doc.values(), n)
-    avg = (parts.size + sum(moved.values())) / n or 1.0
-    weights = {t: bm25.idf(n, len(tf)) for t, tf in per_doc.items()}
-    if moved:       # lengths this query changed: its own norms
-        norm = {d: bm25.norm(parts.sizes[d] + moved.get(d, 0), avg) for d in held}
-        bases = [bm25.part(weights[t], norm, tf, n) for t, tf in per_doc.items()]
-    else:
-        bases = [parts.base(tf, weights[t]) for t, tf in per_doc.items()]
-    wins = [parts.window(tf) for tf in per_doc.values()] if scoring.window else []
+    found = {t: tfs[t] for t in terms if tfs[t]}
+    held = _holding(found.values(), n)
+    weights = {t: bm25.idf(n, len(tf)) for t, tf in found.items()}
+    bases = [parts.base(tf, weights[t]) for t, tf in found.items()]
+    wins = [parts.window(tf) for tf in found.values()] if scoring.window else []
     scores = kept = None
-    if wins and len(held) == n and not moved and corpus is not None and KEPT_SUMS:
-        got = _kept_sums(list(per_doc.values()), bases, wins, n, scoring.window, corpus)
+    if wins and len(held) == n and corpus is not None and KEPT_SUMS:
+        got = _kept_sums(list(found.values()), bases, wins, n, scoring.window, corpus)
         if got is not None:
             scores, kept = got      # kept: (the sums' order, the documents summed anew)
     if scores is None:
         scores = _sum(bases, n)      # the terms' parts added in their order, from 0.0
         if wins:
-            wins = _sum(wins, n)
+            summed = _sum(wins, n)
             if len(held) == n:      # every exchange: in C (x × 1.0 is x: not multiplied)
-                scores = list(map(_plus, scores, wins if scoring.window == 1.0
-                                  else map(_times, repeat(scoring.window), wins)))
+                scores = list(map(_plus, scores, summed if scoring.window == 1.0
+                                  else map(_times, repeat(scoring.window), summed)))
             else:
                 for d in held:
-                    scores[d] += scoring.window * wins[d]
+                    scores[d] += scoring.window * summed[d]
+    asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
+    if asked:
+        answered = _answered(terms, tfs, asked)
+        _rescored(scores, answered, weights, wins, scoring.window, parts, n)
+        if kept is not None:
+            kept = (kept[0], kept[1] | answered.keys())
+        if type(held) is not range:
+            held = held | answered.keys()
     if scoring.passage:
         # an exchange scores iff it holds a term
         top = _best(scores, held, scoring.rerank) if kept is None else _best_kept(scores, *kept, scoring.rerank)
-        pidf = _line_idf(per_doc, parts) if scoring.lidf else weights
+        pidf = _line_idf(found, parts) if scoring.lidf else weights
         avg = parts.size / (parts.lines or 1) * 2     # a line pair's mean length
         for d, p in passages(top, an, matcher, pidf, avg, corpus is not None).items():
             scores[d] += scoring.passage * p
@@ -392,38 +394,41 @@ def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) 
     return out
 
 
-def _expanded(terms: list, tfs: dict, asked: dict) -> tuple:
-    """({term: {exchange: count}} of the found terms, {exchange: code points it gains
-    (or loses)}) with each question line moved to the exchange answering it; kept in
-    its own exchange too when it is all that exchange holds of the query (so it is
-    still found)."""
-    if not asked:
-        return {t: tfs[t] for t in terms if tfs[t]}, {}
-    held = Counter()
-    for t in terms:
-        for d, c in tfs[t].items():
-            if d + 1 in asked:
-                held[d] += c
-    movers = {d for d, (_, got) in asked.items() if held[d - 1] > sum(got.values())}
+def _answered(terms: list, tfs: dict, asked: dict) -> dict:
+    """{exchange: (code points it gains or loses, {term: count})} of the exchanges a
+    question moved changes (docs/design.md §6.2, *asked*): each exchange answering one
+    gains its line's terms and length; the one asking loses them too when it holds more
+    of the query than that line (so it is still found), else keeps them. O(those
+    exchanges × the terms): the others' counts are the corpus's."""
+    before = {d: sum([tfs[t].get(d - 1, 0) for t in terms]) for d in asked}
+    movers = {d for d, (_, got) in asked.items() if before[d] > sum(got.values())}
     moved = Counter()
     for d, (size, _) in asked.items():
         moved[d] += size
         if d in movers:
             moved[d - 1] -= size
-    per_doc = {}
-    for t in terms:
-        tf = dict(tfs[t])
-        for d, (_, got) in asked.items():
-            if t in got:
-                tf[d] = tf.get(d, 0) + got[t]
-                if d in movers:
-                    if tf.get(d - 1, 0) > got[t]:
-                        tf[d - 1] -= got[t]
-                    else:
-                        tf.pop(d - 1, None)
-        if tf:
-            per_doc[t] = tf
-    return per_doc, moved
+    counts = {e: {t: tfs[t].get(e, 0) for t in terms} for e in moved}
+    for d, (_, got) in asked.items():
+        for t, c in got.items():
+            counts[d][t] += c
+            if d in movers:
+                counts[d - 1][t] = counts[d - 1][t] - c if counts[d - 1][t] > c else 0
+    return {e: (moved[e], counts[e]) for e in moved}
+
+
+def _rescored(scores: list, answered: dict, weights: dict, wins: list, window: float, parts: "_Parts",
+              n: int) -> None:
+    """The exchanges a question moved changes (``_answered``) scored with their own
+    counts and length, against the corpus's statistics (its exchanges' df, mean length
+    and windows: a moved line changes only those exchanges): every term's part in
+    order from 0.0, then the window's parts as ``_sum`` adds them."""
+    avg = parts.size / n or 1.0
+    for d, (gained, counts) in answered.items():
+        b = bm25.score_in_order(weights, counts, bm25.norm(parts.sizes[d] + gained, avg))
+        w = 0.0
+        for p in wins:
+            w += p.get(d, 0.0) if type(p) is dict else p[d]
+        scores[d] = b + (w if window == 1.0 else window * w)
 
 
 def _line_idf(per_doc: dict, parts: _Parts) -> dict:
