@@ -5,7 +5,6 @@ of the best ones (``Scoring``); ties newest first; each hit quoted (``excerpt``)
 from __future__ import annotations
 
 from array import array
-from collections import Counter
 from itertools import repeat
 from operator import add as _plus, mul as _times
 from typing import NamedTuple, Sequence
@@ -400,19 +399,22 @@ def _answered(terms: list, tfs: dict, asked: dict) -> dict:
     gains its line's terms and length; the one asking loses them too when it holds more
     of the query than that line (so it is still found), else keeps them. O(those
     exchanges × the terms): the others' counts are the corpus's."""
-    before = {d: sum([tfs[t].get(d - 1, 0) for t in terms]) for d in asked}
-    movers = {d for d, (_, got) in asked.items() if before[d] > sum(got.values())}
-    moved = Counter()
-    for d, (size, _) in asked.items():
-        moved[d] += size
-        if d in movers:
-            moved[d - 1] -= size
-    counts = {e: {t: tfs[t].get(e, 0) for t in terms} for e in moved}
+    cols = [(t, tfs[t]) for t in terms if tfs[t]]      # (a term no exchange holds: none)
+    moved = {d: size for d, (size, _) in asked.items()}
+    movers = set()
+    for d, (size, got) in asked.items():
+        if sum([tf.get(d - 1, 0) for _, tf in cols]) > sum(got.values()):
+            movers.add(d)
+            moved[d - 1] = moved.get(d - 1, 0) - size
+    counts = {e: {t: tf.get(e, 0) for t, tf in cols} for e in moved}
     for d, (_, got) in asked.items():
+        here = counts[d]
         for t, c in got.items():
-            counts[d][t] += c
+            here[t] = here.get(t, 0) + c
             if d in movers:
-                counts[d - 1][t] = counts[d - 1][t] - c if counts[d - 1][t] > c else 0
+                before = counts[d - 1]
+                had = before.get(t, 0)
+                before[t] = had - c if had > c else 0
     return {e: (moved[e], counts[e]) for e in moved}
 
 
