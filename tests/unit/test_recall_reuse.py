@@ -283,18 +283,7 @@ def test_a_question_moved_to_its_answer_keeps_every_part_of_the_others(monkeypat
     docs = [[("user", f"Did the whales sing at port {i}?"), ("assistant", f"The whales sang {i}. Lantern rain {i}?")]
             for i in range(40)]
     keys = [(f"asked {i:02d}", 0) for i in range(40)]
-    made = []
-    real_part, real_column = bm25_module.part, bm25_module.column_part
-
-    def part(weight, norm, tf, n):
-        made.append(1)
-        return real_part(weight, norm, tf, n)
-
-    def column_part(weight, norm, counts):
-        made.append(1)
-        return real_column(weight, norm, counts)
-    monkeypatch.setattr(bm25_module, "part", part)
-    monkeypatch.setattr(bm25_module, "column_part", column_part)
+    made = parts_made(monkeypatch)
     STATE.reset()
     hits = {}
     for i in (3, 7, 11):
@@ -512,19 +501,7 @@ def test_a_question_of_many_common_terms_keeps_their_parts_turn_after_turn(monke
     common = "alpha bravo charlie delta echo foxtrot golf"
     docs = [[("user", f"{common} kilo{i}"), ("assistant", f"lima{i} {common}")] for i in range(60)]
     keys = [(f"common {i}", 0) for i in range(60)]
-    made = []
-    real_part, real_column = bm25_module.part, bm25_module.column_part
-
-    def part(weight, norm, tf, n):
-        got = real_part(weight, norm, tf, n)
-        made.append(type(got) is not dict)
-        return got
-
-    def column_part(weight, norm, counts):
-        made.append(True)
-        return real_column(weight, norm, counts)
-    monkeypatch.setattr(bm25_module, "part", part)
-    monkeypatch.setattr(bm25_module, "column_part", column_part)
+    made = parts_made(monkeypatch)
     STATE.reset()
     hits = {}
     for i in (3, 7, 11):
@@ -538,3 +515,22 @@ def test_a_question_of_many_common_terms_keeps_their_parts_turn_after_turn(monke
         STATE.reset()
         assert got == rank(f"{common} kilo{i}", docs, 5, keys=keys, indexed=True)
     STATE.reset()
+
+
+def parts_made(monkeypatch) -> list:
+    """The BM25 parts a ranking makes from now on, one entry each: True for a part over
+    every exchange (a list, or a window's column), False for a dict of a few."""
+    made = []
+    real_part, real_column = bm25_module.part, bm25_module.column_part
+
+    def part(weight, norm, tf, n):
+        got = real_part(weight, norm, tf, n)
+        made.append(type(got) is not dict)
+        return got
+
+    def column_part(weight, norm, counts):
+        made.append(True)
+        return real_column(weight, norm, counts)
+    monkeypatch.setattr(bm25_module, "part", part)
+    monkeypatch.setattr(bm25_module, "column_part", column_part)
+    return made
