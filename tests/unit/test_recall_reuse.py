@@ -275,7 +275,7 @@ def test_a_session_growing_extends_its_corpus_and_an_edit_cuts_it_back():
 
 def test_a_question_moved_to_its_answer_keeps_every_part_of_the_others(monkeypatch):
     """Real chats ask: an exchange whose last line asks and holds a query term lends it
-    to the next one (*asked*, docs/design.md §6.2). Only those two exchanges are scored
+    to the next one (*asked*, docs/design.md §6.1). Only those two exchanges are scored
     anew; every term's parts over the others are the corpus's, kept: a later question
     asking the same words with a new rare one makes none of them again (where the
     lengths a moved line changed made every exchange's norm and every part anew, each

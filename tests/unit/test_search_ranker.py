@@ -97,7 +97,7 @@ def test_the_window_lifts_the_answer_to_a_question_asked_before_it():
 
 
 def test_an_answer_scores_its_question_against_the_exchanges_own_statistics():
-    """*asked* (docs/design.md §6.2): the exchange answering a question scores that
+    """*asked* (docs/design.md §6.1): the exchange answering a question scores that
     line's terms and length as its own, against the exchanges' statistics as they are —
     their df, mean length and windows — so that a moved question changes only the
     exchanges it moves between (their parts over the others are the corpus's, kept)."""

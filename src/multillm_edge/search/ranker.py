@@ -395,7 +395,7 @@ def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) 
 
 def _answered(terms: list, tfs: dict, asked: dict) -> dict:
     """{exchange: (code points it gains or loses, {term: count})} of the exchanges a
-    question moved changes (docs/design.md §6.2, *asked*): each exchange answering one
+    question moved changes (docs/design.md §6.1, *asked*): each exchange answering one
     gains its line's terms and length; the one asking loses them too when it holds more
     of the query than that line (so it is still found), else keeps them. O(those
     exchanges × the terms): the others' counts are the corpus's."""
