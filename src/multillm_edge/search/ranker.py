@@ -215,14 +215,14 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
             else:
                 for d in held:
                     scores[d] += scoring.window * summed[d]
-    asked = _asked(matcher, tfs, an, parts, corpus is not None) if scoring.asked else {}
+    asked = _asked(matcher, held, an, parts, corpus is not None) if scoring.asked else {}
     if asked:
         answered = _answered(terms, tfs, asked)
         _rescored(scores, answered, weights, wins, scoring.window, parts, n)
         if kept is not None:
-            kept = (kept[0], kept[1] | answered.keys())
+            kept[1].update(answered)       # (both sets this ranking's own)
         if type(held) is not range:
-            held = held | answered.keys()
+            held.update(answered)
     if scoring.passage:
         # an exchange scores iff it holds a term
         top = _best(scores, held, scoring.rerank) if kept is None else _best_kept(scores, *kept, scoring.rerank)
@@ -379,10 +379,11 @@ class _Parts:
         return self._kept("lines", tf, lambda: sum(map(min, tf.values(), [lines[d] for d in tf])))
 
 
-def _asked(matcher: Matcher, tfs: dict, an: list, parts: _Parts, indexed: bool) -> dict:
+def _asked(matcher: Matcher, held, an: list, parts: _Parts, indexed: bool) -> dict:
     """{exchange: (code points, {term: count}) of the question it answers}: the last
-    line of the exchange before it, when that asks ("?") and holds a query term."""
-    last, held = len(an) - 1, _holding(tfs.values(), len(an))
+    line of the exchange before it, when that asks ("?") and holds a query term (it is
+    among ``held``, those holding one)."""
+    last = len(an) - 1
     out = {}
     for d in parts.asking:
         if d < last and d in held:
