@@ -9,9 +9,12 @@ own (recall's ``_asked``) where the synthetic chat's never do. Each round plays
 steady turns from ``FROM`` on are timed (CPU time in CPython, wall-clock in Pyodide:
 ``node bench/pyodide_bench.mjs bench_real_chain``, this tree only). ``--analyses-bytes N``
 bounds the analyses cache (``docs.CACHE``) at N bytes: a chat past its bound, as a
-3,000-exchange one is at 14 MiB.
+3,000-exchange one is at 14 MiB. ``--exchanges N`` says the chat's first N exchanges,
+the five chats said again from the first as often as it takes (so that one kind of
+text is timed at several lengths; ``AB_SIZES=400,1300,2600`` in Pyodide, one run a
+size).
 
-    python bench/bench_real_chain.py [SRC] [--analyses-bytes N]
+    python bench/bench_real_chain.py [SRC] [--analyses-bytes N] [--exchanges N]
 
 ``SRC``: the ``src`` directory of the tree to time (default: this one's), so that two
 trees are compared by alternating runs.
@@ -40,10 +43,14 @@ TURNS, FROM, ROUNDS = 8, 3, 12
 BUDGET = 32000 - 1024 - 256
 
 
-def chat() -> tuple:
-    """(the conversations' messages as one chat, their questions)."""
+def chat(exchanges: int = 0) -> tuple:
+    """(the conversations' messages as one chat, their questions); ``exchanges``: that
+    many, the conversations said again from the first as often as it takes."""
     msgs, questions = [{"role": "system", "content": "They talk."}], []
-    for _, conv in bench_recall.locomo_conversations():
+    convs = [conv for _, conv in bench_recall.locomo_conversations()]
+    for i, conv in enumerate(convs * 16):
+        if (i >= len(convs) and not exchanges) or (exchanges and len(msgs) > 2 * exchanges + 1):
+            break
         body, _ = bench_recall.locomo_body(conv)
         for m in body["messages"][1:]:
             if msgs[-1]["role"] == m["role"]:
@@ -51,6 +58,8 @@ def chat() -> tuple:
             else:
                 msgs.append(dict(m))
         questions += [q["question"] for q in conv["qa"] if q.get("category") in bench_recall.CATEGORIES]
+    if exchanges:
+        del msgs[2 * exchanges + 1:]
     if msgs[-1]["role"] == "user":
         msgs.pop()
     return msgs, questions
@@ -74,10 +83,22 @@ def main(runtime: str = "CPython") -> int:
     if not bench_recall.locomo_conversations():
         print(f"real chain: LoCoMo not found at {bench_recall.LOCOMO}: skipped")
         return 0
+    exchanges = [int(x) for x in os.environ.get("AB_SIZES", "").split(",") if x]
     for a in sys.argv[1:]:
         if a.startswith("--analyses-bytes="):
             docs.CACHE.max_bytes = int(a.split("=", 1)[1])
-    msgs, questions = chat()
+        if a.startswith("--exchanges="):
+            exchanges = [int(a.split("=", 1)[1])]
+    for n in exchanges or [0]:
+        CORPORA.clear()
+        docs.CACHE.clear()
+        one(clock, runtime, n)
+    return 0
+
+
+def one(clock, runtime: str, exchanges: int) -> None:
+    """Time the steady recalling turns of the chat of ``exchanges`` (0: the five once)."""
+    msgs, questions = chat(exchanges)
     figures = {"active_bytes": 1, "limit_bytes": 1048576, "active_pages": 1}
     times, paged = [], 0
     for r in range(ROUNDS):
@@ -96,7 +117,6 @@ def main(runtime: str = "CPython") -> int:
     print(f"real chain, {runtime} ({SRC}): {len(msgs) // 2} exchanges, {paged} paged; analyses cache "
           f"{docs.CACHE.max_bytes:,} bytes; steady recalling turn {statistics.median(times) * 1000:.2f} ms "
           f"(median of {len(times)}, {what}); corpus {corpus / 1e6:.2f} MB")
-    return 0
 
 
 if __name__ == "__main__":
