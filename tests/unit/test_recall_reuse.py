@@ -19,6 +19,7 @@ from multillm_edge.core.pages import PageSigner
 from multillm_edge.search import STATE, corpus, rank
 from multillm_edge.search import bm25 as bm25_module
 from multillm_edge.search import docs as docs_module
+from multillm_edge.search import match as match_module
 from multillm_edge.search import stems as stems_module
 from multillm_edge.search.docs import CACHE
 from multillm_edge.search.ranker import Scoring
@@ -279,17 +280,24 @@ def test_a_question_moved_to_its_answer_keeps_every_part_of_the_others(monkeypat
     anew; every term's parts over the others are the corpus's, kept: a later question
     asking the same words with a new rare one makes none of them again (where the
     lengths a moved line changed made every exchange's norm and every part anew, each
-    turn: O(the chat) on most real questions). The hits are those from scratch."""
+    turn: O(the chat) on most real questions), and reads no question again (each
+    term's are kept with its counts). The hits are those from scratch."""
     docs = [[("user", f"Did the whales sing at port {i}?"), ("assistant", f"The whales sang {i}. Lantern rain {i}?")]
             for i in range(40)]
     keys = [(f"asked {i:02d}", 0) for i in range(40)]
     made = parts_made(monkeypatch)
+    read = []
+    real_counts = match_module.Matcher.indexed_counts
+    monkeypatch.setattr(match_module.Matcher, "indexed_counts",
+                        lambda self, a, which: read.append(which) or real_counts(self, a, which))
     STATE.reset()
     hits = {}
     for i in (3, 7, 11):
         made.clear()
+        read.clear()
         hits[i] = rank(f"whales lantern kilo{i}", docs, 5, keys=keys, indexed=True)
         assert len(made) == (4 if i == 3 else 0)        # whales', lantern's; the rare one held by none
+        assert len(read) == (39 if i == 3 else 0)       # every question but the last's, then kept
     for i, got in hits.items():
         STATE.reset()
         assert got == rank(f"whales lantern kilo{i}", docs, 5, keys=keys, indexed=True)

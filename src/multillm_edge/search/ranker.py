@@ -215,7 +215,7 @@ def _scores(matcher: Matcher, tfs: dict, an: list, scoring: Scoring, corpus: Cor
             else:
                 for d in held:
                     scores[d] += scoring.window * summed[d]
-    asked = _asked(matcher, held, an, parts, corpus is not None) if scoring.asked else {}
+    asked = _asked(matcher, found, an, parts, corpus is not None) if scoring.asked else {}
     if asked:
         answered = _answered(terms, tfs, asked)
         _rescored(scores, answered, weights, wins, scoring.window, parts, n)
@@ -372,6 +372,18 @@ class _Parts:
         counts = {e: get(e - 1, 0) + get(e, 0) + get(e + 1, 0) for e in near}
         return bm25.part(bm25.idf(n, len(counts)), self.window_norms(), counts, n)
 
+    def questions(self, found: dict, count) -> dict:
+        """{term: {exchange: (count, code points)}} of each ``found`` term's questions
+        (``count(terms)``: those of several terms in one pass), each kept with its
+        counts while the corpus is: only the terms not kept are counted."""
+        if self.corpus is None:
+            return count(found)
+        memo = self.corpus.memo
+        missing = {t: tf for t, tf in found.items() if ("questions", id(tf)) not in memo}
+        made = count(missing) if missing else {}
+        return {t: self._kept("questions", tf, lambda t=t, tf=tf: made[t] if t in made else count({t: tf})[t])
+                for t, tf in found.items()}
+
     def lines_held(self, tf: dict) -> int:
         """Its line frequency taken as ``min(count, lines)`` per exchange (a line seldom
         says a word twice)."""
@@ -379,18 +391,36 @@ class _Parts:
         return self._kept("lines", tf, lambda: sum(map(min, tf.values(), [lines[d] for d in tf])))
 
 
-def _asked(matcher: Matcher, held, an: list, parts: _Parts, indexed: bool) -> dict:
+def _asked(matcher: Matcher, found: dict, an: list, parts: _Parts, indexed: bool) -> dict:
     """{exchange: (code points, {term: count}) of the question it answers}: the last
-    line of the exchange before it, when that asks ("?") and holds a query term (it is
-    among ``held``, those holding one)."""
+    line of the exchange before it, when that asks ("?") and holds a query term. Each
+    term's questions are the corpus's, kept with its counts (``_Parts.questions``): a
+    later query asking it again reads no exchange for it."""
+    out: dict = {}
+    for t, held in parts.questions(found, lambda terms: _questions(matcher, terms, an, parts, indexed)).items():
+        for d, (c, size) in held.items():
+            got = out.get(d + 1)
+            if got is None:
+                got = out[d + 1] = (size, {})
+            got[1][t] = c
+    return out
+
+
+def _questions(matcher: Matcher, terms: dict, an: list, parts: _Parts, indexed: bool) -> dict:
+    """{term: {exchange: (its question's count of the term, the question's code
+    points)}} of ``terms`` ({term: its counts}): the exchanges (all but the last) whose
+    last line asks and holds it — looked for among those holding one of them (in C)."""
+    out: dict = {t: {} for t in terms}
     last = len(an) - 1
-    out = {}
-    for d in parts.asking:
-        if d < last and d in held:
+    holding = set().union(*terms.values())
+    for d in filter(holding.__contains__, parts.asking):
+        if d < last:
             a = an[d]
             got = matcher.indexed_counts(a, "?") if indexed else matcher.counts(a.question)
-            if got:
-                out[d + 1] = (len(a.question), got)
+            for t, questions in out.items():
+                c = got.get(t)
+                if c:
+                    questions[d] = (c, len(a.question))
     return out
 
 
