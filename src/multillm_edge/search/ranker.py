@@ -429,7 +429,9 @@ def _answered(terms: list, tfs: dict, asked: dict) -> dict:
     question moved changes (docs/design.md §6.1, *asked*): each exchange answering one
     gains its line's terms and length; the one asking loses them too when it holds more
     of the query than that line (so it is still found), else keeps them. O(those
-    exchanges × the terms): the others' counts are the corpus's."""
+    exchanges × the terms): the others' counts are the corpus's. In any order of the
+    questions: an exchange's count of a term is at least its question's, so one that
+    answers and asks ends with its own less its question's plus the one it answers."""
     cols = [(t, tfs[t]) for t in terms if tfs[t]]      # (a term no exchange holds: none)
     moved = {d: size for d, (size, _) in asked.items()}
     movers = set()
@@ -449,7 +451,7 @@ def _answered(terms: list, tfs: dict, asked: dict) -> dict:
     return {e: (moved[e], counts[e]) for e in moved}
 
 
-def _rescored(scores: list, answered: dict, weights: dict, wins: list, window: float, parts: "_Parts",
+def _rescored(scores: list, answered: dict, weights: dict, wins: list, window: float, parts: _Parts,
               n: int) -> None:
     """The exchanges a question moved changes (``_answered``) scored with their own
     counts and length, against the corpus's statistics (its exchanges' df, mean length
