@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from sys import getsizeof
 
 import pytest
 
@@ -49,9 +50,14 @@ def prose(i: int) -> list:
             ("assistant", f"Port {i} — the whales rise at dusk, their songs rolling like thunder. " * 3)]
 
 
+def questions(i: int) -> list:    # each exchange ends asking: recall's questions kept per term
+    return [("user", f"*leans on the rail* Tell me about port {i}, captain."),
+            ("assistant", f"The whales sang at port {i}, a whale for each mast.\nDid you hear the whales sing at port {i}?")]
+
+
 KINDS = {"blank lines": blank_lines, "tiny messages": tiny, "very long words": long_words,
          "[{}] content": empty, "many distinct words": many_words, "wide words": wide_words, "prose": prose,
-         "japanese": japanese}
+         "japanese": japanese, "questions": questions}
 QUERIES = ("whales port sing", "thing1 word3x4 reply17", "a k3 ok", "aaaa b3 w7", "港口の歌 の港 鯨たち")
 
 
@@ -143,6 +149,25 @@ def test_the_corpora_stay_within_their_bound_in_real_bytes(kind, monkeypatch):
     monkeypatch.setattr(corpus.CORPORA, "max_bytes", 3 << 20)
     held, real = measured(KINDS[kind], 120, sessions=8)
     assert held <= 3 << 20 and real <= 1.25 * (3 << 20), (held, real)
+
+
+def test_a_terms_questions_are_counted_with_their_pairs():
+    """Recall keeps each term's questions ({exchange: (count, code points)}, ranker's
+    ``_Parts.questions``): a tuple an item besides the dict's slot, counted as two memo
+    entries — as one, a chat whose exchanges all ask held twice what it counted."""
+    STATE.reset()
+    docs = [questions(i) for i in range(300)]
+    rank("whales port sing", docs, 5, keys=[(f"qb-{i}", 0) for i in range(300)], indexed=True, excerpts=False)
+    (c,) = corpus.CORPORA.kept
+    kept = [v for k, v in c.memo.items() if type(k) is tuple and k[0] == "questions"]
+    assert len(kept) == 3 and all(len(v) == 299 for v in kept)
+    for v in kept:      # what the memo counts for it, alone
+        alone = corpus.Corpus()
+        alone._keep(("questions", 0), v)
+        real = getsizeof(v) + sum(map(getsizeof, v.values()))
+        counted = corpus.MEMO_ENTRY_BYTES * alone.memo_entries
+        assert 0.75 * real <= counted <= 1.25 * real, (counted, real)
+    STATE.reset()
 
 
 def test_shrink_drops_the_least_recently_used_first():

@@ -538,6 +538,8 @@ class Corpus:
             kind = type(value)
             size = (len(value) if kind is dict or kind is list
                     else -(-len(value) * value.itemsize // MEMO_ENTRY_BYTES) if kind is array else 1)
+            if kind is dict and value and type(next(iter(value.values()))) is tuple:
+                size *= 2       # a term's questions: a (count, code points) tuple an item too
         if self.memo_entries + size > max(MEMO_ENTRIES, MEMO_PER_EXCHANGE * len(self.words)):
             self.forget()       # its own counts with it: what a ranking holds is made anew
             if named:
